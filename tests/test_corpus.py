@@ -1,0 +1,27 @@
+import json
+
+import soundfile as sf
+
+from wenet_lhotse.corpus import ALPHABET, generate_corpus
+
+
+def test_corpus_layout_and_determinism(tmp_path, corpus):
+    lines = corpus.data_list.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 20
+    total = 0.0
+    for line, key in zip(lines, corpus.keys):
+        d = json.loads(line)
+        assert d["key"] == key
+        assert set(d["txt"]) <= set(ALPHABET + " ")
+        info = sf.info(d["wav"])
+        assert info.samplerate == 16000 and info.subtype == "PCM_16"
+        assert 1.0 <= info.duration <= 4.0 + 1.0
+        total += info.duration
+    assert abs(total - corpus.total_duration) < 1e-3
+    units = corpus.units.read_text(encoding="utf-8").splitlines()
+    assert units[0] == "<blank> 0" and units[1] == "<unk> 1" and units[-1].startswith("<sos/eos>")
+    again = generate_corpus(tmp_path / "again", num_utterances=20, min_duration=1.0,
+                            max_duration=4.0, seed=1)
+    a, _ = sf.read(json.loads(lines[3])["wav"], dtype="int16")
+    b, _ = sf.read(str(again.root / "wav" / f"{corpus.keys[3]}.wav"), dtype="int16")
+    assert (a == b).all()

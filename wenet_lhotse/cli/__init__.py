@@ -1,0 +1,8 @@
+"""Command-line interface: ``wenet-lhotse --help``."""
+
+from wenet_lhotse.cli.main import main
+
+# Each module registers its subcommands on ``main`` when imported.
+from wenet_lhotse.cli import corpus_cmd  # noqa: E402,F401
+
+__all__ = ["main"]

@@ -1,0 +1,134 @@
+"""Errors that name where bad data lives, and the report of skipped items.
+
+Every reader in :mod:`wenet_lhotse.formats` has two modes:
+
+* strict (default): the first bad item raises :class:`WenetDataError`, whose
+  message names the list file and 1-based line number, or the tar and member;
+* fault-tolerant: the bad item is logged, recorded in a :class:`SkipReport`
+  and skipped; valid items are never dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterator, List, Optional
+
+logger = logging.getLogger(__name__)
+
+
+def format_location(source: str, line: Optional[int] = None, member: Optional[str] = None) -> str:
+    """``data.list:12`` for a list line, ``shard.tar[key.wav]`` for a tar member."""
+    loc = str(source)
+    if line is not None:
+        loc += f":{line}"
+    if member is not None:
+        loc += f"[{member}]"
+    return loc
+
+
+class WenetDataError(ValueError):
+    """Bad input data. ``str(err)`` starts with the location, e.g. ``data.list:12: ...``.
+
+    :param message: what is wrong.
+    :param source: the list file, tar path/URL or audio file concerned.
+    :param line: 1-based line number within ``source`` (list files).
+    :param member: tar member name (shards, Shar).
+    :param kind: a short machine-readable category (``"json"``, ``"missing_field"``,
+        ``"missing_audio"``, ``"bad_audio"``, ``"encoding"``, ``"truncated"``,
+        ``"unpaired"``, ``"duplicate"``, ...), used in skip counts.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        source: str,
+        line: Optional[int] = None,
+        member: Optional[str] = None,
+        kind: str = "invalid",
+    ) -> None:
+        self.message = message
+        self.source = str(source)
+        self.line = line
+        self.member = member
+        self.kind = kind
+        super().__init__(f"{format_location(self.source, line, member)}: {message}")
+
+    def __reduce__(self):
+        # Keep the structured fields when the error crosses a process boundary.
+        return (
+            self.__class__,
+            (self.message, self.source, self.line, self.member, self.kind),
+        )
+
+
+@dataclass(frozen=True)
+class SkippedItem:
+    """One item a fault-tolerant reader left out, and why."""
+
+    source: str
+    line: Optional[int]
+    member: Optional[str]
+    kind: str
+    message: str
+
+    @property
+    def location(self) -> str:
+        return format_location(self.source, self.line, self.member)
+
+    def __str__(self) -> str:
+        return f"{self.location}: {self.message}"
+
+    @classmethod
+    def from_error(cls, err: WenetDataError) -> SkippedItem:
+        return cls(err.source, err.line, err.member, err.kind, err.message)
+
+
+@dataclass
+class SkipReport:
+    """Counts and lists every skipped item. Thread-safe; merge reports from workers
+    with :meth:`merge`. Each skip is also logged at WARNING level when recorded."""
+
+    items: List[SkippedItem] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, err: WenetDataError, log: bool = True) -> None:
+        item = SkippedItem.from_error(err)
+        with self._lock:
+            self.items.append(item)
+        if log:
+            logger.warning("skipped %s", item)
+
+    def merge(self, other: SkipReport) -> SkipReport:
+        with self._lock:
+            self.items.extend(other.items)
+        return self
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __iter__(self) -> Iterator[SkippedItem]:
+        return iter(list(self.items))
+
+    def __bool__(self) -> bool:
+        # A report is an object that exists even when empty; use len() for counts.
+        return True
+
+    def counts(self) -> Counter:
+        """Number of skipped items per ``kind``."""
+        return Counter(item.kind for item in self.items)
+
+    def summary(self) -> str:
+        if not self.items:
+            return "no items skipped"
+        by_kind = ", ".join(f"{k}: {v}" for k, v in sorted(self.counts().items()))
+        return f"{len(self.items)} items skipped ({by_kind})"
+
+    def __getstate__(self):
+        return {"items": list(self.items)}
+
+    def __setstate__(self, state):
+        self.items = state["items"]
+        self._lock = threading.Lock()
