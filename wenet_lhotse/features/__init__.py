@@ -1,1 +1,37 @@
-"""features"""
+"""WeNet-exact feature extractors, WeNet's augmentations, and the pooled input strategy.
+
+Submodules: :mod:`.fbank` (Lhotse extractors and the ``feats_type`` factory),
+:mod:`.kaldi` (pure-torch Kaldi fbank/MFCC kernels), :mod:`.whisper` (Whisper log-mel),
+:mod:`.augment` (speed perturbation, resampling, spec_aug/sub/trim), :mod:`.pool`
+(:class:`PooledFeatures`), :mod:`.reference` (locating torchaudio for comparisons).
+"""
+
+from __future__ import annotations
+
+from wenet_lhotse.features.augment import SpecAugConfig, SpecSubConfig, SpecTrimConfig
+from wenet_lhotse.features.fbank import (
+    WenetFbank,
+    WenetFbankConfig,
+    WenetMfcc,
+    WenetMfccConfig,
+    WhisperLogMel,
+    WhisperLogMelConfig,
+    extractor_from_wenet_conf,
+)
+from wenet_lhotse.features.pool import PooledBatch, PooledFeatures, cut_seed
+
+__all__ = [
+    "PooledBatch",
+    "PooledFeatures",
+    "SpecAugConfig",
+    "SpecSubConfig",
+    "SpecTrimConfig",
+    "WenetFbank",
+    "WenetFbankConfig",
+    "WenetMfcc",
+    "WenetMfccConfig",
+    "WhisperLogMel",
+    "WhisperLogMelConfig",
+    "cut_seed",
+    "extractor_from_wenet_conf",
+]

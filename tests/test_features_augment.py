@@ -1,0 +1,106 @@
+"""WeNet's augmentations: shapes, bounds on what they change, determinism, no sox."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from wenet_lhotse.features.augment import (
+    SpecAugConfig,
+    SpecSubConfig,
+    SpecTrimConfig,
+    as_config,
+    resample,
+    spec_aug,
+    spec_sub,
+    spec_trim,
+    speed_perturb,
+)
+
+
+def feats(frames: int = 300, bins: int = 80) -> np.ndarray:
+    # Strictly positive and all rows distinct, so zeros and copied rows are detectable.
+    return (np.arange(frames * bins, dtype=np.float32).reshape(frames, bins) + 1.0)
+
+
+def peak_hz(x: np.ndarray, sr: int) -> float:
+    spectrum = np.abs(np.fft.rfft(x * np.hanning(len(x))))
+    return float(np.argmax(spectrum) * sr / len(x))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_spec_aug_masks_within_bounds(seed):
+    x = feats()
+    cfg = SpecAugConfig()  # 2 time masks <= 50 frames, 2 freq masks <= 10 bins
+    y = spec_aug(x, random.Random(seed), cfg)
+    assert y.shape == x.shape and y.dtype == x.dtype
+    assert np.array_equal(x, feats())  # input untouched
+    zero_rows = int(np.all(y == 0, axis=1).sum())
+    zero_cols = int(np.all(y == 0, axis=0).sum())
+    assert 1 <= zero_rows <= cfg.num_t_mask * cfg.max_t
+    assert 1 <= zero_cols <= cfg.num_f_mask * cfg.max_f
+    # Everything not in a masked row or column is unchanged.
+    keep = ~(np.all(y == 0, axis=1)[:, None] | np.all(y == 0, axis=0)[None, :])
+    assert np.array_equal(y[keep], x[keep])
+    assert np.array_equal(y, spec_aug(x, random.Random(seed), cfg))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_spec_sub_copies_earlier_frames(seed):
+    x = feats()
+    cfg = SpecSubConfig()
+    y = spec_sub(x, random.Random(seed), cfg)
+    assert y.shape == x.shape
+    changed = np.where(np.any(y != x, axis=1))[0]
+    assert len(changed) <= cfg.num_t_sub * cfg.max_t
+    for t in changed:  # each substituted frame is an earlier input frame
+        sources = np.where(np.all(x[:t] == y[t], axis=1))[0]
+        assert len(sources) == 1
+
+
+def test_spec_trim_drops_tail_frames():
+    x = feats(100)
+    lengths = {spec_trim(x, random.Random(s), SpecTrimConfig(max_t=20)).shape[0]
+               for s in range(50)}
+    assert lengths <= set(range(80, 100)) and len(lengths) > 5
+    y = spec_trim(x, random.Random(0), SpecTrimConfig())
+    assert np.array_equal(y, x[: len(y)])
+    # Never removes half the utterance or more: 2 frames with max_t 1 stay as they are.
+    assert spec_trim(feats(2), random.Random(0), SpecTrimConfig(max_t=1)).shape[0] == 2
+
+
+def test_empty_features_are_left_alone():
+    empty = np.zeros((0, 80), dtype=np.float32)
+    assert spec_aug(empty, random.Random(0), SpecAugConfig()).shape == (0, 80)
+    assert spec_sub(empty, random.Random(0), SpecSubConfig()).shape == (0, 80)
+
+
+@pytest.mark.parametrize("factor", [0.9, 1.1])
+def test_speed_perturb_changes_length_and_pitch(factor):
+    sr = 16000
+    t = np.arange(sr) / sr
+    x = np.sin(2 * np.pi * 440 * t).astype(np.float32)
+    y = speed_perturb(x, sr, factor)
+    assert y.dtype == np.float32
+    assert abs(len(y) - len(x) / factor) <= 1  # sox 'speed': length / factor
+    assert peak_hz(y, sr) == pytest.approx(440 * factor, abs=3)
+    assert speed_perturb(x, sr, 1.0) is x
+
+
+@pytest.mark.parametrize("orig,new", [(8000, 16000), (44100, 16000), (16000, 8000)])
+def test_resample_keeps_frequency(orig, new):
+    t = np.arange(orig) / orig
+    x = np.sin(2 * np.pi * 1000 * t).astype(np.float32)
+    y = resample(x, orig, new)
+    assert len(y) == int(np.ceil(len(x) * new / orig))
+    assert peak_hz(y, new) == pytest.approx(1000, abs=2)
+
+
+def test_as_config():
+    assert as_config(None, SpecAugConfig) is None and as_config(False, SpecAugConfig) is None
+    assert as_config(True, SpecAugConfig) == SpecAugConfig()
+    assert as_config({"max_t": 30}, SpecSubConfig) == SpecSubConfig(max_t=30)
+    with pytest.raises(TypeError):
+        as_config(3, SpecTrimConfig)

@@ -1,0 +1,168 @@
+"""WenetFbank / WenetMfcc / WhisperLogMel against torchaudio's and WeNet's outputs.
+
+Reference arrays in tests/data/features_reference.npz were produced by real torchaudio
+code (``tests/data/make_features_reference.py``); when torchaudio's kaldi module is
+available (installed, or ``WENET_LHOTSE_KALDI_PY``), it is also compared live.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from lhotse.features.base import FeatureExtractor, create_default_feature_extractor
+
+from wenet_lhotse.features import (
+    WenetFbank,
+    WenetFbankConfig,
+    WenetMfcc,
+    WenetMfccConfig,
+    WhisperLogMel,
+    WhisperLogMelConfig,
+    extractor_from_wenet_conf,
+)
+from wenet_lhotse.features.kaldi import FrameOptions, num_frames
+from wenet_lhotse.features.reference import load_torchaudio_kaldi
+from wenet_lhotse.features.whisper import slaney_mel_filters
+
+REF = np.load(Path(__file__).parent / "data" / "features_reference.npz")
+RATES = (8000, 16000, 44100)
+TOL = 1e-3  # max abs difference allowed by the compatibility contract
+
+
+def audio(sr: int) -> np.ndarray:
+    """The reference audio as WeNet's loader sees it: int16 / 32768, float32."""
+    return REF[f"audio_{sr}"].astype(np.float32) / 32768
+
+
+@pytest.mark.parametrize("sr", RATES)
+def test_fbank_matches_torchaudio_reference(sr):
+    got = WenetFbank(WenetFbankConfig(num_mel_bins=80)).extract(audio(sr), sr)
+    want = REF[f"fbank80_{sr}"]
+    assert got.dtype == np.float32
+    assert got.shape == want.shape
+    assert np.abs(got - want).max() <= TOL
+
+
+@pytest.mark.parametrize("sr", RATES)
+def test_mfcc_matches_torchaudio_reference(sr):
+    cfg = WenetMfccConfig(num_mel_bins=40, num_ceps=40, high_freq=0.0, low_freq=20.0)
+    got = WenetMfcc(cfg).extract(audio(sr), sr)
+    want = REF[f"mfcc40_{sr}"]
+    assert got.shape == want.shape
+    assert np.abs(got - want).max() <= TOL
+
+
+@pytest.mark.parametrize("n_mels", [80, 128])
+def test_whisper_log_mel_matches_wenet_reference(n_mels):
+    assert np.array_equal(slaney_mel_filters(16000, 400, n_mels), REF[f"melfilters{n_mels}_16000"])
+    got = WhisperLogMel(WhisperLogMelConfig(num_mel_bins=n_mels)).extract(audio(16000), 16000)
+    want = REF[f"logmel{n_mels}_16000"]
+    assert got.shape == want.shape == (len(audio(16000)) // 160, n_mels)
+    assert np.abs(got - want).max() <= TOL
+
+
+def test_live_torchaudio_if_available():
+    kaldi, origin = load_torchaudio_kaldi()
+    if kaldi is None:
+        pytest.skip(origin)
+    rng = np.random.default_rng(0)
+    for sr in RATES:
+        x = audio(sr)[: int(0.7 * sr)] + rng.normal(0, 1e-3, int(0.7 * sr)).astype(np.float32)
+        wave = torch.from_numpy(x).unsqueeze(0) * 32768
+        for window in ("povey", "hamming", "hanning", "rectangular", "blackman"):
+            want = kaldi.fbank(wave, num_mel_bins=80, frame_length=25, frame_shift=10,
+                               dither=0.0, energy_floor=0.0, sample_frequency=sr,
+                               window_type=window)
+            got = WenetFbank(WenetFbankConfig(window_type=window)).extract(torch.from_numpy(x),
+                                                                            sr)
+            assert got.shape == want.shape and (got - want).abs().max() <= TOL, (sr, window)
+        want = kaldi.fbank(wave, num_mel_bins=40, dither=0.0, energy_floor=1.0,
+                           sample_frequency=sr, snip_edges=False, use_energy=True)
+        got = WenetFbank(WenetFbankConfig(num_mel_bins=40, energy_floor=1.0, snip_edges=False,
+                                          use_energy=True)).extract(x, sr)
+        assert got.shape == tuple(want.shape) and np.abs(got - want.numpy()).max() <= TOL
+
+
+@pytest.mark.parametrize("sr", RATES)
+def test_frame_counts(sr):
+    ex = WenetFbank()
+    window, shift = int(sr * 0.025), int(sr * 0.010)
+    for n in (0, window - 1, window, window + shift - 1, window + shift, sr + 17):
+        expected = 0 if n < window else 1 + (n - window) // shift
+        feats = ex.extract(np.zeros(n, dtype=np.float32) + 0.01, sr)
+        assert feats.shape == (expected, 80), n
+        assert num_frames(n, FrameOptions(sampling_rate=sr)) == expected
+
+
+@pytest.mark.parametrize("extractor", [
+    WenetFbank(), WenetMfcc(), WhisperLogMel(), WenetFbank(WenetFbankConfig(snip_edges=False)),
+], ids=["fbank", "mfcc", "logmel", "fbank-nosnip"])
+def test_batch_equals_per_utterance(extractor):
+    x = audio(16000)
+    # Lengths around the 512-frame block size, and one shorter than a frame.
+    waves = [x[:n] for n in (300, 16000, 8000, len(x))] + [np.tile(x, 5)]
+    single = [extractor.extract(w, 16000) for w in waves]
+    batch = extractor.extract_batch(waves, 16000)
+    assert [b.shape for b in batch] == [s.shape for s in single]
+    for b, s in zip(batch, single):
+        np.testing.assert_allclose(b, s, rtol=0, atol=1e-4)
+    # Padded 2-D input with lengths (samples).
+    padded = torch.zeros(3, len(x))
+    lens = [8000, len(x), 12345]
+    for i, n in enumerate(lens):
+        padded[i, :n] = torch.from_numpy(x[:n])
+    out = extractor.extract_batch(padded, 16000, lengths=torch.tensor(lens))
+    assert [o.shape[0] for o in out] == [extractor.extract(x[:n], 16000).shape[0] for n in lens]
+
+
+def test_dither_uses_wenet_units_and_generator():
+    x = audio(16000)
+    clean = WenetFbank().extract(x, 16000)
+    ex = WenetFbank(WenetFbankConfig(dither=1.0))  # WeNet: +-1 on the int16 scale
+    a = ex.compute([x], 16000, generator=torch.Generator().manual_seed(1))[0].numpy()
+    b = ex.compute([x], 16000, generator=torch.Generator().manual_seed(1))[0].numpy()
+    c = ex.compute([x], 16000, generator=torch.Generator().manual_seed(2))[0].numpy()
+    assert np.array_equal(a, b) and not np.array_equal(a, c)
+    # One int16 step of noise barely moves speech-level energies (Lhotse's dither=1.0
+    # on the [-1, 1] scale would swamp them).
+    assert 0 < np.median(np.abs(a - clean)) < 0.05
+    assert np.array_equal(ex.compute([x], 16000, dither=0.0)[0].numpy(), clean)
+
+
+def test_extractors_round_trip_through_lhotse_registry(tmp_path):
+    for ex in (WenetFbank(WenetFbankConfig(num_mel_bins=40, dither=0.1)),
+               WenetMfcc(WenetMfccConfig(num_ceps=20)),
+               WhisperLogMel(WhisperLogMelConfig(num_mel_bins=128))):
+        again = FeatureExtractor.from_dict(ex.to_dict())
+        assert type(again) is type(ex) and again.config == ex.config
+        ex.to_yaml(tmp_path / "fe.yaml")
+        assert FeatureExtractor.from_yaml(tmp_path / "fe.yaml").config == ex.config
+        assert type(create_default_feature_extractor(ex.name)) is type(ex)
+    assert WenetFbank().frame_shift == 0.01
+    assert WenetFbank(WenetFbankConfig(use_energy=True)).feature_dim(16000) == 81
+    assert WhisperLogMel().frame_shift == 0.01
+
+
+def test_extractor_from_wenet_conf():
+    ex = extractor_from_wenet_conf({})
+    assert isinstance(ex, WenetFbank) and ex.config.num_mel_bins == 23  # WeNet's default
+    ex = extractor_from_wenet_conf({"feats_type": "fbank", "fbank_conf": {
+        "num_mel_bins": 80, "frame_shift": 10, "frame_length": 25, "dither": 0.1}})
+    assert ex.config.num_mel_bins == 80 and ex.config.dither == 0.1
+    ex = extractor_from_wenet_conf({"feats_type": "mfcc", "mfcc_conf": {
+        "num_mel_bins": 40, "num_ceps": 40}})
+    assert isinstance(ex, WenetMfcc) and ex.feature_dim(16000) == 40
+    with pytest.raises(ValueError, match="num_ceps cannot be larger"):
+        extractor_from_wenet_conf({"feats_type": "mfcc"})  # WeNet's own defaults: 40 > 23
+    ex = extractor_from_wenet_conf({"feats_type": "log_mel_spectrogram",
+                                    "log_mel_spectrogram_conf": {"num_mel_bins": 128}})
+    assert isinstance(ex, WhisperLogMel) and ex.feature_dim(16000) == 128
+    with pytest.raises(ValueError, match="feats_type"):
+        extractor_from_wenet_conf({"feats_type": "spectrogram"})
+    with pytest.raises(ValueError, match="num_mel_bin"):
+        extractor_from_wenet_conf({"fbank_conf": {"num_mel_bin": 80}})
+    with pytest.raises(ValueError, match="window_type"):
+        WenetFbank(WenetFbankConfig(window_type="kaiser"))

@@ -1,0 +1,41 @@
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from wenet_lhotse.cli import main
+from wenet_lhotse.formats.errors import WenetDataError
+from wenet_lhotse.formats.kaldi import kaldi_dir_to_raw_list
+
+
+def test_make_list_matches_wenet_make_raw_list(tmp_path, corpus):
+    d = tmp_path / "data"
+    d.mkdir()
+    (d / "wav.scp").write_text(corpus.wav_scp.read_text(encoding="utf-8"), encoding="utf-8")
+    (d / "text").write_text(corpus.text.read_text(encoding="utf-8"), encoding="utf-8")
+    res = CliRunner().invoke(main, ["make-list", str(d)])
+    assert res.exit_code == 0, res.output
+    got = [json.loads(x) for x in (d / "data.list").read_text(encoding="utf-8").splitlines()]
+    want = [json.loads(x) for x in corpus.data_list.read_text(encoding="utf-8").splitlines()]
+    assert [g["key"] for g in got] == [w["key"] for w in want]
+    assert all(g == {"key": w["key"], "wav": w["wav"], "txt": w["txt"]} for g, w in zip(got, want))
+
+
+def test_segments_and_bad_lines(tmp_path):
+    (tmp_path / "wav.scp").write_text("rec1 /a/rec1.wav\n", encoding="utf-8")
+    (tmp_path / "segments").write_text("u1 rec1 0.5 2.25\nu2 rec1 3 4\n", encoding="utf-8")
+    (tmp_path / "text").write_text("u1 ni hao\nu2\n", encoding="utf-8")
+    out, n = kaldi_dir_to_raw_list(tmp_path / "wav.scp", tmp_path / "text", tmp_path / "l",
+                                   segments=tmp_path / "segments")
+    lines = [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()]
+    assert n == 2 and lines[0] == {"key": "u1", "wav": "/a/rec1.wav", "txt": "ni hao",
+                                   "start": 0.5, "end": 2.25}
+    assert lines[1]["txt"] == "" and lines[1]["start"] == 3.0
+    (tmp_path / "text").write_text("u1 a\nu3 b\n", encoding="utf-8")
+    with pytest.raises(WenetDataError, match=r"text:2: key 'u3'"):
+        kaldi_dir_to_raw_list(tmp_path / "wav.scp", tmp_path / "text", tmp_path / "l2",
+                              segments=tmp_path / "segments")
+    assert not (tmp_path / "l2").exists()  # atomic: nothing half-written
+    (tmp_path / "wav.scp").write_text("rec1\n", encoding="utf-8")
+    with pytest.raises(WenetDataError, match=r"wav.scp:1: expected 2 fields"):
+        kaldi_dir_to_raw_list(tmp_path / "wav.scp", tmp_path / "text", tmp_path / "l3")

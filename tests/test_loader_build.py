@@ -1,0 +1,207 @@
+"""Loader mechanics on real Lhotse objects: epochs, determinism, Lhotse equivalence, mux, tags, cv."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+from lhotse import CutSet
+from lhotse.dataset.sampling.dynamic_bucketing import DynamicBucketingSampler
+from lhotse.utils import fastcopy
+
+from wenet_lhotse.formats import read_raw_list
+from wenet_lhotse.loader.build import build_dataloader, estimate_bins
+from wenet_lhotse.loader.config import LoaderConfig
+from wenet_lhotse.loader.distributed import DataWaitMeter, plan_partition, reduce_cv_loss
+from wenet_lhotse.loader.resume import (
+    JsonlReader,
+    PositionedStream,
+    ResumableBucketingSampler,
+    ResumableMux,
+)
+from wenet_lhotse.loader.sources import SourceSpec, detect_source_type, mux_sources
+
+CONF = {"batch_conf": {"batch_type": "dynamic", "max_frames_in_batch": 1200},
+        "lhotse_conf": {"num_buckets": 3, "buffer_size": 40}}
+
+
+class Keys:
+    """A real map-style dataset returning what the tests look at."""
+
+    def __getitem__(self, cuts):
+        return [(c.id, (c.custom or {}).get("lang")) for c in cuts]
+
+
+@pytest.fixture(scope="module")
+def data(corpus, tmp_path_factory):
+    root = tmp_path_factory.mktemp("loader")
+    cuts = CutSet.from_cuts(list(read_raw_list(corpus.data_list)))
+    cuts.to_file(root / "cuts.jsonl.gz")
+    shar = root / "shar"
+    shar.mkdir()
+    cuts.to_shar(shar, fields={"recording": "flac"}, shard_size=6)
+    # Two larger metadata-only sources (ids renamed copies of real cuts) for mux statistics.
+    big = []
+    for name in ("a", "b"):
+        path = root / f"{name}.jsonl.gz"
+        CutSet.from_cuts(fastcopy(c, id=f"{name}-{i}") for i, c in
+                         enumerate(list(cuts) * 150)).to_file(path)
+        big.append(path)
+    return {"cuts": cuts, "manifest": root / "cuts.jsonl.gz", "shar": shar, "big": big,
+            "raw": corpus.data_list}
+
+
+def _epoch(loader):
+    return [[k for k, _ in b] for b in loader]
+
+
+def test_detect_source_type(data):
+    assert detect_source_type(data["manifest"]) == "cuts"
+    assert detect_source_type(data["raw"]) == "raw"
+    assert detect_source_type(data["shar"]) == "shar"
+    with pytest.raises(ValueError, match="weight"):
+        SourceSpec(path=str(data["raw"]), weight=0)
+
+
+@pytest.mark.parametrize("kind", ["manifest", "raw", "shar"])
+def test_epochs_cover_all_once_and_reshuffle(data, kind):
+    _, loader = build_dataloader(str(data[kind]), None, CONF, "train", dataset=Keys(), seed=3)
+    e0, e1 = _epoch(loader), _epoch(loader)  # no set_epoch between: WeNet never calls it
+    ids = sorted(c.id for c in data["cuts"])
+    for e in (e0, e1):
+        assert sorted(k for b in e for k in b) == ids
+    assert e0 != e1
+    assert loader.sampler.epoch == 1
+
+
+def test_same_seed_same_batches_other_seed_differs(data):
+    def run(seed):
+        _, loader = build_dataloader(str(data["manifest"]), None, CONF, "train",
+                                     dataset=Keys(), seed=seed)
+        return _epoch(loader) + _epoch(loader)
+
+    assert run(5) == run(5)
+    assert run(5) != run(6)
+
+
+def test_sampler_matches_lhotse_dynamic_bucketing(data):
+    """Our resumable sampler draws exactly the batches Lhotse's own sampler draws."""
+    bins = estimate_bins(list(data["cuts"]), 3)
+    kw = dict(max_duration=12.0, shuffle=True, buffer_size=12, seed=11, world_size=1, rank=0)
+    ours = ResumableBucketingSampler(
+        ResumableMux([PositionedStream(JsonlReader([str(data["manifest"])]))], seed=11),
+        duration_bins=bins, **kw)
+    theirs = DynamicBucketingSampler(CutSet.from_jsonl_lazy(data["manifest"]),
+                                     duration_bins=bins, **kw)
+    for epoch in range(2):
+        theirs.set_epoch(epoch)
+        assert [[c.id for c in b] for b in ours] == [[c.id for c in b] for b in theirs]
+
+
+def test_resumable_mux_matches_cutset_mux(data):
+    a, b = (CutSet.from_jsonl_lazy(p) for p in data["big"])
+    lhotse_ids = [c.id for c in CutSet.mux(a, b, weights=[0.7, 0.3], seed=4)][:500]
+    mux = ResumableMux([PositionedStream(JsonlReader([str(p)])) for p in data["big"]],
+                       weights=[0.7, 0.3], seed=4)
+    mux.start(0)
+    assert [next(mux).id for _ in range(500)] == lhotse_ids
+
+
+@pytest.mark.parametrize("which", ["ours", "lhotse"])
+def test_mux_proportions_follow_weights(data, which):
+    specs = [SourceSpec(path=str(data["big"][0]), weight=3, tags={"lang": "zh"}),
+             SourceSpec(path=str(data["big"][1]), weight=1, tags={"lang": "en"})]
+    if which == "ours":
+        _, loader = build_dataloader(specs, None, CONF, "train", dataset=Keys(), seed=1)
+        mux = loader.sampler.mux
+        mux.start(0)
+        draws = [next(mux) for _ in range(2000)]
+    else:
+        from wenet_lhotse.loader.sources import open_source
+
+        cs = mux_sources([open_source(s) for s in specs], [s.weight for s in specs], seed=1)
+        draws = list(cs.subset(first=2000))
+    share = Counter(c.custom["lang"] for c in draws)["zh"] / 2000
+    assert abs(share - 0.75) <= 0.03
+
+
+def test_tags_reach_batches(data):
+    specs = [{"path": str(data["manifest"]), "tags": {"lang": "zh"}},
+             {"path": str(data["raw"]), "type": "raw", "tags": {"lang": "en"}, "weight": 2}]
+    _, loader = build_dataloader(specs, None, CONF, "train", dataset=Keys(), seed=0)
+    langs = Counter(lang for b in loader for _, lang in b)
+    assert langs == {"zh": 20, "en": 20}
+
+
+def test_batch_conf_translation():
+    assert LoaderConfig.from_wenet({"batch_conf": {"batch_type": "dynamic",
+                                                   "max_frames_in_batch": 12000}}
+                                   ).batching.max_duration == pytest.approx(120.0)
+    static = LoaderConfig.from_wenet({"batch_conf": {"batch_type": "static", "batch_size": 16}})
+    assert static.batching.resolve(4.5) == pytest.approx(72.0)
+    cfg = LoaderConfig.from_wenet({"shuffle_conf": {"shuffle_size": 50000}}, "cv")
+    assert cfg.buffer_size == 50000 and cfg.shuffle is False
+    with pytest.raises(ValueError, match="unknown lhotse_conf keys"):
+        LoaderConfig.from_wenet({"lhotse_conf": {"max_duraton": 3}})
+
+
+def test_static_batches_hold_about_batch_size_cuts(data):
+    conf = {"batch_conf": {"batch_type": "static", "batch_size": 4},
+            "lhotse_conf": {"num_buckets": 2, "buffer_size": 40}}
+    _, loader = build_dataloader(str(data["manifest"]), None, conf, "train", dataset=Keys())
+    sizes = [len(b) for b in loader]
+    assert 2.5 <= sum(sizes) / len(sizes) <= 5.5
+
+
+def test_plan_partition_splits_largest_batches(data):
+    cuts = list(data["cuts"])
+    plan = plan_partition([CutSet.from_cuts(cuts[:5]), CutSet.from_cuts(cuts[5:6]),
+                           CutSet.from_cuts(cuts[6:7])], 2)
+    assert len(plan) == 4
+    assert [c.id for b in plan for c in b] == [c.id for c in cuts[:7]]
+    with pytest.raises(ValueError, match="fewer than"):
+        plan_partition([CutSet.from_cuts(cuts[:1])], 2)
+
+
+class Audio:
+    def __getitem__(self, cuts):
+        return {c.id: c.load_audio() for c in cuts}
+
+
+def test_shar_audio_is_attached_for_emitted_batches(data):
+    _, loader = build_dataloader(str(data["shar"]), None, CONF, "train", dataset=Audio())
+    got = {k: v for b in loader for k, v in b.items()}
+    ref = {c.id: c.load_audio() for c in data["cuts"]}
+    assert got.keys() == ref.keys()
+    for k in ref:  # flac is lossless: the same samples as the original wav
+        assert (abs(got[k] - ref[k]) < 1e-4).all()
+
+
+def test_cv_plan_partitions_without_duplicates(data):
+    parts = []
+    for rank in range(3):
+        _, loader = build_dataloader(str(data["manifest"]), None, CONF, "cv", dataset=Keys(),
+                                     world_size=3, rank=rank)
+        parts.append(_epoch(loader))
+    assert len({len(p) for p in parts}) == 1  # equal steps
+    keys = [k for p in parts for b in p for k in b]
+    assert sorted(keys) == sorted(c.id for c in data["cuts"])
+    mean, n = reduce_cv_loss(sum(c.duration for c in data["cuts"]), len(data["cuts"]))
+    assert n == 20 and mean == pytest.approx(sum(c.duration for c in data["cuts"]) / 20)
+
+
+def test_data_wait_meter():
+    import time
+
+    def slow():
+        for i in range(3):
+            time.sleep(0.05)
+            yield i
+
+    meter = DataWaitMeter()
+    for _ in meter.wrap(slow()):
+        time.sleep(0.01)
+    assert meter.batches == 3
+    assert 0.6 < meter.fraction < 1.0
+    random.seed(0)

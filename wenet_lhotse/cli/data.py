@@ -1,0 +1,222 @@
+"""``wenet-lhotse import | export | validate | stats``: move WeNet data in and out of
+Lhotse, check it, and describe it."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+from wenet_lhotse.cli.main import main
+
+
+def _default_jobs() -> int:
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+def _print_skips(report, limit: int = 20) -> None:
+    items = list(report)
+    for item in items[:limit]:
+        click.echo(f"  skipped {item}", err=True)
+    if len(items) > limit:
+        click.echo(f"  ... and {len(items) - limit} more", err=True)
+    if items:
+        click.echo(report.summary(), err=True)
+
+
+@main.command("import")
+@click.argument("data_list", type=click.Path(exists=True, dir_okay=False))
+@click.option("-o", "--out", type=click.Path(), default=None,
+              help="Output cuts manifest for a raw list [default: cuts.jsonl.gz next to "
+                   "DATA_LIST]. For a shard list (or with --shar) use --shar instead.")
+@click.option("--data-type", type=click.Choice(["auto", "raw", "shard"]), default="auto",
+              show_default=True,
+              help="What DATA_LIST holds: JSON lines (raw) or tar paths/URLs (shard). "
+                   "'auto' looks at the first line.")
+@click.option("--shar", "shar_dir", type=click.Path(file_okay=False), default=None,
+              help="Write a Lhotse Shar directory here (audio copied losslessly into tars). "
+                   "Required for shard lists; optional for raw lists.")
+@click.option("--shard-size", type=int, default=None,
+              help="Utterances per Shar shard for a raw list [default: 1000]. A shard "
+                   "list keeps one Shar shard per input tar.")
+@click.option("--audio-format", default="lossless", show_default=True,
+              type=click.Choice(["lossless", "flac", "wav", "original", "opus", "mp3"]),
+              help="Shar audio encoding. 'lossless': decoded samples identical to the "
+                   "source (FLAC for 16/24-bit PCM). opus/mp3 are lossy.")
+@click.option("--wav-root", type=click.Path(file_okay=False), default=None,
+              help="Directory that relative 'wav' paths resolve against "
+                   "[default: the current directory, as WeNet does].")
+@click.option("-j", "--jobs", type=int, default=_default_jobs, show_default="min(4, CPUs)",
+              help="Worker processes (header probing for raw lists; one Shar shard per job).")
+@click.option("--skip-errors", is_flag=True,
+              help="Skip bad lines/members (each is logged and counted) instead of "
+                   "stopping at the first one.")
+def import_cmd(data_list, out, data_type, shar_dir, shard_size, audio_format, wav_root, jobs,
+               skip_errors):
+    """Import a WeNet DATA_LIST into Lhotse.
+
+    \b
+    A raw list (JSON lines with key/wav/txt) becomes a cuts manifest whose
+    recordings point at your original audio files (nothing is copied):
+      wenet-lhotse import data/train/data.list -o data/train/cuts.jsonl.gz
+    \b
+    A shard list (one tar path or URL per line) becomes a Lhotse Shar directory
+    (each input tar is read once; audio stored losslessly):
+      wenet-lhotse import data/train/shards.list --shar data/train/shar -j 8
+    \b
+    Shar conversion is restartable: run the same command again after an
+    interruption and only the unfinished shards are written.
+    """
+    from wenet_lhotse.convert.inputs import detect_wenet_type
+    from wenet_lhotse.formats.errors import SkipReport, WenetDataError
+
+    if data_type == "auto":
+        try:
+            data_type = detect_wenet_type(data_list)
+        except WenetDataError as err:
+            raise click.ClickException(str(err)) from None
+    report = SkipReport()
+    strict = not skip_errors
+    try:
+        if data_type == "shard" or shar_dir is not None:
+            if shar_dir is None:
+                raise click.UsageError(
+                    "a shard list is imported as Lhotse Shar: pass --shar DIR "
+                    "(e.g. --shar data/train/shar)")
+            if out is not None:
+                raise click.UsageError("-o/--out is for raw -> cuts.jsonl.gz; use --shar DIR")
+            if data_type == "shard" and shard_size is not None:
+                raise click.UsageError("--shard-size applies to raw lists; a shard list keeps "
+                                       "one Shar shard per input tar")
+            from wenet_lhotse.convert.shar import wenet_to_shar
+
+            res = wenet_to_shar(data_list, shar_dir, data_type=data_type, shard_size=shard_size,
+                                num_jobs=jobs, audio_format=audio_format, strict=strict,
+                                skip_report=report, wav_root=wav_root, progress=True)
+            _print_skips(report)
+            click.echo(f"Shar: {res.out_dir} ({res.num_shards} shards: {len(res.written_shards)} "
+                       f"written, {len(res.skipped_shards)} already complete; "
+                       f"{res.num_cuts_written} utterances written, {len(report)} skipped)")
+        else:
+            from wenet_lhotse.convert.raw import import_raw
+
+            if out is None:
+                out = os.path.join(os.path.dirname(os.path.abspath(data_list)), "cuts.jsonl.gz")
+            res = import_raw(data_list, out, wav_root=wav_root, strict=strict,
+                             skip_report=report, num_workers=jobs, progress=True)
+            _print_skips(report)
+            click.echo(f"cuts: {res.out_path} ({res.num_cuts} utterances, "
+                       f"{res.seconds_of_audio / 3600:.3f} h, {len(report)} skipped)")
+    except WenetDataError as err:
+        raise click.ClickException(f"{err}\n(use --skip-errors to skip bad items)") from None
+
+
+@main.command("export")
+@click.argument("source", metavar="CUTS_OR_SHAR", type=click.Path(exists=True))
+@click.option("-o", "--out", type=click.Path(dir_okay=False), default=None,
+              help="The list to write: a raw data.list, or with --shards the shard list "
+                   "[default with --shards: DIR/../shards.list].")
+@click.option("--shards", "shards_dir", type=click.Path(file_okay=False), default=None,
+              help="Write WeNet tar shards (make_shard_list.py layout) into this directory "
+                   "instead of a raw list.")
+@click.option("--shard-size", type=int, default=1000, show_default=True,
+              help="Utterances per tar with --shards.")
+@click.option("--audio-dir", type=click.Path(file_okay=False), default=None,
+              help="Raw list only: where audio held in memory (Shar, shards) is written "
+                   "[default: <list name>_audio/ next to the list].")
+def export_cmd(source, out, shards_dir, shard_size, audio_dir):
+    """Export Lhotse cuts back to WeNet format.
+
+    CUTS_OR_SHAR is a cuts manifest (.jsonl.gz), a Shar directory, or a WeNet list.
+
+    \b
+    To a raw data.list (audio that is not already a file is written out losslessly):
+      wenet-lhotse export data/train/shar -o data/train/data.list
+    To WeNet tar shards plus their list:
+      wenet-lhotse export data/cuts.jsonl.gz --shards data/shards -o data/shards.list
+    """
+    from wenet_lhotse.formats.errors import WenetDataError
+
+    try:
+        if shards_dir is not None:
+            from wenet_lhotse.convert.export import export_shards
+
+            lst = export_shards(source, shards_dir, shard_size=shard_size, list_path=out,
+                                progress=True)
+            click.echo(f"shards: {shards_dir}, list: {lst}")
+        else:
+            if out is None:
+                raise click.UsageError("pass -o data.list (or --shards DIR for tar shards)")
+            from wenet_lhotse.convert.export import export_raw_list
+
+            lst = export_raw_list(source, out, audio_dir=audio_dir, progress=True)
+            click.echo(f"raw list: {lst}")
+    except (WenetDataError, ValueError) as err:
+        raise click.ClickException(str(err)) from None
+
+
+@main.command("validate")
+@click.argument("path", type=click.Path(exists=True))
+@click.option("--max-report", type=int, default=100, show_default=True,
+              help="Print at most this many problems (all are counted).")
+def validate_cmd(path, max_report):
+    """Read PATH completely, decoding every utterance's audio, and report each problem
+    with its file and line (lists, manifests) or tar and member (shards, Shar).
+
+    PATH is a WeNet raw list, a shard list, a cuts manifest or a Shar directory.
+    Exits with status 1 if any problem was found, 0 otherwise.
+
+    \b
+    Example:
+      wenet-lhotse validate data/train/data.list
+    """
+    import logging
+
+    from wenet_lhotse.convert.check import validate
+
+    # Problems are printed below; don't print them twice through the readers' logs.
+    logging.getLogger("wenet_lhotse.formats").setLevel(logging.ERROR)
+    res = validate(path, progress=True)
+    items = list(res.problems)
+    for item in items[:max_report]:
+        click.echo(f"{item.location}: [{item.kind}] {item.message}")
+    if len(items) > max_report:
+        click.echo(f"... and {len(items) - max_report} more")
+    click.echo(f"{path} ({res.kind}): {res.num_ok} utterances OK "
+               f"({res.seconds_ok / 3600:.3f} h), {len(items)} problems")
+    if items:
+        by_kind = ", ".join(f"{k}: {v}" for k, v in sorted(res.problems.counts().items()))
+        click.echo(f"problems by kind: {by_kind}")
+        sys.exit(1)
+
+
+@main.command("stats")
+@click.argument("path", type=click.Path(exists=True))
+@click.option("--plot", type=click.Path(dir_okay=False), default=None,
+              help="Also write duration and text-length histograms to this PNG "
+                   "(needs matplotlib).")
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+def stats_cmd(path, plot, as_json):
+    """Describe PATH: utterances, hours, speakers, and the distribution
+    (min/mean/percentiles/max) of duration (seconds) and text length (characters).
+
+    PATH is a WeNet raw list, a shard list, a cuts manifest or a Shar directory.
+    Only metadata is read (no audio is decoded); bad items are skipped and counted.
+
+    \b
+    Example:
+      wenet-lhotse stats data/train/data.list --plot train_stats.png
+    """
+    from wenet_lhotse.convert.stats import corpus_stats, plot_stats
+
+    st = corpus_stats(path, progress=not as_json)
+    click.echo(json.dumps(st.summary(), indent=2) if as_json else st.format())
+    if plot:
+        try:
+            out = plot_stats(st, plot)
+        except ImportError as err:
+            raise click.ClickException(str(err)) from None
+        if not as_json:
+            click.echo(f"histograms: {out}")

@@ -1,0 +1,25 @@
+"""``wenet-lhotse make-list``: Kaldi data dir -> WeNet raw data.list."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from wenet_lhotse.cli.main import main
+
+
+@main.command("make-list")
+@click.argument("data_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("-o", "--out", type=click.Path(dir_okay=False), default=None,
+              help="Output list [default: DATA_DIR/data.list].")
+def make_list(data_dir, out):
+    """Write DATA_DIR/data.list from DATA_DIR's wav.scp, text and (if present)
+    segments, exactly like WeNet's tools/make_raw_list.py."""
+    from wenet_lhotse.formats.kaldi import kaldi_dir_to_raw_list
+
+    d = Path(data_dir)
+    segments = d / "segments"
+    path, n = kaldi_dir_to_raw_list(d / "wav.scp", d / "text", out or d / "data.list",
+                                    segments=segments if segments.exists() else None)
+    click.echo(f"wrote {n} lines to {path}")

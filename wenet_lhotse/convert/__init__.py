@@ -1,0 +1,40 @@
+"""Conversions between WeNet data and Lhotse: import (raw list -> cuts manifest,
+WeNet list -> Shar), export (cuts/Shar -> raw list or WeNet shards), and the
+readers behind ``wenet-lhotse validate`` and ``wenet-lhotse stats``.
+
+Each submodule has one job:
+
+* :mod:`.inputs`   open any source (raw list, shard list, cuts manifest, Shar dir)
+* :mod:`.raw`      raw list -> ``cuts.jsonl.gz``, headers probed in parallel
+* :mod:`.shar`     WeNet list -> Shar, parallel over output shards, restartable
+* :mod:`.lossless` bit-exact audio encoding for Shar
+* :mod:`.export`   cuts/Shar -> raw list or WeNet shards
+* :mod:`.check`    validate: read everything, list every problem
+* :mod:`.stats`    duration / text-length statistics and histograms
+"""
+
+from wenet_lhotse.convert.check import ValidationResult, validate
+from wenet_lhotse.convert.export import export_raw_list, export_shards
+from wenet_lhotse.convert.inputs import detect_input_kind, open_cuts
+from wenet_lhotse.convert.raw import ImportResult, import_raw, iter_raw_cuts
+from wenet_lhotse.convert.shar import SharConversion, read_shar, shard_is_complete, wenet_to_shar
+from wenet_lhotse.convert.stats import CorpusStats, corpus_stats, plot_stats
+
+__all__ = [
+    "CorpusStats",
+    "ImportResult",
+    "SharConversion",
+    "ValidationResult",
+    "corpus_stats",
+    "detect_input_kind",
+    "export_raw_list",
+    "export_shards",
+    "import_raw",
+    "iter_raw_cuts",
+    "open_cuts",
+    "plot_stats",
+    "read_shar",
+    "shard_is_complete",
+    "validate",
+    "wenet_to_shar",
+]

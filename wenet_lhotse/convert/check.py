@@ -1,0 +1,182 @@
+"""Read a data source completely, decoding all audio, and list every problem.
+
+Problems found by the WeNet readers (bad JSON, missing fields or files,
+unpaired tar members, duplicate keys, ...) come from their fault-tolerant mode;
+audio that has a valid header but fails to decode (or decodes to nothing) is
+found here. Each problem names the file and line (lists, manifests) or the tar
+and member (shards, Shar).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Optional, Union
+
+from lhotse.cut import Cut
+from lhotse.serialization import deserialize_item
+
+from wenet_lhotse.convert.inputs import detect_input_kind, list_shard_paths, read_one_tar
+from wenet_lhotse.formats.errors import SkipReport, WenetDataError
+
+logger = logging.getLogger(__name__)
+
+Pathlike = Union[str, os.PathLike]
+
+
+@dataclass
+class ValidationResult:
+    """Outcome of :func:`validate`. ``problems`` lists every bad item with its location."""
+
+    path: str
+    kind: str
+    num_ok: int = 0
+    seconds_ok: float = 0.0  # total audio duration of the good utterances (seconds)
+    problems: SkipReport = field(default_factory=SkipReport)
+
+    @property
+    def ok(self) -> bool:
+        return len(self.problems) == 0
+
+
+def _check_audio(cut: Cut) -> Optional[str]:
+    """None when the cut's audio decodes to the advertised number of samples."""
+    try:
+        audio = cut.load_audio()
+    except Exception as err:  # any decoder error is a finding, not a crash
+        return f"audio does not decode: {type(err).__name__}: {err}"
+    if audio.shape[-1] == 0:
+        return "audio is empty (0 samples)"
+    if cut.num_samples is not None and abs(audio.shape[-1] - cut.num_samples) > 1:
+        return f"audio has {audio.shape[-1]} samples, header says {cut.num_samples}"
+    return None
+
+
+class _LineFinder:
+    """Finds the line of a key in a raw list; the index is built only on first use."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._index: Optional[Dict[str, int]] = None
+
+    def __call__(self, key: str) -> Optional[int]:
+        if self._index is None:
+            self._index = {}
+            with open(self.path, encoding="utf-8", errors="replace") as f:
+                for no, line in enumerate(f, 1):
+                    try:
+                        k = json.loads(line).get("key")
+                    except (json.JSONDecodeError, AttributeError):
+                        continue
+                    self._index.setdefault(k, no)
+        return self._index.get(key)
+
+
+def validate(path: Pathlike, *, progress: bool = False) -> ValidationResult:
+    """Read ``path`` (raw list, shard list, cuts manifest or Shar directory) completely,
+    decoding every utterance's audio. Never raises for bad data: every problem is
+    recorded in the result.
+
+    :param progress: show a tqdm bar (unit: utterances).
+    """
+    from tqdm.auto import tqdm
+
+    path = str(path)
+    problems = SkipReport()
+    try:
+        kind = detect_input_kind(path)
+    except WenetDataError as err:
+        problems.add(err, log=False)
+        return ValidationResult(path, "unknown", problems=problems)
+    res = ValidationResult(path, kind, problems=problems)
+    bar = tqdm(desc="validate", unit="utt", disable=not progress)
+
+    def check(cut: Cut, source: str, line: Optional[int] = None,
+              member: Optional[str] = None) -> None:
+        msg = _check_audio(cut)
+        if msg is None:
+            res.num_ok += 1
+            res.seconds_ok += cut.duration
+        else:
+            problems.add(WenetDataError(f"{cut.id!r}: {msg}", source, line=line, member=member,
+                                        kind="bad_audio"), log=False)
+        bar.update(1)
+
+    try:
+        if kind == "raw":
+            from wenet_lhotse.formats.raw_list import read_raw_list
+
+            find = _LineFinder(path)
+            for cut in read_raw_list([path], strict=False, skip_report=problems):
+                msg = _check_audio(cut)
+                if msg is None:
+                    res.num_ok += 1
+                    res.seconds_ok += cut.duration
+                else:
+                    problems.add(WenetDataError(
+                        f"{cut.id!r} ({cut.recording.sources[0].source}): {msg}", path,
+                        line=find(cut.id), kind="bad_audio"), log=False)
+                bar.update(1)
+        elif kind == "shard":
+            for tar in list_shard_paths(path):
+                for cut in read_one_tar(tar, strict=False, skip_report=problems):
+                    check(cut, tar, member=cut.id)
+        elif kind == "cuts":
+            _validate_manifest(path, problems, check)
+        else:
+            _validate_shar(Path(path), problems, check)
+    finally:
+        bar.close()
+    return res
+
+
+def _validate_manifest(path: str, problems: SkipReport, check) -> None:
+    opener = gzip.open if path.endswith(".gz") else open
+    seen = set()
+    with opener(path, "rt", encoding="utf-8") as f:
+        for no, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                cut = deserialize_item(json.loads(line))
+            except Exception as err:
+                problems.add(WenetDataError(f"not a Lhotse cut: {err}", path, line=no,
+                                            kind="json"), log=False)
+                continue
+            if cut.id in seen:
+                problems.add(WenetDataError(f"duplicate cut id {cut.id!r}", path, line=no,
+                                            kind="duplicate"), log=False)
+                continue
+            seen.add(cut.id)
+            check(cut, path, line=no)
+
+
+def _validate_shar(in_dir: Path, problems: SkipReport, check) -> None:
+    from lhotse import CutSet
+
+    cut_files = sorted(in_dir.glob("cuts.*.jsonl*"))
+    for cuts_path in cut_files:
+        index = cuts_path.name.split(".")[1]
+        fields = {"cuts": [str(cuts_path)]}
+        for tar in sorted(in_dir.glob(f"*.{index}.tar")):
+            fields[tar.name.split(".")[0]] = [str(tar)]
+        if "recording" not in fields:
+            problems.add(WenetDataError(f"no recording.{index}.tar next to it", str(cuts_path),
+                                        kind="unpaired"), log=False)
+            continue
+        tar_name = fields["recording"][0]
+        try:
+            for cut in CutSet.from_shar(fields=fields):
+                check(cut, tar_name, member=cut.id)
+        except Exception as err:  # a broken tar or manifest ends this shard
+            problems.add(WenetDataError(f"shard unreadable: {type(err).__name__}: {err}",
+                                        tar_name, kind="truncated"), log=False)
+    others = {p.name.split(".")[1] for p in in_dir.glob("*.tar")} - {
+        c.name.split(".")[1] for c in cut_files}
+    for index in sorted(others):
+        problems.add(WenetDataError("tar without its cuts manifest", str(in_dir),
+                                    member=f"*.{index}.tar", kind="unpaired"), log=False)

@@ -1,0 +1,139 @@
+"""Lhotse cuts (manifest or Shar) -> WeNet raw ``data.list`` or WeNet tar shards.
+
+A raw list can only point at audio files. Cuts whose audio lives in memory
+(Shar, WeNet shards) or at a URL get their audio written to files first:
+whole in-memory recordings are dumped byte for byte (Shar's FLAC stays FLAC,
+no re-encoding); anything else is decoded and stored with
+:func:`~wenet_lhotse.convert.lossless.encode_lossless`. Cuts that already point
+at local files are written as they are.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+from pathlib import Path
+from typing import Iterator, Optional, Union
+from urllib.parse import quote
+
+from lhotse import AudioSource, fastcopy
+from lhotse.cut import Cut
+
+from wenet_lhotse.convert.inputs import open_cuts
+from wenet_lhotse.convert.lossless import encode_lossless
+from wenet_lhotse.formats.streams import atomic_output
+
+logger = logging.getLogger(__name__)
+
+Pathlike = Union[str, os.PathLike]
+
+
+def default_audio_dir(out_list: Pathlike) -> Path:
+    """``data.list`` -> ``data_audio/`` next to it: where exported audio goes by default."""
+    out_list = Path(out_list)
+    return out_list.parent / f"{out_list.stem}_audio"
+
+
+def audio_file_name(key: str, ext: str) -> str:
+    """A file name for utterance ``key`` that is unique, reversible and safe
+    (keys may contain ``/`` and ``.``): the key percent-encoded, plus ``.ext``."""
+    return f"{quote(key, safe='-_.')}.{ext}"
+
+
+def _needs_file(cut: Cut) -> bool:
+    return any(s.type != "file" for s in cut.recording.sources)
+
+
+def _whole_recording(cut: Cut) -> bool:
+    rec = cut.recording
+    return (len(rec.sources) == 1 and cut.start == 0
+            and cut.num_samples == rec.num_samples and rec.transforms is None
+            and cut.channel == (rec.channel_ids[0] if len(rec.channel_ids) == 1
+                                else rec.channel_ids))
+
+
+def materialize_audio(cut: Cut, audio_dir: Path) -> Cut:
+    """Return ``cut`` with its audio in a local file under ``audio_dir`` (written
+    atomically). In-memory whole recordings are copied byte for byte."""
+    import soundfile as sf
+
+    src = cut.recording.sources[0]
+    if _whole_recording(cut) and src.type == "memory":
+        data = bytes(src.source)
+        fmt = sf.info(io.BytesIO(data)).format.lower()
+        ext = {"wav": "wav", "flac": "flac", "ogg": "ogg", "mp3": "mp3"}.get(fmt, fmt)
+        start = cut.start
+    else:
+        data, ext = encode_lossless(cut.load_audio(), cut.sampling_rate)
+        start = 0.0
+    path = (audio_dir / audio_file_name(cut.id, ext)).absolute()
+    with atomic_output(path) as f:
+        f.write(data)
+    channels = cut.recording.channel_ids
+    if not (_whole_recording(cut) and src.type == "memory"):
+        channels = cut.channel if isinstance(cut.channel, list) else [cut.channel]
+    recording = fastcopy(
+        cut.recording,
+        sources=[AudioSource(type="file", channels=list(range(len(channels))), source=str(path))],
+        channel_ids=list(range(len(channels))),
+        transforms=None,
+        num_samples=cut.num_samples if start == 0 else cut.recording.num_samples,
+        duration=cut.duration if start == 0 else cut.recording.duration,
+    )
+    channel = 0 if len(channels) == 1 else list(range(len(channels)))
+    return fastcopy(cut, recording=recording, start=start, channel=channel)
+
+
+def export_raw_list(
+    src: Pathlike,
+    out_list: Pathlike,
+    *,
+    audio_dir: Optional[Pathlike] = None,
+    progress: bool = False,
+) -> Path:
+    """Write a WeNet raw ``data.list`` from a cuts manifest, Shar directory or WeNet list.
+
+    :param src: anything :func:`~wenet_lhotse.convert.inputs.open_cuts` opens.
+    :param out_list: the list to write (atomically).
+    :param audio_dir: where audio of in-memory/URL cuts is written
+        (default :func:`default_audio_dir`; created only when needed).
+    :param progress: show a tqdm bar (unit: utterances).
+    """
+    from tqdm.auto import tqdm
+
+    from wenet_lhotse.formats.raw_list import write_raw_list
+
+    cuts, _ = open_cuts(src)
+    adir = Path(audio_dir) if audio_dir is not None else default_audio_dir(out_list)
+
+    def gen() -> Iterator[Cut]:
+        for cut in tqdm(cuts, desc="export", unit="utt", disable=not progress):
+            yield materialize_audio(cut, adir) if _needs_file(cut) else cut
+
+    return write_raw_list(gen(), out_list)
+
+
+def export_shards(
+    src: Pathlike,
+    out_dir: Pathlike,
+    *,
+    shard_size: int = 1000,
+    list_path: Optional[Pathlike] = None,
+    progress: bool = False,
+) -> Path:
+    """Write WeNet tar shards (``make_shard_list.py`` layout) and their list file.
+
+    :param src: anything :func:`~wenet_lhotse.convert.inputs.open_cuts` opens.
+    :param out_dir: directory for ``shards_*.tar``.
+    :param shard_size: utterances per tar.
+    :param list_path: the shard list to write (default: the writer's default).
+    :return: the shard list path.
+    """
+    from tqdm.auto import tqdm
+
+    from wenet_lhotse.formats.shards import write_wenet_shards
+
+    cuts, _ = open_cuts(src)
+    it = tqdm(cuts, desc="export", unit="utt", disable=not progress)
+    return write_wenet_shards(it, out_dir, shard_size=shard_size, list_path=list_path)

@@ -1,0 +1,93 @@
+"""Lossless audio for Lhotse Shar: the decoded samples equal the source's, bit for bit.
+
+Lhotse's Shar writers decode every recording to float32 and re-encode it. Its
+``"flac"`` writer always stores 16-bit PCM, which is exact for 16-bit sources
+(libsndfile's float<->int16 conversions are inverse to each other) but rounds
+24-bit and float audio. :class:`LosslessAudioTarWriter` picks, per utterance, the
+smallest encoding that holds the decoded samples exactly:
+
+* samples on the 16-bit grid (``x * 2**15`` integral)  -> FLAC, PCM_16
+* samples on the 24-bit grid (``x * 2**23`` integral)  -> FLAC, PCM_24
+* anything else (float WAV, decoded MP3/Opus, ...)      -> WAV, FLOAT (32-bit)
+
+Members are named ``<cut_id>.flac`` or ``<cut_id>.wav``; Lhotse's Shar reader
+decodes audio from its content, so either name reads back with ``CutSet.from_shar``.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+from io import BytesIO
+from typing import Optional, Tuple
+
+import numpy as np
+from lhotse import Recording
+from lhotse.shar.utils import to_shar_placeholder
+from lhotse.shar.writers.audio import AudioTarWriter
+from lhotse.shar.writers.tar import TarWriter
+
+#: Audio formats accepted by :func:`wenet_lhotse.convert.wenet_to_shar`:
+#: ``"lossless"`` (ours) and Lhotse's own Shar audio writers.
+AUDIO_FORMATS = ("lossless", "flac", "wav", "original", "opus", "mp3")
+
+
+def _on_grid(samples: np.ndarray, bits: int) -> bool:
+    scale = float(2 ** (bits - 1))
+    scaled = samples.astype(np.float64) * scale
+    return bool(
+        np.all(scaled == np.round(scaled)) and scaled.min(initial=0.0) >= -scale
+        and scaled.max(initial=0.0) <= scale - 1
+    )
+
+
+def choose_lossless_encoding(samples: np.ndarray) -> Tuple[str, str, str]:
+    """``(soundfile format, subtype, member extension)`` that stores ``samples``
+    (float, shape ``(channels, num_samples)``, range [-1, 1)) without any change."""
+    if _on_grid(samples, 16):
+        return "FLAC", "PCM_16", "flac"
+    if _on_grid(samples, 24):
+        return "FLAC", "PCM_24", "flac"
+    return "WAV", "FLOAT", "wav"
+
+
+def encode_lossless(samples: np.ndarray, sampling_rate: int) -> Tuple[bytes, str]:
+    """Encode float samples ``(channels, num_samples)`` at ``sampling_rate`` Hz;
+    returns ``(encoded bytes, extension)``."""
+    import soundfile as sf
+
+    samples = np.asarray(samples)
+    if samples.ndim == 1:
+        samples = samples[None, :]
+    fmt, subtype, ext = choose_lossless_encoding(samples)
+    if samples.shape[0] > 8 and fmt == "FLAC":  # FLAC holds at most 8 channels
+        fmt, subtype, ext = "WAV", "FLOAT", "wav"
+    buf = BytesIO()
+    sf.write(buf, samples.T.astype(np.float32, copy=False), sampling_rate, format=fmt,
+             subtype=subtype)
+    return buf.getvalue(), ext
+
+
+class LosslessAudioTarWriter(AudioTarWriter):
+    """A drop-in for Lhotse's ``AudioTarWriter`` (same tar layout: data member, then
+    its ``.json`` manifest) whose encoding is chosen by :func:`choose_lossless_encoding`."""
+
+    def __init__(self, pattern: str, shard_size: Optional[int] = 1000, shard_offset: int = 0):
+        self.format = "lossless"
+        self.tar_writer = TarWriter(pattern, shard_size, shard_offset=shard_offset)
+
+    def write(
+        self,
+        key: str,
+        value: np.ndarray,
+        sampling_rate: int,
+        manifest: Recording,
+        original_format: Optional[str] = None,
+    ) -> None:
+        data, ext = encode_lossless(np.asarray(value), sampling_rate)
+        self.tar_writer.write(f"{key}.{ext}", BytesIO(data))
+        manifest = to_shar_placeholder(manifest)
+        json_stream = BytesIO()
+        print(json.dumps(manifest.to_dict()), file=codecs.getwriter("utf-8")(json_stream))
+        json_stream.seek(0)
+        self.tar_writer.write(f"{key}.json", json_stream, count=False)

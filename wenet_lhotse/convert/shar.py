@@ -1,0 +1,318 @@
+"""WeNet input -> Lhotse Shar, in parallel over output shards and restartable.
+
+Output layout is Lhotse's own (``CutSet.from_shar(in_dir=OUT)`` reads it)::
+
+    OUT/cuts.000000.jsonl.gz   OUT/recording.000000.tar
+    OUT/cuts.000001.jsonl.gz   OUT/recording.000001.tar   ...
+
+Shard ``i`` comes from input tar ``i`` (shard lists: each input tar is streamed
+once, by one job) or from cuts ``[i * shard_size, (i + 1) * shard_size)`` of a raw
+list. One job writes one output shard with Lhotse's ``SharWriter`` into a private
+temporary directory *next to* ``OUT`` (``.OUT.partial/``: Lhotse's reader treats
+every file inside ``OUT`` as a shard, so temporary files must live outside it),
+then moves the tar and, last, the cuts manifest into ``OUT`` with ``os.replace``.
+A shard is complete when both files exist and pass a cheap integrity check
+(gzip stream intact, tar holds two members per cut and is not cut short); a
+rerun skips complete shards and rewrites the rest.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import os
+import shutil
+import tarfile
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+
+from lhotse import CutSet
+from lhotse.cut import Cut
+from lhotse.shar import SharWriter
+
+from wenet_lhotse.convert.inputs import detect_wenet_type, list_shard_paths, read_one_tar
+from wenet_lhotse.convert.lossless import AUDIO_FORMATS, LosslessAudioTarWriter
+from wenet_lhotse.formats.common import json_value
+from wenet_lhotse.formats.errors import SkipReport, WenetDataError
+from wenet_lhotse.formats.shards import ShardEntry
+
+logger = logging.getLogger(__name__)
+
+Pathlike = Union[str, os.PathLike]
+
+
+@dataclass
+class SharConversion:
+    """What :func:`wenet_to_shar` did. Counts are utterances unless named otherwise."""
+
+    out_dir: Path
+    num_shards: int = 0
+    written_shards: List[int] = field(default_factory=list)
+    skipped_shards: List[int] = field(default_factory=list)  # already complete
+    num_cuts_written: int = 0
+    skip_report: SkipReport = field(default_factory=SkipReport)
+    seconds: float = 0.0  # wall-clock time of the conversion
+
+
+def shard_paths(out_dir: Pathlike, index: int, audio_field: str = "recording") -> Tuple[Path, Path]:
+    """``(cuts manifest, audio tar)`` of Shar shard ``index`` in ``out_dir``."""
+    out_dir = Path(out_dir)
+    return (out_dir / f"cuts.{index:06d}.jsonl.gz", out_dir / f"{audio_field}.{index:06d}.tar")
+
+
+def partial_dir(out_dir: Pathlike) -> Path:
+    """Where shards are written before they are moved into ``out_dir``."""
+    out_dir = Path(out_dir).absolute()
+    return out_dir.parent / f".{out_dir.name}.partial"
+
+
+def shard_is_complete(out_dir: Pathlike, index: int) -> bool:
+    """True when shard ``index`` exists in full. Reads the (small) cuts manifest and
+    walks the tar headers (seeking over the audio data), so it is cheap."""
+    cuts_path, tar_path = shard_paths(out_dir, index)
+    if not (cuts_path.is_file() and tar_path.is_file()):
+        return False
+    try:
+        with gzip.open(cuts_path, "rb") as f:
+            num_cuts = sum(1 for line in f if line.strip())
+        size = tar_path.stat().st_size
+        num_members = 0
+        last_end = 0
+        with tarfile.open(tar_path, "r:") as tar:
+            for member in tar:
+                num_members += 1
+                last_end = member.offset_data + member.size
+    except (OSError, EOFError, tarfile.TarError, gzip.BadGzipFile) as err:
+        logger.info("shard %d in %s is damaged (%s); it will be rewritten", index, out_dir, err)
+        return False
+    ok = num_cuts > 0 and num_members == 2 * num_cuts and last_end <= size
+    if not ok:
+        logger.info("shard %d in %s is incomplete; it will be rewritten", index, out_dir)
+    return ok
+
+
+@dataclass
+class _Job:
+    index: int
+    tar: Optional[ShardEntry] = None  # shard-list input: the input tar (path, URL, pipe:)
+    cuts: Optional[List[Cut]] = None  # raw-list input: this shard's cuts (metadata only)
+    lines: Optional[List[Tuple[str, int]]] = None  # raw-list input: (list file, line) per cut
+
+
+@dataclass
+class _JobResult:
+    index: int
+    num_cuts: int
+    skip_report: SkipReport
+
+
+def _write_shard(job: _Job, out_dir: str, audio_format: str, strict: bool) -> _JobResult:
+    """Write one output shard (runs in a pool worker). Atomic: nothing appears in
+    ``out_dir`` until the whole shard is written."""
+    report = SkipReport()
+    tmp = partial_dir(out_dir) / f"shard-{job.index:06d}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    if job.tar is not None:
+        cuts: Iterable[Cut] = read_one_tar(job.tar, strict=strict, skip_report=report)
+    else:
+        cuts = job.cuts or []
+    fields = {"recording": "flac" if audio_format == "lossless" else audio_format}
+    writer = SharWriter(tmp, fields=fields, shard_size=None, shard_suffix=f".{job.index:06d}")
+    if audio_format == "lossless":
+        writer.writers["recording"] = LosslessAudioTarWriter(
+            f"{tmp}/recording.{job.index:06d}.tar", shard_size=None)
+    audio_writer = writer.writers["recording"]
+    lines = iter(job.lines or [])
+    num = 0
+    try:
+        with writer:
+            for cut in cuts:
+                if job.tar is not None:
+                    where = {"source": job.tar.url, "member": cut.id}
+                else:
+                    src, line = next(lines)
+                    where = {"source": src, "line": line}
+                before = audio_writer.tar_writer.num_items_total
+                try:
+                    for name, value in (cut.custom or {}).items():
+                        json_value(cut.id, name, value)  # the cuts manifest is JSON
+                    writer.write(cut)
+                except Exception as err:
+                    if audio_writer.tar_writer.num_items_total != before:
+                        raise  # half an utterance is in the tar: this shard is lost
+                    if not isinstance(err, WenetDataError):
+                        err = WenetDataError(
+                            f"cannot convert utterance {cut.id!r}: {err}", **where,
+                            kind="bad_audio" if not isinstance(err, ValueError) else "invalid")
+                    if strict:
+                        raise err from None
+                    report.add(err)
+                    continue
+                num += 1
+        if num:
+            cuts_tmp, tar_tmp = shard_paths(tmp, job.index)
+            cuts_out, tar_out = shard_paths(out_dir, job.index)
+            # Audio first, manifest last: a manifest in OUT means its tar is complete.
+            os.replace(tar_tmp, tar_out)
+            os.replace(cuts_tmp, cuts_out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return _JobResult(job.index, num, report)
+
+
+def _raw_jobs(items: Iterable[Tuple[Cut, str, int]], size: int) -> Iterator[_Job]:
+    index = 0
+    job = _Job(index, cuts=[], lines=[])
+    for cut, path, line in items:
+        job.cuts.append(cut)
+        job.lines.append((path, line))
+        if len(job.cuts) == size:
+            yield job
+            index += 1
+            job = _Job(index, cuts=[], lines=[])
+    if job.cuts:
+        yield job
+
+
+def _iter_jobs(
+    data_lists: Sequence[Pathlike],
+    data_type: str,
+    shard_size: Optional[int],
+    strict: bool,
+    skip_report: SkipReport,
+    wav_root: Optional[Pathlike],
+    probe_workers: int,
+) -> Tuple[Iterator[_Job], Optional[int]]:
+    """Jobs for every output shard, and their number when known upfront."""
+    if data_type == "shard":
+        tars = [t for lst in data_lists
+                for t in list_shard_paths(lst, strict=strict, skip_report=skip_report)]
+        return (_Job(i, tar=t) for i, t in enumerate(tars)), len(tars)
+    from wenet_lhotse.convert.raw import iter_raw_cuts_with_lines
+
+    items = iter_raw_cuts_with_lines([str(p) for p in data_lists], wav_root=wav_root,
+                                     strict=strict, skip_report=skip_report,
+                                     num_workers=probe_workers)
+    return _raw_jobs(items, shard_size or 1000), None
+
+
+def wenet_to_shar(
+    data_list: Union[Pathlike, Sequence[Pathlike]],
+    out_dir: Pathlike,
+    *,
+    data_type: str = "auto",
+    shard_size: Optional[int] = None,
+    num_jobs: int = 1,
+    audio_format: str = "lossless",
+    strict: bool = True,
+    skip_report: Optional[SkipReport] = None,
+    wav_root: Optional[Pathlike] = None,
+    progress: bool = False,
+) -> SharConversion:
+    """Convert a WeNet ``data.list`` (raw or shard list) into a Lhotse Shar directory.
+
+    :param data_list: one list file or several (read in order).
+    :param out_dir: the Shar directory (created, parents too).
+    :param data_type: ``"raw"``, ``"shard"`` or ``"auto"`` (told apart from the content).
+    :param shard_size: utterances per output shard for raw lists (default 1000).
+        Shard lists keep one output shard per input tar; passing it there is an error.
+    :param num_jobs: worker processes; each writes whole output shards (1 = in this process).
+    :param audio_format: ``"lossless"`` (default: decoded samples identical to the
+        source, see :mod:`wenet_lhotse.convert.lossless`) or one of Lhotse's Shar
+        audio formats (``"flac"`` is 16-bit, ``"opus"``/``"mp3"`` are lossy).
+    :param strict: raise :class:`WenetDataError` on the first bad item; when False,
+        skip it, log it and record it in ``skip_report``.
+    :param progress: show a tqdm bar (unit: output shards).
+    :return: a :class:`SharConversion` summary.
+
+    Restartable: shards already complete in ``out_dir`` are skipped (rerun with the
+    same input and ``shard_size``); damaged or missing ones are rewritten.
+    """
+    if audio_format not in AUDIO_FORMATS:
+        raise ValueError(f"audio_format must be one of {AUDIO_FORMATS}, got {audio_format!r}")
+    lists = [data_list] if isinstance(data_list, (str, os.PathLike)) else list(data_list)
+    if data_type == "auto":
+        data_type = detect_wenet_type(lists[0])
+    if data_type not in ("raw", "shard"):
+        raise ValueError(f"data_type must be 'raw', 'shard' or 'auto', got {data_type!r}")
+    if data_type == "shard" and shard_size is not None:
+        raise ValueError("shard_size applies to raw lists; a shard list keeps one Shar shard "
+                         "per input tar (re-shard with export_shards if needed)")
+    report = skip_report if skip_report is not None else SkipReport()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)  # Lhotse's to_shar would not create it
+    result = SharConversion(out_dir=out, skip_report=report)
+    # Leftovers of an interrupted run are never complete shards: start clean.
+    shutil.rmtree(partial_dir(out), ignore_errors=True)
+    start = time.perf_counter()
+    jobs, total = _iter_jobs(lists, data_type, shard_size, strict, report, wav_root,
+                             probe_workers=num_jobs)
+
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=total, unit="shard", desc="to Shar", disable=not progress)
+
+    def done(res: _JobResult) -> None:
+        result.written_shards.append(res.index)
+        result.num_cuts_written += res.num_cuts
+        report.merge(res.skip_report)  # already logged where they were found
+        bar.update(1)
+        bar.set_postfix(utts=result.num_cuts_written, skipped=len(report))
+
+    pending: Dict[Future, int] = {}
+    pool = ProcessPoolExecutor(num_jobs) if num_jobs > 1 else None
+    try:
+        for job in jobs:
+            result.num_shards += 1
+            if shard_is_complete(out, job.index):
+                result.skipped_shards.append(job.index)
+                bar.update(1)
+                continue
+            if pool is None:
+                done(_write_shard(job, str(out), audio_format, strict))
+                continue
+            pending[pool.submit(_write_shard, job, str(out), audio_format, strict)] = job.index
+            if len(pending) >= 2 * num_jobs:  # bounded: the input is streamed, not loaded
+                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    del pending[fut]
+                    done(fut.result())
+        for fut in list(pending):
+            done(fut.result())
+            del pending[fut]
+    finally:
+        for fut in pending:
+            fut.cancel()
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+        bar.close()
+        _remove_partial_dir(out)
+    result.written_shards.sort()
+    result.seconds = time.perf_counter() - start
+    logger.info("Shar %s: %d shards (%d written, %d already complete), %d utterances written; %s",
+                out, result.num_shards, len(result.written_shards), len(result.skipped_shards),
+                result.num_cuts_written, report.summary())
+    return result
+
+
+def _remove_partial_dir(out_dir: Path) -> None:
+    tmp = partial_dir(out_dir)
+    try:
+        tmp.rmdir()  # only when empty: another run may still be writing there
+    except OSError:
+        pass
+
+
+def read_shar(in_dir: Pathlike, *, with_audio: bool = True) -> CutSet:
+    """Open a Shar directory lazily; ``with_audio=False`` reads only the cut manifests
+    (no tar is opened), which is what statistics need."""
+    if with_audio:
+        return CutSet.from_shar(in_dir=in_dir)
+    cuts = sorted(Path(in_dir).glob("cuts.*.jsonl*"))
+    if not cuts:
+        raise FileNotFoundError(f"{in_dir}: no cuts.*.jsonl.gz files: not a Lhotse Shar directory")
+    return CutSet.from_shar(fields={"cuts": [str(c) for c in cuts]})

@@ -1,0 +1,133 @@
+"""Corpus statistics from metadata only (no audio is decoded): utterance count,
+hours, and the distributions of duration (seconds) and text length (characters)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Union
+
+import numpy as np
+
+from wenet_lhotse.convert.inputs import open_cuts
+from wenet_lhotse.formats.errors import SkipReport
+
+logger = logging.getLogger(__name__)
+
+Pathlike = Union[str, os.PathLike]
+
+#: Percentiles reported by :func:`describe`.
+PERCENTILES = (5, 25, 50, 75, 95, 99)
+
+
+def describe(values: np.ndarray) -> Dict[str, float]:
+    """min / mean / percentiles (``p5`` ... ``p99``) / max of ``values`` (zeros when empty)."""
+    if len(values) == 0:
+        return {"min": 0.0, "mean": 0.0, **{f"p{p}": 0.0 for p in PERCENTILES}, "max": 0.0}
+    out = {"min": float(values.min()), "mean": float(values.mean())}
+    for p, v in zip(PERCENTILES, np.percentile(values, PERCENTILES)):
+        out[f"p{p}"] = float(v)
+    out["max"] = float(values.max())
+    return out
+
+
+@dataclass
+class CorpusStats:
+    """Statistics of one data source. Durations in seconds, text lengths in characters."""
+
+    path: str
+    kind: str
+    durations: np.ndarray
+    text_lengths: np.ndarray
+    num_speakers: int = 0
+    skipped: SkipReport = field(default_factory=SkipReport)
+
+    @property
+    def num_utterances(self) -> int:
+        return len(self.durations)
+
+    @property
+    def hours(self) -> float:
+        return float(self.durations.sum()) / 3600.0
+
+    def summary(self) -> Dict[str, object]:
+        return {
+            "path": self.path,
+            "kind": self.kind,
+            "utterances": self.num_utterances,
+            "hours": self.hours,
+            "speakers": self.num_speakers,
+            "duration_s": describe(self.durations),
+            "text_chars": describe(self.text_lengths),
+            "skipped": len(self.skipped),
+        }
+
+    def format(self) -> str:
+        """A human-readable table."""
+        lines = [
+            f"{self.path} ({self.kind})",
+            f"  utterances : {self.num_utterances}",
+            f"  hours      : {self.hours:.3f}",
+            f"  speakers   : {self.num_speakers}",
+        ]
+        names = ["min", "mean", *[f"p{p}" for p in PERCENTILES], "max"]
+        lines.append("  " + " " * 13 + "".join(f"{n:>9}" for n in names))
+        for label, vals, fmt in (("duration (s)", self.durations, "{:9.2f}"),
+                                 ("text (chars)", self.text_lengths, "{:9.1f}")):
+            d = describe(vals)
+            lines.append(f"  {label:<13}" + "".join(fmt.format(d[n]) for n in names))
+        if len(self.skipped):
+            lines.append(f"  skipped    : {self.skipped.summary()}")
+        return "\n".join(lines)
+
+
+def corpus_stats(path: Pathlike, *, strict: bool = False, progress: bool = False) -> CorpusStats:
+    """Statistics of a raw list, shard list, cuts manifest or Shar directory.
+
+    Reads metadata only: raw lists probe audio headers, Shar reads just its cut
+    manifests; shard lists must stream their tars. Bad items are skipped and counted
+    unless ``strict``.
+    """
+    from tqdm.auto import tqdm
+
+    report = SkipReport()
+    cuts, kind = open_cuts(path, strict=strict, skip_report=report, with_audio=False)
+    durations: List[float] = []
+    text_lengths: List[int] = []
+    speakers = set()
+    for cut in tqdm(cuts, desc="stats", unit="utt", disable=not progress):
+        durations.append(cut.duration)
+        text_lengths.append(sum(len(s.text or "") for s in cut.supervisions))
+        for s in cut.supervisions:
+            if s.speaker is not None:
+                speakers.add(s.speaker)
+    return CorpusStats(str(path), kind, np.asarray(durations, dtype=np.float64),
+                       np.asarray(text_lengths, dtype=np.int64), len(speakers), report)
+
+
+def plot_stats(stats: CorpusStats, out_png: Pathlike, bins: int = 50) -> Path:
+    """Write histograms of duration and text length to a PNG (needs matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as err:
+        raise ImportError("plotting needs matplotlib: pip install matplotlib "
+                          "(or pip install 'wenet-lhotse[plot]')") from err
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    axes[0].hist(stats.durations, bins=bins, color="tab:blue")
+    axes[0].set_xlabel("duration (s)")
+    axes[0].set_ylabel("utterances")
+    axes[1].hist(stats.text_lengths, bins=bins, color="tab:orange")
+    axes[1].set_xlabel("text length (characters)")
+    fig.suptitle(f"{Path(stats.path).name}: {stats.num_utterances} utterances, "
+                 f"{stats.hours:.2f} h")
+    fig.tight_layout()
+    out = Path(out_png)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out

@@ -1,0 +1,93 @@
+"""Per-epoch training statistics and their plot."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional
+
+logger = logging.getLogger(__name__)
+
+FRAME_SHIFT_S = 0.01  # WeNet features: one frame per 10 ms
+
+
+@dataclass
+class BatchStats:
+    """Accumulates what the batches of one epoch held.
+
+    Frames are feature frames (10 ms each); padding is counted on ``feats``.
+    """
+
+    batches: int = 0
+    utterances: int = 0
+    frames: int = 0  # real frames
+    padded_frames: int = 0  # B * T_max summed over batches
+    batch_sizes: List[int] = field(default_factory=list)
+
+    def add(self, batch: Dict) -> None:
+        lens = batch["feats_lengths"]
+        self.batches += 1
+        self.utterances += int(lens.numel())
+        self.frames += int(lens.sum())
+        self.padded_frames += int(batch["feats"].shape[0] * batch["feats"].shape[1])
+        self.batch_sizes.append(int(lens.numel()))
+
+    @property
+    def audio_seconds(self) -> float:
+        return self.frames * FRAME_SHIFT_S
+
+    @property
+    def padding_fraction(self) -> float:
+        return 1.0 - self.frames / self.padded_frames if self.padded_frames else 0.0
+
+
+@dataclass
+class EpochRecord:
+    epoch: int
+    train_loss: float  # mean CTC loss per utterance
+    cv_loss: Optional[float]
+    audio_seconds: float
+    wall_seconds: float
+    throughput: float  # audio seconds per wall second
+    padding_fraction: float
+    data_wait_fraction: float
+    batches: int
+    mean_batch_size: float
+
+
+def save_history(history: List[EpochRecord], path: Path) -> None:
+    path.write_text(json.dumps([asdict(r) for r in history], indent=2), encoding="utf-8")
+
+
+def plot_history(history: List[EpochRecord], path: Path, title: str = "") -> Optional[Path]:
+    """Loss curves and batch statistics to a PNG; None (with a log line) without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        logger.warning("matplotlib is not installed (pip install matplotlib): no plot written")
+        return None
+    epochs = [r.epoch for r in history]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    axes[0].plot(epochs, [r.train_loss for r in history], "o-", label="train")
+    if any(r.cv_loss is not None for r in history):
+        axes[0].plot(epochs, [r.cv_loss for r in history], "s-", label="cv")
+    axes[0].set(xlabel="epoch", ylabel="CTC loss / utterance", title="loss")
+    axes[0].legend()
+    axes[1].plot(epochs, [r.throughput for r in history], "o-")
+    axes[1].set(xlabel="epoch", ylabel="audio s / wall s", title="throughput")
+    axes[2].plot(epochs, [100 * r.padding_fraction for r in history], "o-", label="padding %")
+    axes[2].plot(epochs, [100 * r.data_wait_fraction for r in history], "s-", label="data wait %")
+    axes[2].set(xlabel="epoch", ylabel="% of frames / wall time", title="batches")
+    axes[2].legend()
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path

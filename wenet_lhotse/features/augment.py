@@ -1,0 +1,167 @@
+"""WeNet's waveform and feature augmentations, with an explicit RNG and no sox.
+
+Every function takes a ``random.Random`` (or a ``torch.Generator`` for noise) so the
+caller decides the seed; the pool seeds one per (seed, epoch, cut id).
+
+Compared with WeNet's ``wenet/dataset/processor.py``:
+
+* :func:`resample` -- WeNet: ``torchaudio.transforms.Resample(orig, new)`` (windowed sinc,
+  Hann, 6 zero crossings, rolloff 0.99). We use Lhotse's vendored copy of that transform
+  (``lhotse.augmentation.resample.Resample``), so the output is the same. Note: Lhotse's
+  ``Resample`` *AudioTransform* (what ``cut.resample()`` uses) falls back to
+  ``scipy.signal.resample_poly`` when torchaudio is missing -- a different filter -- which
+  is why the pool resamples itself instead of calling ``cut.resample()``.
+* :func:`speed_perturb` -- WeNet: sox ``speed <f>`` then ``rate <sr>``: pitch and tempo
+  change together and the length becomes ``num_samples / f``. Lhotse's ``Speed(factor)``
+  transform has the same semantics (resample from ``round(sr * f)`` to ``sr``) with the
+  sinc resampler instead of sox's; we reuse it. The waveform differs from sox's by the
+  filter (sox ``rate`` is a steeper, linear-phase filter), and the length may differ by
+  one sample; the factor is drawn uniformly from ``speeds`` like WeNet's
+  ``random.choice``.
+* :func:`spec_aug`, :func:`spec_sub`, :func:`spec_trim` -- the same draws, in the same
+  order, as WeNet's functions (``random.randint`` calls), so with a ``random.Random``
+  in the same state they give identical output. Lhotse's ``SpecAugment`` differs
+  (batch-level, time warping, mask sizes as fractions, mean fill by default) and is not
+  used.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass
+from typing import Any, Dict, Optional, Sequence, Union
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class SpecAugConfig:
+    """WeNet ``spec_aug_conf``: masks counted and sized in frames / mel bins."""
+
+    num_t_mask: int = 2
+    num_f_mask: int = 2
+    max_t: int = 50  # frames
+    max_f: int = 10  # feature bins
+    max_w: int = 80  # time warp width; WeNet accepts and ignores it
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SpecSubConfig:
+    """WeNet ``spec_sub_conf`` (U2++ spec substitution)."""
+
+    max_t: int = 20  # frames
+    num_t_sub: int = 3
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SpecTrimConfig:
+    """WeNet ``spec_trim_conf`` (TrimTail)."""
+
+    max_t: int = 20  # frames
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+
+def as_config(value: Union[None, bool, Dict[str, Any], Any], cls):
+    """``None``/``False`` -> None, ``True`` -> defaults, a dict -> ``cls(**dict)``."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return cls()
+    if isinstance(value, dict):
+        return cls(**value)
+    if isinstance(value, cls):
+        return value
+    raise TypeError(f"expected None, bool, dict or {cls.__name__}, got {type(value).__name__}")
+
+
+def resample(samples: np.ndarray, orig_sr: int, new_sr: int) -> np.ndarray:
+    """Band-limited sinc resampling of a 1-D float32 signal (torchaudio's ``Resample``).
+
+    Output length is ``ceil(num_samples * new_sr / orig_sr)``.
+    """
+    if int(orig_sr) == int(new_sr):
+        return samples
+    from lhotse.augmentation.torchaudio import get_or_create_resampler
+
+    resampler = get_or_create_resampler(int(orig_sr), int(new_sr))
+    x = torch.from_numpy(np.ascontiguousarray(samples, dtype=np.float32))
+    return resampler(x.unsqueeze(0))[0].numpy()
+
+
+def speed_perturb(samples: np.ndarray, sampling_rate: int, factor: float) -> np.ndarray:
+    """Sox-style ``speed`` (tempo and pitch) at an unchanged sampling rate, via Lhotse's
+    ``Speed`` transform. ``factor > 1`` shortens the signal to ``num_samples / factor``."""
+    if factor == 1.0:
+        return samples
+    from lhotse.augmentation.torchaudio import Speed
+
+    x = np.ascontiguousarray(samples, dtype=np.float32).reshape(1, -1)
+    return Speed(factor=factor)(x, int(sampling_rate))[0]
+
+
+def choose_speed(rng: random.Random, speeds: Sequence[float]) -> float:
+    """WeNet's ``random.choice(speeds)``."""
+    return rng.choice(list(speeds))
+
+
+def add_dither(
+    samples: np.ndarray, dither: float, generator: Optional[torch.Generator] = None
+) -> np.ndarray:
+    """Add Gaussian noise of std ``dither`` (in the units of ``samples``)."""
+    if dither == 0.0:
+        return samples
+    noise = torch.randn(samples.shape, generator=generator).numpy()
+    return samples + dither * noise
+
+
+def spec_aug(feats: np.ndarray, rng: random.Random, cfg: SpecAugConfig) -> np.ndarray:
+    """Zero ``num_t_mask`` time masks (1..max_t frames) and ``num_f_mask`` frequency masks
+    (1..max_f bins) of ``feats`` ``(frames, bins)``; returns a copy."""
+    y = feats.copy()
+    max_frames, max_freq = y.shape
+    if max_frames == 0:  # WeNet would fail in randint(0, -1); nothing to mask
+        return y
+    for _ in range(cfg.num_t_mask):
+        start = rng.randint(0, max_frames - 1)
+        length = rng.randint(1, cfg.max_t)
+        y[start : min(max_frames, start + length), :] = 0
+    for _ in range(cfg.num_f_mask):
+        start = rng.randint(0, max_freq - 1)
+        length = rng.randint(1, cfg.max_f)
+        y[:, start : min(max_freq, start + length)] = 0
+    return y
+
+
+def spec_sub(feats: np.ndarray, rng: random.Random, cfg: SpecSubConfig) -> np.ndarray:
+    """Replace ``num_t_sub`` spans (1..max_t frames) by an earlier span of the *input*
+    (U2++ section 3.2.3); returns a copy of the same shape."""
+    y = feats.copy()
+    max_frames = y.shape[0]
+    if max_frames == 0:
+        return y
+    for _ in range(cfg.num_t_sub):
+        start = rng.randint(0, max_frames - 1)
+        length = rng.randint(1, cfg.max_t)
+        end = min(max_frames, start + length)
+        pos = rng.randint(0, start)
+        y[start:end, :] = feats[start - pos : end - pos, :]
+    return y
+
+
+def spec_trim(feats: np.ndarray, rng: random.Random, cfg: SpecTrimConfig) -> np.ndarray:
+    """Drop 1..max_t trailing frames, unless that would remove half the utterance or more
+    (TrimTail). Returns ``feats[:frames - n]`` (a view) or ``feats`` unchanged."""
+    max_frames = feats.shape[0]
+    length = rng.randint(1, cfg.max_t)
+    if length < max_frames / 2:
+        return feats[: max_frames - length]
+    return feats

@@ -1,0 +1,356 @@
+"""Kaldi-compatible filterbank and MFCC kernels in plain torch (no torchaudio).
+
+These reproduce ``torchaudio.compliance.kaldi.fbank`` / ``mfcc`` (which WeNet calls
+in ``compute_fbank`` / ``compute_mfcc``) to float32 rounding, but are faster:
+
+* the window function, mel filter bank, DCT matrix and lifter are built once per
+  ``(sampling rate, options)`` and cached, where torchaudio rebuilds the window on
+  every call;
+* dither noise is drawn once per waveform sample instead of once per frame sample
+  (2.5x fewer Gaussian draws at 25/10 ms frames); see :func:`frames_to_fbank`;
+* the power spectrum is computed from the interleaved real/imaginary parts
+  (``re**2 + im**2``) instead of ``abs()`` then ``pow(2)``;
+* utterances of a batch are framed separately and share one FFT and one mel matmul.
+
+Units: ``frame_length`` and ``frame_shift`` in milliseconds, frequencies in Hz,
+``dither`` on the scale of the input samples (WeNet feeds ``waveform * 32768``).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+# numeric_limits<float>::epsilon(), the floor Kaldi and torchaudio use before log().
+EPSILON = float(torch.finfo(torch.float32).eps)
+
+WINDOW_TYPES = ("hamming", "hanning", "povey", "rectangular", "blackman")
+
+
+@dataclass(frozen=True)
+class FrameOptions:
+    """Everything that fixes the framing and the filter bank of a Kaldi front end."""
+
+    sampling_rate: float  # Hz
+    frame_length: float = 25.0  # ms
+    frame_shift: float = 10.0  # ms
+    window_type: str = "povey"
+    blackman_coeff: float = 0.42
+    round_to_power_of_two: bool = True
+    snip_edges: bool = True
+    num_mel_bins: int = 23
+    low_freq: float = 20.0  # Hz
+    high_freq: float = 0.0  # Hz; <= 0 means offset from Nyquist
+
+    @property
+    def window_size(self) -> int:
+        """Frame length in samples (truncated, as Kaldi does)."""
+        return int(self.sampling_rate * self.frame_length * 0.001)
+
+    @property
+    def window_shift(self) -> int:
+        """Frame shift in samples (truncated, as Kaldi does)."""
+        return int(self.sampling_rate * self.frame_shift * 0.001)
+
+    @property
+    def padded_window_size(self) -> int:
+        """FFT length in samples."""
+        n = self.window_size
+        return 1 if n == 0 else (2 ** (n - 1).bit_length() if self.round_to_power_of_two else n)
+
+
+def num_frames(num_samples: int, opts: FrameOptions) -> int:
+    """Number of frames Kaldi produces for ``num_samples`` samples."""
+    size, shift = opts.window_size, opts.window_shift
+    if opts.snip_edges:
+        return 0 if num_samples < size else 1 + (num_samples - size) // shift
+    return (num_samples + shift // 2) // shift
+
+
+def _window(opts: FrameOptions) -> torch.Tensor:
+    n = opts.window_size
+    kind = opts.window_type
+    if kind == "hanning":
+        return torch.hann_window(n, periodic=False)
+    if kind == "hamming":
+        return torch.hamming_window(n, periodic=False, alpha=0.54, beta=0.46)
+    if kind == "povey":
+        # A Hann window raised to 0.85: like Hanning but reaching zero at the edges.
+        return torch.hann_window(n, periodic=False).pow(0.85)
+    if kind == "rectangular":
+        return torch.ones(n)
+    if kind == "blackman":
+        a = 2 * math.pi / (n - 1)
+        i = torch.arange(n, dtype=torch.float32)
+        c = opts.blackman_coeff
+        return c - 0.5 * torch.cos(a * i) + (0.5 - c) * torch.cos(2 * a * i)
+    raise ValueError(f"unknown window_type {kind!r}; expected one of {WINDOW_TYPES}")
+
+
+def _mel(freq: torch.Tensor) -> torch.Tensor:
+    return 1127.0 * (1.0 + freq / 700.0).log()
+
+
+def mel_banks(opts: FrameOptions) -> torch.Tensor:
+    """Kaldi's triangular mel filters, shape ``(padded_window_size // 2, num_mel_bins)``.
+
+    Computed in float32 exactly as torchaudio does (no VTLN warping); the Nyquist bin
+    gets no weight, so it is left out.
+    """
+    num_bins = opts.num_mel_bins
+    if num_bins <= 3:
+        raise ValueError(f"num_mel_bins must be > 3, got {num_bins}")
+    padded = opts.padded_window_size
+    sr = opts.sampling_rate
+    nyquist = 0.5 * sr
+    high = opts.high_freq + nyquist if opts.high_freq <= 0.0 else opts.high_freq
+    low = opts.low_freq
+    if not (0.0 <= low < nyquist and 0.0 < high <= nyquist and low < high):
+        raise ValueError(
+            f"bad mel range: low_freq {low} Hz and high_freq {high} Hz vs. Nyquist {nyquist} Hz"
+        )
+    fft_bin_width = sr / padded
+    mel_low = 1127.0 * math.log(1.0 + low / 700.0)
+    mel_high = 1127.0 * math.log(1.0 + high / 700.0)
+    delta = (mel_high - mel_low) / (num_bins + 1)
+    b = torch.arange(num_bins).unsqueeze(1)
+    left = mel_low + b * delta
+    center = mel_low + (b + 1.0) * delta
+    right = mel_low + (b + 2.0) * delta
+    mel = _mel(fft_bin_width * torch.arange(padded / 2)).unsqueeze(0)
+    up = (mel - left) / (center - left)
+    down = (right - mel) / (right - center)
+    banks = torch.clamp(torch.min(up, down), min=0.0)  # (num_bins, padded // 2)
+    return banks.t().contiguous()
+
+
+def dct_matrix(num_ceps: int, num_mel_bins: int) -> torch.Tensor:
+    """Kaldi's DCT-II (orthonormal, C0 weighted ``sqrt(1/N)``), shape ``(N, num_ceps)``."""
+    n = torch.arange(float(num_mel_bins))
+    k = torch.arange(float(num_mel_bins)).unsqueeze(1)
+    dct = torch.cos(math.pi / float(num_mel_bins) * (n + 0.5) * k)
+    dct[0] *= 1.0 / math.sqrt(2.0)
+    dct *= math.sqrt(2.0 / float(num_mel_bins))
+    dct = dct.t()
+    dct[:, 0] = math.sqrt(1 / float(num_mel_bins))
+    return dct[:, :num_ceps].contiguous()
+
+
+def lifter_coeffs(num_ceps: int, cepstral_lifter: float) -> torch.Tensor:
+    """Cepstral liftering weights, shape ``(num_ceps,)``."""
+    i = torch.arange(num_ceps)
+    return 1.0 + 0.5 * cepstral_lifter * torch.sin(math.pi * i / cepstral_lifter)
+
+
+class _Cache:
+    """Thread-safe memo of windows and filter banks, keyed by (kind, options)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: Dict[Tuple, torch.Tensor] = {}
+
+    def get(self, key: Tuple, build) -> torch.Tensor:
+        item = self._items.get(key)
+        if item is None:
+            item = build()
+            with self._lock:
+                self._items.setdefault(key, item)
+        return item
+
+
+_CACHE = _Cache()
+
+
+def cached_window(opts: FrameOptions) -> torch.Tensor:
+    return _CACHE.get(("window", opts.window_type, opts.window_size, opts.blackman_coeff),
+                      lambda: _window(opts))
+
+
+def cached_mel_banks(opts: FrameOptions) -> torch.Tensor:
+    return _CACHE.get(("mel", opts), lambda: mel_banks(opts))
+
+
+def cached_dct(num_ceps: int, num_mel_bins: int, cepstral_lifter: float) -> torch.Tensor:
+    """DCT matrix with the lifter folded in, shape ``(num_mel_bins, num_ceps)``."""
+
+    def build() -> torch.Tensor:
+        dct = dct_matrix(num_ceps, num_mel_bins)
+        if cepstral_lifter != 0.0:
+            dct = dct * lifter_coeffs(num_ceps, cepstral_lifter).unsqueeze(0)
+        return dct.contiguous()
+
+    return _CACHE.get(("dct", num_ceps, num_mel_bins, cepstral_lifter), build)
+
+
+def frame_waveform(wave: torch.Tensor, opts: FrameOptions) -> torch.Tensor:
+    """Cut a 1-D waveform into frames ``(num_frames, window_size)`` (a view when possible)."""
+    wave = wave.contiguous()
+    size, shift = opts.window_size, opts.window_shift
+    if size < 2:
+        raise ValueError(f"frame of {size} samples is too short (need >= 2)")
+    if shift <= 0:
+        raise ValueError("frame_shift must give at least one sample")
+    n = wave.numel()
+    m = num_frames(n, opts)
+    if m == 0:
+        return wave.new_zeros((0, size))
+    if not opts.snip_edges:
+        # Kaldi reflects the signal at both ends: [2, 1, 0, 0, 1, 2] style.
+        rev = torch.flip(wave, [0])
+        pad = size // 2 - shift // 2
+        if pad > 0:
+            wave = torch.cat((rev[-pad:], wave, rev), dim=0)
+        else:
+            wave = torch.cat((wave[-pad:], rev), dim=0)
+    return wave.as_strided((m, size), (shift, 1))
+
+
+@dataclass(frozen=True)
+class FbankOptions:
+    """Signal-processing switches of Kaldi's fbank (torchaudio's argument names)."""
+
+    dither: float = 0.0
+    energy_floor: float = 0.0
+    preemphasis_coefficient: float = 0.97
+    remove_dc_offset: bool = True
+    raw_energy: bool = True
+    use_energy: bool = False
+    use_log_fbank: bool = True
+    use_power: bool = True
+
+
+def _log_energy(frames: torch.Tensor, energy_floor: float) -> torch.Tensor:
+    energy = frames.pow(2).sum(1).clamp_(min=EPSILON).log_()
+    if energy_floor > 0.0:
+        energy = energy.clamp_(min=math.log(energy_floor))
+    return energy
+
+
+def frames_to_fbank(
+    frames: torch.Tensor, opts: FrameOptions, fb: FbankOptions
+) -> torch.Tensor:
+    """Log mel filterbank energies of frames ``(m, window_size)`` -> ``(m, num_mel_bins)``
+    (plus a leading log-energy column when ``fb.use_energy``). Dither is not applied here."""
+    m = frames.size(0)
+    size = opts.window_size
+    if fb.remove_dc_offset:
+        frames = frames - frames.mean(dim=1, keepdim=True)
+    energy = None
+    if fb.use_energy and fb.raw_energy:
+        energy = _log_energy(frames, fb.energy_floor)
+    c = fb.preemphasis_coefficient
+    if c != 0.0:
+        # x[j] - c * x[j-1], with x[-1] := x[0] (Kaldi's convention).
+        # Same operation order as torchaudio (c * x first, then subtract) so that the
+        # float32 rounding, and hence tiny low-frequency energies, agree.
+        out = torch.empty((m, size), dtype=frames.dtype)
+        torch.mul(frames[:, :-1], c, out=out[:, 1:])
+        torch.sub(frames[:, 1:], out[:, 1:], out=out[:, 1:])
+        torch.sub(frames[:, 0], frames[:, 0] * c, out=out[:, 0])
+        out.mul_(cached_window(opts))
+    else:
+        out = frames * cached_window(opts)
+    if fb.use_energy and not fb.raw_energy:
+        energy = _log_energy(out, fb.energy_floor)
+    padded = opts.padded_window_size
+    spec = torch.fft.rfft(out, n=padded)
+    # |X|^2 from the interleaved (re, im) pairs: far cheaper than abs().pow(2).
+    ri = torch.view_as_real(spec).reshape(m, -1)
+    ri = ri * ri
+    power = ri[:, 0 : padded : 2] + ri[:, 1 : padded : 2]  # drops the Nyquist bin
+    if not fb.use_power:
+        power = power.sqrt_()
+    mel = power @ cached_mel_banks(opts)
+    if fb.use_log_fbank:
+        mel = mel.clamp_(min=EPSILON).log_()
+    if energy is not None:
+        mel = torch.cat((energy.unsqueeze(1), mel), dim=1)
+    return mel
+
+
+def _dithered(wave: torch.Tensor, dither: float, generator: Optional[torch.Generator]):
+    if dither == 0.0:
+        return wave
+    noise = torch.randn(wave.shape, generator=generator, dtype=wave.dtype)
+    return wave + dither * noise
+
+
+def fbank(
+    waves: Sequence[torch.Tensor],
+    opts: FrameOptions,
+    fb: FbankOptions,
+    generator: Optional[torch.Generator] = None,
+) -> List[torch.Tensor]:
+    """Kaldi fbank of each 1-D waveform (on the scale Kaldi expects, e.g. int16 range).
+
+    All frames of the batch go through one FFT and one matmul; the result for each
+    waveform has exactly the frames per-waveform extraction gives.
+
+    Dither: Gaussian noise with standard deviation ``fb.dither`` is added to each
+    *waveform sample* before framing (Kaldi adds it per frame sample, so overlapping
+    frames see independent noise there; each frame's noise has the same distribution).
+    """
+    frames = [frame_waveform(_dithered(w.float(), fb.dither, generator), opts) for w in waves]
+    counts = [f.size(0) for f in frames]
+    # Pack frames into blocks of about CHUNK_FRAMES: short utterances share one FFT and
+    # matmul, long ones are split; blocks of a few hundred frames stay in cache (one
+    # block of 2000+ frames measured 2x slower per frame than 512-frame blocks).
+    outputs: List[torch.Tensor] = []
+    pending: List[torch.Tensor] = []
+    size = 0
+    for f in frames:
+        for start in range(0, f.size(0), CHUNK_FRAMES):
+            piece = f[start : start + CHUNK_FRAMES]
+            if size + piece.size(0) > CHUNK_FRAMES and pending:
+                outputs.append(_block(pending, opts, fb))
+                pending, size = [], 0
+            pending.append(piece)
+            size += piece.size(0)
+    if pending:
+        outputs.append(_block(pending, opts, fb))
+    if not outputs:
+        dim = opts.num_mel_bins + int(fb.use_energy)
+        return [torch.zeros((0, dim)) for _ in frames]
+    feats = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=0)
+    return list(torch.split(feats, counts, dim=0))
+
+
+#: Frames per FFT/matmul block in :func:`fbank` (measured: 256-1024 all within 20%).
+CHUNK_FRAMES = 512
+
+
+def _block(pieces: List[torch.Tensor], opts: FrameOptions, fb: FbankOptions) -> torch.Tensor:
+    frames = pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=0)
+    return frames_to_fbank(frames, opts, fb)
+
+
+def mfcc(
+    waves: Sequence[torch.Tensor],
+    opts: FrameOptions,
+    fb: FbankOptions,
+    num_ceps: int = 13,
+    cepstral_lifter: float = 22.0,
+    generator: Optional[torch.Generator] = None,
+) -> List[torch.Tensor]:
+    """Kaldi MFCC of each 1-D waveform: log fbank -> DCT -> lifter (no energy column)."""
+    if num_ceps > opts.num_mel_bins:
+        raise ValueError(
+            f"num_ceps cannot be larger than num_mel_bins: {num_ceps} vs {opts.num_mel_bins}"
+        )
+    fb = FbankOptions(
+        dither=fb.dither,
+        energy_floor=fb.energy_floor,
+        preemphasis_coefficient=fb.preemphasis_coefficient,
+        remove_dc_offset=fb.remove_dc_offset,
+        raw_energy=fb.raw_energy,
+        use_energy=False,
+        use_log_fbank=True,
+        use_power=True,
+    )
+    dct = cached_dct(num_ceps, opts.num_mel_bins, cepstral_lifter)
+    logmel = fbank(waves, opts, fb, generator=generator)
+    return [x @ dct for x in logmel]

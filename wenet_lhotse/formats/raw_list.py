@@ -1,0 +1,326 @@
+"""WeNet raw ``data.list`` <-> lazy Lhotse ``CutSet``.
+
+A raw list has one JSON object per line (UTF-8)::
+
+    {"key": "BAC009S0724W0121", "wav": "/data/BAC009S0724W0121.wav", "txt": "..."}
+
+with optional ``start``/``end`` (seconds inside ``wav``), ``speaker``, ``lang``,
+and any other fields. :func:`read_raw_list` maps a line to a cut:
+
+* ``cut.id == key``; the recording (id ``key``) points at ``wav``, with its
+  duration (seconds) and sampling rate (Hz) read from the audio header (no decoding);
+* ``start``/``end`` make the cut cover that span of the recording;
+* one supervision over the whole cut: ``text=txt``, ``speaker``, ``language=lang``;
+* every other field is kept, unchanged, in ``cut.custom``.
+
+Relative ``wav`` paths resolve against ``wav_root`` when given, else against the
+working directory at the time :func:`read_raw_list` is called (WeNet opens them
+relative to the working directory); the recordings hold the resulting absolute paths.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Iterable, Iterator, List, Optional, Sequence, Union
+
+from lhotse import CutSet, Recording, SupervisionSegment
+from lhotse.audio import AudioSource
+from lhotse.lazy import Dillable
+from lhotse.utils import compute_num_samples, fastcopy
+
+from wenet_lhotse.formats.common import (
+    CORE_FIELDS,
+    KeySet,
+    audio_error_message,
+    cut_extra_fields,
+    cut_speaker_lang,
+    cut_text,
+    encode_pcm16_wav,
+    json_value,
+)
+from wenet_lhotse.formats.errors import SkipReport, WenetDataError
+from wenet_lhotse.formats.streams import atomic_output
+
+logger = logging.getLogger(__name__)
+
+Pathlike = Union[str, os.PathLike]
+
+#: An ``end`` this far (seconds) past the end of the audio is clamped, not an error
+#: (segments files round times; WeNet just reads fewer samples).
+END_TOLERANCE = 0.01
+
+
+def as_path_list(paths: Union[Pathlike, Iterable[Pathlike]]) -> List[str]:
+    """One path or an iterable of paths -> list of str."""
+    if isinstance(paths, (str, os.PathLike)):
+        return [str(paths)]
+    return [str(p) for p in paths]
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+class LazyWenetRawListIterator(Dillable):
+    """Iterates the cuts of one or more WeNet raw lists, streaming line by line.
+
+    Memory does not grow with the list, except for the duplicate-key set
+    (:class:`~wenet_lhotse.formats.common.KeySet`, 32-64 bytes per key) when
+    ``check_duplicates`` is on. Picklable (DataLoader workers); ``len()`` is not
+    offered, since it would need a full pass with header reads.
+
+    Skipped items (``strict=False``) are logged and recorded in ``skip_report``
+    (a worker process records into its own copy).
+    """
+
+    def __init__(
+        self,
+        paths: Union[Pathlike, Sequence[Pathlike]],
+        wav_root: Optional[Pathlike] = None,
+        strict: bool = True,
+        skip_report: Optional[SkipReport] = None,
+        probe: bool = True,
+        check_duplicates: bool = True,
+    ) -> None:
+        # Absolute now: iterating later from another directory reads the same files.
+        self.paths = [os.path.abspath(p) for p in as_path_list(paths)]
+        self.wav_root = os.path.abspath(str(wav_root) if wav_root is not None else os.getcwd())
+        self.strict = strict
+        self.skip_report = skip_report if skip_report is not None else SkipReport()
+        self.probe = probe
+        self.check_duplicates = check_duplicates
+
+    def __iter__(self) -> Iterator:
+        seen = KeySet() if self.check_duplicates else None
+        for path in self.paths:
+            try:
+                f = open(path, "rb")
+            except OSError as e:
+                err = WenetDataError(f"cannot open list: {e}", path, kind="missing_file")
+                if self.strict:
+                    raise err from e
+                self.skip_report.add(err)
+                continue
+            with f:
+                for lineno, raw in enumerate(f, 1):
+                    try:
+                        cut = self._parse(raw, path, lineno, seen)
+                    except WenetDataError as err:
+                        if self.strict:
+                            raise
+                        self.skip_report.add(err)
+                        continue
+                    if cut is not None:
+                        yield cut
+
+    def _parse(self, raw: bytes, path: str, lineno: int, seen: Optional[KeySet]):
+        data = raw.rstrip(b"\r\n")  # LF and CRLF endings
+        if lineno == 1 and data.startswith(codecs.BOM_UTF8):
+            data = data[len(codecs.BOM_UTF8):]
+        if not data.strip():
+            return None  # empty lines are skipped silently
+
+        def fail(msg: str, kind: str) -> WenetDataError:
+            return WenetDataError(msg, path, line=lineno, kind=kind)
+
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise fail(f"line is not valid UTF-8 (byte {e.start})", "encoding") from None
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise fail(f"malformed JSON: {e.msg} (column {e.colno})", "json") from None
+        if not isinstance(obj, dict):
+            raise fail(f"expected a JSON object, got {type(obj).__name__}", "json")
+        for name in ("key", "wav"):
+            if name not in obj:
+                raise fail(f"missing {name!r}", "missing_field")
+            if not isinstance(obj[name], str) or not obj[name]:
+                raise fail(f"{name!r} must be a non-empty string", "invalid")
+        key, wav = obj["key"], obj["wav"]
+        for name in ("txt", "speaker", "lang"):
+            if obj.get(name) is not None and not isinstance(obj[name], str):
+                raise fail(f"{name!r} must be a string", "invalid")
+        for name in ("start", "end"):
+            if obj.get(name) is not None and not _is_number(obj[name]):
+                raise fail(f"{name!r} must be a number (seconds)", "invalid")
+
+        audio_path = os.path.join(self.wav_root, wav)  # an absolute wav stays as is
+        recording = self._recording(key, audio_path, obj, fail)
+        start = float(obj.get("start") or 0.0)
+        end = float(obj["end"]) if obj.get("end") is not None else recording.duration
+        if end > recording.duration:
+            if end > recording.duration + END_TOLERANCE:
+                raise fail(
+                    f"end={end} s is past the end of {audio_path} "
+                    f"({recording.duration} s)",
+                    "bad_segment",
+                )
+            end = recording.duration
+        if start < 0 or end <= start:
+            raise fail(f"bad segment start={start} end={end} (seconds)", "bad_segment")
+        if seen is not None and not seen.add(key):
+            raise fail(f"duplicate key {key!r} (first seen earlier in this input)", "duplicate")
+
+        cut = recording.to_cut()
+        duration = end - start
+        sup = SupervisionSegment(
+            id=key,
+            recording_id=recording.id,
+            start=0.0,
+            duration=duration,
+            channel=cut.channel,
+            text=obj.get("txt"),
+            speaker=obj.get("speaker"),
+            language=obj.get("lang"),
+        )
+        custom = {k: v for k, v in obj.items() if k not in CORE_FIELDS}
+        return fastcopy(
+            cut, start=start, duration=duration, supervisions=[sup], custom=custom or None
+        )
+
+    def _recording(self, key: str, audio_path: str, obj: dict, fail) -> Recording:
+        if not self.probe and _is_number(obj.get("duration")) and _is_number(
+            obj.get("sample_rate")
+        ):
+            # Trust the line's own metadata: no file access at all (see read_raw_list).
+            sr = int(obj["sample_rate"])
+            duration = float(obj["duration"])
+            return Recording(
+                id=key,
+                sources=[AudioSource(type="file", channels=[0], source=audio_path)],
+                sampling_rate=sr,
+                num_samples=compute_num_samples(duration, sr),
+                duration=duration,
+            )
+        if not os.path.isfile(audio_path):
+            raise fail(f"audio file not found: {audio_path}", "missing_audio")
+        try:
+            recording = Recording.from_file(audio_path, recording_id=key)
+        except Exception as e:  # lhotse wraps every backend's failure
+            why = audio_error_message(e, audio_path)
+            raise fail(f"cannot read audio header of {audio_path}: {why}", "bad_audio") from None
+        if recording.num_samples == 0:
+            raise fail(f"audio file has no samples: {audio_path}", "bad_audio")
+        return recording
+
+
+def read_raw_list(
+    paths: Union[Pathlike, Sequence[Pathlike]],
+    *,
+    wav_root: Optional[Pathlike] = None,
+    strict: bool = True,
+    skip_report: Optional[SkipReport] = None,
+    probe: bool = True,
+    check_duplicates: bool = True,
+) -> CutSet:
+    """Open WeNet raw list(s) as a lazy :class:`~lhotse.CutSet` (see the module doc
+    for the cut layout). Several ``paths`` are read one after another.
+
+    :param wav_root: directory that relative ``wav`` paths resolve against;
+        default: the working directory now.
+    :param strict: raise :class:`WenetDataError` (naming list file and 1-based line)
+        on the first bad line; with False, log it, record it in ``skip_report`` and go on.
+    :param skip_report: where skipped lines are recorded (a new one is made when None;
+        reachable as ``cuts.data.skip_report``).
+    :param probe: True (default): read every audio header (duration in seconds,
+        sampling rate in Hz). False: a line carrying numeric ``duration`` (seconds) and
+        ``sample_rate`` (Hz) fields is trusted without touching the file (assumed mono;
+        missing or bad audio then surfaces only when it is loaded); other lines are
+        still probed.
+    :param check_duplicates: detect repeated keys (the later line is the bad one);
+        costs 32-64 bytes per key. Turn off for O(1) memory on huge lists.
+    """
+    for path in as_path_list(paths):
+        if not os.path.isfile(path):
+            raise WenetDataError("no such list file", path, kind="missing_file")
+    return CutSet(
+        LazyWenetRawListIterator(
+            paths,
+            wav_root=wav_root,
+            strict=strict,
+            skip_report=skip_report,
+            probe=probe,
+            check_duplicates=check_duplicates,
+        )
+    )
+
+
+def _raw_wav_and_span(cut, audio_dir: Optional[Path], key: str):
+    """``(wav path, start, end)`` for one cut; start/end are None when the cut covers
+    its whole recording. Audio that a raw line cannot point at (in memory, URL,
+    command, several files, transforms, mixed cuts, a channel subset) is written to
+    ``audio_dir`` as 16-bit PCM WAV, or refused when there is none."""
+    rec = getattr(cut, "recording", None)
+    simple = (
+        type(cut).__name__ in ("MonoCut", "MultiCut")
+        and rec is not None
+        and len(rec.sources) == 1
+        and rec.sources[0].type == "file"
+        and not rec.transforms
+        and (rec.num_channels == 1 or cut.num_channels == rec.num_channels)
+    )
+    if simple:
+        whole = abs(cut.start) < 1e-6 and abs(cut.duration - rec.duration) < 1e-6
+        if whole:
+            return rec.sources[0].source, None, None
+        return rec.sources[0].source, round(cut.start, 6), round(cut.start + cut.duration, 6)
+    if audio_dir is None:
+        raise ValueError(
+            f"cut {key!r}: its audio is not a single file on disk (e.g. in-memory audio "
+            f"from shards); pass audio_dir= to write it out as WAV files"
+        )
+    rel = Path(key + ".wav")
+    if rel.is_absolute() or ".." in rel.parts:
+        raise ValueError(f"cut {key!r}: key cannot be used as a file name under audio_dir")
+    out = audio_dir / rel
+    with atomic_output(out) as f:
+        f.write(encode_pcm16_wav(cut.load_audio(), cut.sampling_rate))
+    return str(out.resolve()), None, None
+
+
+def write_raw_list(
+    cuts: Iterable,
+    path: Pathlike,
+    *,
+    audio_dir: Optional[Pathlike] = None,
+) -> Path:
+    """Write cuts as a WeNet raw list (atomically: temp file + rename) and return its path.
+
+    Each line: ``key`` (cut id), ``wav``, ``txt`` (supervision texts joined by a space),
+    ``start``/``end`` (seconds, rounded to 1 us) only when the cut does not cover its
+    whole recording, ``speaker``/``lang`` from the supervisions, then every field of
+    ``cut.custom`` (except Lhotse's ``shard_origin``/``shar_epoch``). UTF-8, not escaped.
+
+    :param audio_dir: where to write 16-bit PCM WAVs for cuts whose audio is not a
+        plain file (in-memory shard audio, ...); without it such cuts raise ValueError.
+    """
+    path = Path(path)
+    audio_root = Path(audio_dir) if audio_dir is not None else None
+    n = 0
+    with atomic_output(path, "wb") as f:
+        for cut in cuts:
+            key = cut.id
+            wav, start, end = _raw_wav_and_span(cut, audio_root, key)
+            obj = {"key": key, "wav": wav}
+            text = cut_text(cut)
+            if text is not None:
+                obj["txt"] = text
+            if start is not None:
+                obj["start"], obj["end"] = start, end
+            speaker, lang = cut_speaker_lang(cut)
+            if speaker is not None:
+                obj["speaker"] = speaker
+            if lang is not None:
+                obj["lang"] = lang
+            for name, value in cut_extra_fields(cut).items():
+                obj[name] = json_value(key, name, value)
+            f.write(json.dumps(obj, ensure_ascii=False).encode("utf-8") + b"\n")
+            n += 1
+    logger.info("wrote %d lines to %s", n, path)
+    return path

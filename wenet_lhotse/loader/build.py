@@ -1,0 +1,409 @@
+"""sources -> WeNet filters -> tags -> mux -> bucketing sampler -> DataLoader.
+
+Two ways of loading, chosen per call (``lhotse_conf.mode``, default ``auto``):
+
+* **map** (raw lists, cuts manifests, Shar): the sampler runs in the training
+  process over metadata only (Lhotse's rank-aware ``DynamicBucketingSampler``,
+  :class:`~wenet_lhotse.loader.resume.ResumableBucketingSampler`); DataLoader
+  workers decode audio and compute features for the batches they are given
+  (Shar audio is fetched from its tar for those cuts only). Deterministic and
+  cheaply resumable.
+* **streamed** (WeNet tar shards; ``auto`` picks it when any source is a shard
+  list): each DataLoader worker of each rank reads its own tars and runs its own
+  sampler (``world_size=1, rank=0``, Lhotse's iterable mode); ranks stop together
+  through :class:`~wenet_lhotse.loader.distributed.EqualStepsIterator`.
+
+Either way each ``iter()`` of the returned loader starts the next epoch
+(reshuffling), because WeNet's ``train.py`` never calls ``set_epoch``.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from itertools import islice
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+from lhotse import CutSet
+from lhotse.cut import Cut
+from lhotse.dataset.sampling.dynamic_bucketing import (
+    DynamicBucketingSampler,
+    estimate_duration_buckets,
+)
+
+from wenet_lhotse.formats.errors import SkipReport
+from wenet_lhotse.loader.config import LoaderConfig
+from wenet_lhotse.loader.distributed import (
+    EqualStepsIterator,
+    gloo_group,
+    plan_partition,
+    world_info,
+)
+from wenet_lhotse.loader.resume import (
+    JsonlReader,
+    ListReader,
+    PositionedStream,
+    ResumableBucketingSampler,
+    ResumableMux,
+    SharAudioAttacher,
+    shar_reader,
+)
+from wenet_lhotse.loader.sources import SourceSpec, TagCuts, mux_sources, open_source, parse_sources
+
+logger = logging.getLogger(__name__)
+
+SPLITS = ("train", "cv", "infer")
+
+
+# ---------------------------------------------------------------------------- pieces
+
+
+class CutTransform:
+    """Picklable ``CutSet -> CutSet``: WeNet's ``filter_conf`` (when a tokenizer is
+    given and the split is not ``infer``), then the source's tags."""
+
+    def __init__(self, tokenizer: Any = None, filter_conf: Optional[Mapping] = None,
+                 tags: Optional[Mapping[str, Any]] = None) -> None:
+        self.tokenizer = tokenizer
+        self.filter_conf = dict(filter_conf) if filter_conf is not None else None
+        self.tags = dict(tags or {})
+
+    def __call__(self, cuts: CutSet) -> CutSet:
+        if self.filter_conf is not None:
+            from wenet_lhotse.dataset.filters import wenet_filter
+
+            cuts = wenet_filter(cuts, self.tokenizer, self.filter_conf)
+        if self.tags:
+            cuts = cuts.map(TagCuts(self.tags))
+        return cuts
+
+
+class AttachAudioDataset(torch.utils.data.Dataset):
+    """Runs ``attach(cuts)`` (e.g. Shar audio for these cuts only) before ``dataset[cuts]``,
+    inside the DataLoader worker."""
+
+    def __init__(self, dataset: Any, attach: Any) -> None:
+        self.dataset = dataset
+        self.attach = attach
+
+    def __getitem__(self, cuts: CutSet) -> Any:
+        return self.dataset[self.attach(cuts)]
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("dataset", "attach"):
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
+
+
+class PlannedSampler(torch.utils.data.Sampler):
+    """Yields a fixed list of CutSet batches (the cv plan for this rank) on every ``iter()``."""
+
+    def __init__(self, batches: Sequence[CutSet]) -> None:
+        self.batches = list(batches)
+
+    def __iter__(self) -> Iterator[CutSet]:
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+class StreamedEpochDataset(torch.utils.data.IterableDataset):
+    """Lhotse's iterable mode, one epoch per ``iter()``: opens the sources with this
+    (rank, worker)'s share of the tars shuffled for the epoch, runs a
+    ``DynamicBucketingSampler(world_size=1, rank=0)`` over them and yields
+    ``dataset[batch]``. The epoch counter lives in each worker's copy and advances on
+    every ``iter()`` (persistent workers each get exactly one ``iter()`` per epoch)."""
+
+    def __init__(self, dataset: Any, specs: Sequence[SourceSpec], transforms: Sequence[Any],
+                 sampler_kw: Dict[str, Any], seed: int, shuffle: bool, stop_early: bool,
+                 rank: int, world_size: int, strict: bool = True) -> None:
+        super().__init__()
+        self.dataset = dataset
+        self.specs = list(specs)
+        self.transforms = list(transforms)
+        self.sampler_kw = dict(sampler_kw)
+        self.seed = seed
+        self.shuffle = shuffle
+        self.stop_early = stop_early
+        self.rank, self.world_size = rank, world_size
+        self.strict = strict
+        self.epoch = -1
+        self._next_epoch: Optional[int] = None
+        self._skip: Tuple[int, int] = (-1, 0)  # (epoch, batches to skip in that epoch)
+
+    def set_epoch(self, epoch: int) -> None:
+        self._next_epoch = epoch
+
+    def cuts_for_epoch(self, epoch: int) -> CutSet:
+        info = torch.utils.data.get_worker_info()
+        wid, nw = (info.id, info.num_workers) if info is not None else (0, 1)
+        cutsets = []
+        for spec, tf in zip(self.specs, self.transforms):
+            kw: Dict[str, Any] = {}
+            if spec.type == "shard":
+                kw = {"rank": self.rank, "world_size": self.world_size, "worker_id": wid,
+                      "num_workers": nw}
+            cutsets.append(open_source(spec, strict=self.strict, shuffle_shards=self.shuffle,
+                                       seed=self.seed, epoch=epoch, split_for_dataloading=True,
+                                       transform=tf, **kw))
+        return mux_sources(cutsets, [s.weight for s in self.specs], seed=self.seed + epoch,
+                           stop_early=self.stop_early)
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._next_epoch is not None:
+            self.epoch, self._next_epoch = self._next_epoch, None
+        else:
+            self.epoch += 1
+        if hasattr(self.dataset, "set_epoch"):
+            self.dataset.set_epoch(self.epoch)
+        sampler = DynamicBucketingSampler(self.cuts_for_epoch(self.epoch), world_size=1, rank=0,
+                                          seed=self.seed, shuffle=self.shuffle, **self.sampler_kw)
+        sampler.set_epoch(self.epoch)
+        info = torch.utils.data.get_worker_info()
+        wid, nw = (info.id, info.num_workers) if info is not None else (0, 1)
+        skip = 0
+        if self._skip[0] == self.epoch:
+            # Batches are taken from workers round-robin: worker w made batches w, w+nw, ...
+            consumed = self._skip[1]
+            skip = max(0, (consumed - wid + nw - 1) // nw)
+        for i, batch in enumerate(sampler):
+            if i < skip:
+                continue  # sampled from metadata; no audio decoded, no features computed
+            yield self.dataset[batch]
+
+
+class LhotseDataLoader(torch.utils.data.DataLoader):
+    """A ``DataLoader`` (``batch_size=None``) that counts the batches the training loop
+    consumed, so that :meth:`state_dict` describes exactly what comes next, and (for
+    streamed data under DDP) stops all ranks at the same step."""
+
+    def __init__(self, dataset: Any, *, mode: str, equal_steps_group: Any = None,
+                 max_steps: Optional[int] = None, **kw: Any) -> None:
+        super().__init__(dataset, batch_size=None, **kw)
+        self.mode = mode
+        self.equal_steps_group = equal_steps_group
+        self.max_steps = max_steps
+        self.consumed = 0
+        self.epoch = -1
+        self._restored: Optional[Dict[str, Any]] = None
+
+    def __iter__(self) -> Iterator[Any]:
+        inner = super().__iter__()
+        if self._restored is not None:
+            self.consumed = self._restored["consumed"]
+            self.epoch = self._restored["epoch"]
+            self._restored = None
+        else:
+            self.consumed = 0
+            self.epoch += 1
+        if self.mode == "map" and isinstance(self.sampler, ResumableBucketingSampler):
+            self.epoch = self.sampler.epoch
+        it: Iterator[Any] = inner
+        if self.mode == "streamed" and (self.equal_steps_group is not None
+                                        or self.max_steps is not None):
+            it = EqualStepsIterator(inner, self.equal_steps_group, self.max_steps)
+        return self._count(it)
+
+    def _count(self, it: Iterator[Any]) -> Iterator[Any]:
+        for batch in it:
+            self.consumed += 1
+            yield batch
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Where the training loop is: enough to continue with exactly the next batch
+        (map mode) or with the next batch after replaying metadata (streamed mode)."""
+        if isinstance(self.sampler, ResumableBucketingSampler):
+            return {"mode": "map", "sampler": self.sampler.state_dict(self.consumed)}
+        return {"mode": self.mode, "epoch": max(self.epoch, 0), "consumed": self.consumed}
+
+    def load_state_dict(self, sd: Mapping[str, Any]) -> None:
+        """Restore from :meth:`state_dict`; call before the first ``iter()``."""
+        if sd.get("mode") == "map":
+            if not isinstance(self.sampler, ResumableBucketingSampler):
+                raise ValueError("state was saved by a map-style loader; this one is not")
+            self.sampler.load_state_dict(sd["sampler"])
+            return
+        ds = self.dataset
+        if not isinstance(ds, StreamedEpochDataset):
+            raise ValueError("state was saved by a streamed loader; this one is not")
+        ds.set_epoch(int(sd["epoch"]))
+        ds._skip = (int(sd["epoch"]), int(sd["consumed"]))
+        self._restored = {"epoch": int(sd["epoch"]), "consumed": int(sd["consumed"])}
+
+
+# ---------------------------------------------------------------------------- build
+
+
+def make_wenet_dataset(tokenizer: Any, dataset_conf: Mapping[str, Any], split: str, *,
+                       pool_workers: int = 0, seed: int = 0, fault_tolerant: bool = False
+                       ) -> Any:
+    """Our ``WenetAsrDataset`` with features configured from WeNet's ``dataset_conf``
+    (fbank/mfcc/log-mel, speed perturb, resample, spec_aug/sub/trim)."""
+    from wenet_lhotse.dataset import WenetAsrDataset
+    from wenet_lhotse.features import features_from_wenet_conf
+
+    features = features_from_wenet_conf(dataset_conf, num_workers=pool_workers, seed=seed,
+                                        fault_tolerant=fault_tolerant)
+    return WenetAsrDataset(tokenizer, features, split=split,
+                           return_pcm=bool(getattr(features, "return_audio", False)),
+                           fault_tolerant=fault_tolerant)
+
+
+def _map_reader(spec: SourceSpec, shuffle: bool, seed: int, strict: bool,
+                skip_report: Optional[SkipReport]):
+    if spec.type == "cuts":
+        return JsonlReader(spec.paths, shuffle_files=shuffle, seed=seed)
+    if spec.type == "shar":
+        return shar_reader(spec.paths[0], shuffle_files=shuffle, seed=seed)
+    # raw lists (durations from audio headers, probed once) and, for cv, shard lists:
+    # held in memory, fully reshuffled each epoch.
+    cuts = list(open_source(spec, strict=strict, skip_report=skip_report))
+    if spec.type == "shard":
+        logger.warning("source %s: WeNet shards loaded into memory for map-style loading "
+                       "(%d cuts)", spec.name, len(cuts))
+    return ListReader(cuts, shuffle=shuffle, seed=seed)
+
+
+def estimate_bins(cuts: Sequence[Cut], num_buckets: int) -> List[float]:
+    """Bucket edges (seconds) from cut durations (metadata); fewer buckets for tiny sets."""
+    n = min(num_buckets, len(cuts) // 2)
+    if n < 2:
+        return []
+    return [float(b) for b in estimate_duration_buckets(cuts, num_buckets=n)]
+
+
+def build_dataloader(
+    sources: Any,
+    tokenizer: Any = None,
+    dataset_conf: Optional[Mapping[str, Any]] = None,
+    split: str = "train",
+    *,
+    dataset: Any = None,
+    num_workers: int = 0,
+    seed: int = 0,
+    world_size: Optional[int] = None,
+    rank: Optional[int] = None,
+    pin_memory: bool = False,
+    prefetch_factor: Optional[int] = None,
+    persistent_workers: bool = True,
+    skip_report: Optional[SkipReport] = None,
+) -> Tuple[Any, LhotseDataLoader]:
+    """Build ``(dataset, loader)`` for one split.
+
+    :param sources: a path, a :class:`SourceSpec` / yaml dict, or a list of them.
+    :param tokenizer: WeNet-style tokenizer (``tokenize(line) -> (tokens, ids)``); used for
+        ``filter_conf`` token limits and targets. ``None`` only for ``split="infer"``.
+    :param dataset_conf: WeNet's ``dataset_conf`` (with optional ``lhotse_conf``).
+    :param split: ``train`` (shuffled, augmented), ``cv`` (partitioned across ranks, no
+        duplicates, unshuffled), ``infer`` (as cv, no filters, no text needed).
+    :param dataset: ``dataset[cuts] -> batch``; default: our ``WenetAsrDataset`` configured
+        from ``dataset_conf``.
+    :param num_workers: DataLoader worker processes.
+    :param seed: integer seed; the same seed gives the same batches on every run and rank.
+    :param world_size: ranks; default from ``torch.distributed`` / ``WORLD_SIZE``.
+    :param rank: this rank; default from ``torch.distributed`` / ``RANK``.
+    :return: the map-style dataset (``dataset[cuts]``) and the loader.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    if not isinstance(seed, int):
+        raise ValueError("seed must be an int: every rank must draw the same batches")
+    cfg = LoaderConfig.from_wenet(dataset_conf, split)
+    lconf = cfg.lhotse
+    specs = parse_sources(sources)
+    ws, rk = world_info(world_size, rank)
+    strict = not lconf.fault_tolerant
+    if dataset is None:
+        dataset = make_wenet_dataset(tokenizer, cfg.dataset_conf, split,
+                                     pool_workers=lconf.pool_workers, seed=seed,
+                                     fault_tolerant=lconf.fault_tolerant)
+    filter_conf = cfg.dataset_conf.get("filter_conf") or {}
+    use_filter = tokenizer is not None and split != "infer"
+    transforms = [CutTransform(tokenizer if use_filter else None,
+                               filter_conf if use_filter else None, s.tags) for s in specs]
+    weights = [s.weight for s in specs]
+
+    mode = lconf.mode
+    if mode == "auto":
+        mode = "streamed" if any(s.streamed for s in specs) and split == "train" else "map"
+    if mode == "streamed" and split != "train":
+        mode = "map"  # cv/infer must see every cut exactly once: plan them (small sets)
+    if mode == "streamed" and any(s.type not in ("shard", "shar") for s in specs):
+        raise ValueError("streamed mode reads tar shards / Shar; use mode 'map' for raw lists "
+                         "and cuts manifests")
+
+    loader_kw: Dict[str, Any] = {"num_workers": num_workers, "pin_memory": pin_memory}
+    if num_workers > 0:
+        loader_kw["persistent_workers"] = persistent_workers
+        if prefetch_factor is not None:
+            loader_kw["prefetch_factor"] = prefetch_factor
+        from lhotse.dataset.dataloading import make_worker_init_fn
+
+        loader_kw["worker_init_fn"] = make_worker_init_fn(rank=rk, world_size=ws, seed=seed)
+
+    if mode == "map":
+        streams = [PositionedStream(_map_reader(s, cfg.shuffle, seed, strict, skip_report), tf)
+                   for s, tf in zip(specs, transforms)]
+        mux = ResumableMux(streams, weights, seed=seed, stop_early=lconf.mux_stop_early)
+        mux.start(0)
+        sample = list(islice(mux, lconf.num_cuts_for_bins_estimate))
+        if not sample:
+            raise ValueError(f"no cuts in {[s.name for s in specs]} (after filter_conf)")
+        bins = lconf.duration_bins if lconf.duration_bins is not None else \
+            estimate_bins(sample, lconf.num_buckets)
+        max_duration = cfg.batching.resolve(sum(c.duration for c in sample) / len(sample))
+        max_duration = max(max_duration, max(c.duration for c in sample))
+        logger.info("%s batches: max_duration %.1f s (%s), %d buckets, %s", split, max_duration,
+                    cfg.batching.formula or "given", len(bins) + 1, mode)
+        if any(s.type == "shar" for s in specs):
+            dataset_for_loader = AttachAudioDataset(dataset, SharAudioAttacher())
+        else:
+            dataset_for_loader = dataset
+        if split == "train":
+            depth = max(lconf.snapshot_depth,
+                        num_workers * (prefetch_factor or 2) + 4 if num_workers else 4)
+            sampler = ResumableBucketingSampler(
+                mux, duration_bins=bins, max_duration=max_duration,
+                max_cuts=cfg.batching.max_cuts, shuffle=cfg.shuffle, drop_last=False,
+                buffer_size=cfg.buffer_size, quadratic_duration=lconf.quadratic_duration,
+                world_size=ws, rank=rk, seed=seed, snapshot_depth=depth)
+        else:
+            mux.start(0)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # an eager CutSet is fine for a one-off plan
+                plan = list(DynamicBucketingSampler(
+                    CutSet.from_cuts(list(mux)), max_duration=max_duration,
+                    max_cuts=cfg.batching.max_cuts, duration_bins=bins, shuffle=False,
+                    drop_last=False, world_size=1, rank=0, buffer_size=cfg.buffer_size,
+                    quadratic_duration=lconf.quadratic_duration))
+            plan = plan_partition(plan, ws)
+            sampler = PlannedSampler(plan[rk::ws])
+        loader = LhotseDataLoader(dataset_for_loader, mode="map", sampler=sampler, **loader_kw)
+        return dataset, loader
+
+    # streamed
+    sample_cuts = mux_sources([open_source(s, strict=strict, transform=tf)
+                               for s, tf in zip(specs, transforms)], weights, seed=seed)
+    sample = list(islice(sample_cuts, min(lconf.num_cuts_for_bins_estimate, 2000)))
+    if not sample:
+        raise ValueError(f"no cuts in {[s.name for s in specs]} (after filter_conf)")
+    bins = lconf.duration_bins if lconf.duration_bins is not None else \
+        estimate_bins(sample, lconf.num_buckets)
+    max_duration = cfg.batching.resolve(sum(c.duration for c in sample) / len(sample))
+    max_duration = max(max_duration, max(c.duration for c in sample))
+    del sample, sample_cuts
+    sampler_kw = {"max_duration": max_duration, "max_cuts": cfg.batching.max_cuts,
+                  "duration_bins": bins, "buffer_size": cfg.buffer_size,
+                  "quadratic_duration": lconf.quadratic_duration, "drop_last": False}
+    ds = StreamedEpochDataset(dataset, specs, transforms, sampler_kw, seed=seed,
+                              shuffle=cfg.shuffle, stop_early=lconf.mux_stop_early,
+                              rank=rk, world_size=ws, strict=strict)
+    group = gloo_group() if ws > 1 else None
+    if ws > 1 and group is None:
+        logger.warning("world_size %d but torch.distributed is not initialized: ranks cannot "
+                       "agree on the step count of streamed data", ws)
+    loader = LhotseDataLoader(ds, mode="streamed", equal_steps_group=group,
+                              max_steps=lconf.steps_per_epoch, **loader_kw)
+    return dataset, loader

@@ -1,0 +1,183 @@
+"""WeNet's ``dataset_conf`` (unchanged) plus our ``lhotse_conf`` section -> one typed config.
+
+Every WeNet key keeps its meaning; the keys that configure WeNet's batching are
+translated to a duration budget for Lhotse's ``DynamicBucketingSampler``:
+
+* ``batch_conf: {batch_type: dynamic, max_frames_in_batch: F}`` ->
+  ``max_duration = F * frame_shift / 1000`` seconds (``frame_shift`` from
+  ``fbank_conf``/``mfcc_conf``, 10 ms by default). Both bound the *padded* size of a
+  batch (number of utterances x longest utterance).
+* ``batch_conf: {batch_type: static, batch_size: B}`` ->
+  ``max_duration = B * mean_duration`` seconds, the mean estimated from the
+  metadata of the first cuts (no audio is read): on average a bucket batch then
+  holds about as much audio as WeNet's batch of B, with less padding.
+* ``batch_conf: {batch_type: bucket, bucket_boundaries, bucket_batch_sizes}`` ->
+  ``max_duration = mean_i(bucket_batch_sizes[i] * boundary_i) * frame_shift / 1000``
+  (the last size uses the last boundary).
+* ``shuffle`` (bool) -> sampler shuffling; ``shuffle_conf.shuffle_size`` -> a
+  lower bound on the sampler's ``buffer_size``; ``sort``/``sort_conf`` are not
+  needed (bucketing groups similar durations) and are ignored.
+
+``lhotse_conf`` (new, all optional)::
+
+    lhotse_conf:
+      sources:                 # instead of --train_data: weighted, tagged sources
+        - {path: data/a/cuts.jsonl.gz, type: cuts, weight: 2, tags: {lang: zh}}
+        - {path: data/b/shards.list, type: shard, weight: 1, tags: {lang: en}}
+      cv_sources: [...]        # instead of --cv_data
+      max_duration: 200        # seconds of padded audio per batch (overrides batch_conf)
+      max_cuts: null           # optional cap on utterances per batch
+      num_buckets: 30
+      duration_bins: null      # explicit bucket edges (seconds); else from metadata
+      num_cuts_for_bins_estimate: 5000
+      quadratic_duration: null # seconds; set 15-40 for transformer-heavy models
+      buffer_size: 20000       # cuts held by the bucketing sampler
+      mode: auto               # auto | map | streamed
+      mux_stop_early: false    # end the epoch when the first source is exhausted
+      pool_workers: 0          # feature threads inside each DataLoader worker
+      fault_tolerant: false    # skip (and count) unreadable items instead of raising
+      steps_per_epoch: null    # streamed mode: fixed steps per epoch (else: first rank out)
+      snapshot_depth: 64       # batches of resume state kept (>= prefetch depth)
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, fields
+from typing import Any, Dict, List, Mapping, Optional
+
+logger = logging.getLogger(__name__)
+
+MODES = ("auto", "map", "streamed")
+
+
+@dataclass
+class LhotseConf:
+    """The ``lhotse_conf`` section (see the module docstring for each key)."""
+
+    sources: Optional[List[Any]] = None
+    cv_sources: Optional[List[Any]] = None
+    max_duration: Optional[float] = None
+    max_cuts: Optional[int] = None
+    num_buckets: int = 30
+    duration_bins: Optional[List[float]] = None
+    num_cuts_for_bins_estimate: int = 5000
+    quadratic_duration: Optional[float] = None
+    buffer_size: int = 20000
+    mode: str = "auto"
+    mux_stop_early: bool = False
+    pool_workers: int = 0
+    fault_tolerant: bool = False
+    steps_per_epoch: Optional[int] = None
+    snapshot_depth: int = 64
+
+    @classmethod
+    def from_dict(cls, conf: Optional[Mapping[str, Any]]) -> LhotseConf:
+        conf = dict(conf or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(conf) - known)
+        if unknown:
+            raise ValueError(f"unknown lhotse_conf keys {unknown}; known: {sorted(known)}")
+        out = cls(**conf)
+        if out.mode not in MODES:
+            raise ValueError(f"lhotse_conf.mode must be one of {MODES}, got {out.mode!r}")
+        if out.num_buckets < 1:
+            raise ValueError("lhotse_conf.num_buckets must be >= 1")
+        return out
+
+
+@dataclass
+class BatchingConfig:
+    """How batches are formed, resolved from ``batch_conf`` and ``lhotse_conf``.
+
+    Exactly one of ``max_duration`` (seconds) or ``static_batch_size`` (to be turned into
+    seconds with the mean duration, see :meth:`resolve`) is set.
+    """
+
+    max_duration: Optional[float] = None
+    static_batch_size: Optional[int] = None
+    max_cuts: Optional[int] = None
+    formula: str = ""
+
+    def resolve(self, mean_duration: float) -> float:
+        """The duration budget in seconds, given the data's mean cut duration (seconds)."""
+        if self.max_duration is not None:
+            return self.max_duration
+        budget = self.static_batch_size * mean_duration
+        self.formula = (f"batch_size {self.static_batch_size} x mean duration "
+                        f"{mean_duration:.2f} s = {budget:.1f} s")
+        self.max_duration = budget
+        return budget
+
+
+@dataclass
+class LoaderConfig:
+    """Everything the builder needs, from one WeNet ``dataset_conf``."""
+
+    dataset_conf: Dict[str, Any]
+    lhotse: LhotseConf
+    batching: BatchingConfig
+    shuffle: bool
+    buffer_size: int
+    frame_shift_ms: float = 10.0
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_wenet(cls, dataset_conf: Optional[Mapping[str, Any]], split: str = "train"
+                   ) -> LoaderConfig:
+        """Read WeNet's ``dataset_conf`` (plus ``lhotse_conf`` inside it, if any).
+
+        For ``split != "train"`` shuffling is off (WeNet's cv is unshuffled).
+        """
+        conf = dict(dataset_conf or {})
+        lconf = LhotseConf.from_dict(conf.get("lhotse_conf"))
+        shift = frame_shift_ms(conf)
+        batching = batching_from_wenet(conf.get("batch_conf"), lconf, shift)
+        shuffle = bool(conf.get("shuffle", True)) and split == "train"
+        shuffle_size = int((conf.get("shuffle_conf") or {}).get("shuffle_size", 0) or 0)
+        buffer_size = max(lconf.buffer_size, shuffle_size)
+        return cls(dataset_conf=conf, lhotse=lconf, batching=batching, shuffle=shuffle,
+                   buffer_size=buffer_size, frame_shift_ms=shift)
+
+
+def frame_shift_ms(dataset_conf: Mapping[str, Any]) -> float:
+    """Feature frame shift (ms) from ``fbank_conf``/``mfcc_conf`` (WeNet's default 10)."""
+    for key in ("fbank_conf", "mfcc_conf"):
+        sub = dataset_conf.get(key)
+        if sub and "frame_shift" in sub:
+            return float(sub["frame_shift"])
+    return 10.0
+
+
+def batching_from_wenet(batch_conf: Optional[Mapping[str, Any]], lconf: LhotseConf,
+                        frame_shift: float = 10.0) -> BatchingConfig:
+    """Translate WeNet's ``batch_conf`` (see the module docstring for the formulas)."""
+    if lconf.max_duration is not None:
+        return BatchingConfig(max_duration=float(lconf.max_duration), max_cuts=lconf.max_cuts,
+                              formula=f"lhotse_conf.max_duration = {lconf.max_duration} s")
+    bc = dict(batch_conf or {"batch_type": "static", "batch_size": 16})
+    btype = bc.get("batch_type", "static")
+    if btype == "dynamic":
+        frames = float(bc.get("max_frames_in_batch", 12000))
+        secs = frames * frame_shift / 1000.0
+        return BatchingConfig(max_duration=secs, max_cuts=lconf.max_cuts,
+                              formula=f"max_frames_in_batch {frames:g} x {frame_shift:g} ms "
+                                      f"= {secs:.1f} s")
+    if btype == "static":
+        size = int(bc.get("batch_size", 16))
+        if size < 1:
+            raise ValueError(f"batch_conf.batch_size must be >= 1, got {size}")
+        return BatchingConfig(static_batch_size=size, max_cuts=lconf.max_cuts)
+    if btype == "bucket":
+        bounds = list(bc.get("bucket_boundaries") or [])
+        sizes = list(bc.get("bucket_batch_sizes") or [])
+        if not bounds or len(sizes) != len(bounds) + 1:
+            raise ValueError("batch_conf bucket: need bucket_boundaries and "
+                             "len(bucket_batch_sizes) == len(bucket_boundaries) + 1")
+        edges = bounds + [bounds[-1]]
+        frames = sum(s * b for s, b in zip(sizes, edges)) / len(sizes)
+        secs = frames * frame_shift / 1000.0
+        return BatchingConfig(max_duration=secs, max_cuts=lconf.max_cuts,
+                              formula=f"mean(bucket_batch_sizes x boundaries) {frames:.0f} "
+                                      f"frames x {frame_shift:g} ms = {secs:.1f} s")
+    raise ValueError(f"unknown batch_conf.batch_type {btype!r}; use static, dynamic or bucket")

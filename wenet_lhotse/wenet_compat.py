@@ -1,0 +1,77 @@
+"""Drop-in for WeNet's ``wenet.utils.train_utils.init_dataset_and_dataloader``.
+
+In WeNet's ``train.py`` change one import::
+
+    # from wenet.utils.train_utils import init_dataset_and_dataloader
+    from wenet_lhotse.wenet_compat import init_dataset_and_dataloader
+
+Same signature, same return value ``(train_dataset, cv_dataset, train_data_loader,
+cv_data_loader)``, same side effect ``configs['vocab_size'] = tokenizer.vocab_size()``.
+The yaml's ``dataset_conf`` is read unchanged (see
+:mod:`wenet_lhotse.loader.config` for how ``batch_conf`` becomes a duration budget),
+plus an optional ``dataset_conf.lhotse_conf`` section.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict, List, Mapping, MutableMapping, Tuple
+
+from wenet_lhotse.loader.build import build_dataloader
+from wenet_lhotse.loader.sources import SourceSpec
+
+logger = logging.getLogger(__name__)
+
+#: ``--data_type`` values: WeNet's ``raw``/``shard`` plus ours.
+DATA_TYPES = {"raw": "raw", "shard": "shard", "lhotse": "cuts", "cuts": "cuts", "shar": "shar",
+              "auto": "auto"}
+
+
+def _sources(path: Any, data_type: str) -> List[Any]:
+    if data_type not in DATA_TYPES:
+        raise ValueError(f"unknown data_type {data_type!r}; use one of {sorted(DATA_TYPES)}")
+    return [SourceSpec(path=str(path), type=DATA_TYPES[data_type])]
+
+
+def cv_dataset_conf(train_conf: Mapping[str, Any]) -> Dict[str, Any]:
+    """WeNet's cv conf: the train conf without augmentation and shuffling."""
+    conf = dict(train_conf)
+    conf.update({"speed_perturb": False, "spec_aug": False, "spec_sub": False,
+                 "spec_trim": False, "shuffle": False, "list_shuffle": False, "cycle": 1})
+    return conf
+
+
+def init_dataset_and_dataloader(args: Any, configs: MutableMapping[str, Any], tokenizer: Any,
+                                seed: int = 777) -> Tuple[Any, Any, Any, Any]:
+    """WeNet's loader factory, on Lhotse.
+
+    :param args: WeNet's argparse namespace: ``train_data``, ``cv_data``, ``data_type``
+        (``raw`` | ``shard``, or ``lhotse``/``cuts`` | ``shar`` | ``auto``),
+        ``num_workers``, ``pin_memory``, ``prefetch``. Missing attributes take WeNet's
+        defaults. ``dataset_conf.lhotse_conf.sources`` / ``cv_sources``, when given,
+        replace ``train_data`` / ``cv_data``.
+    :param configs: the parsed yaml; ``configs['vocab_size']`` is set.
+    :param tokenizer: WeNet's or ours: anything with ``tokenize(line)`` and ``vocab_size()``.
+    :param seed: integer seed for sampling (ranks must agree).
+    """
+    if not callable(getattr(tokenizer, "vocab_size", None)) or \
+            not callable(getattr(tokenizer, "tokenize", None)):
+        raise TypeError("tokenizer needs WeNet's tokenize(line) and vocab_size()")
+    configs["vocab_size"] = tokenizer.vocab_size()
+    train_conf = dict(configs.get("dataset_conf") or {})
+    lconf = dict(train_conf.get("lhotse_conf") or {})
+    data_type = getattr(args, "data_type", "raw") or "raw"
+    train_sources = lconf.get("sources") or _sources(args.train_data, data_type)
+    cv_sources = lconf.get("cv_sources") or _sources(args.cv_data, data_type)
+    num_workers = int(getattr(args, "num_workers", 0) or 0)
+    common = {
+        "num_workers": num_workers,
+        "seed": int(seed),
+        "pin_memory": bool(getattr(args, "pin_memory", False)),
+        "prefetch_factor": int(getattr(args, "prefetch", 2) or 2) if num_workers > 0 else None,
+    }
+    train_dataset, train_loader = build_dataloader(train_sources, tokenizer, train_conf,
+                                                   "train", **common)
+    cv_dataset, cv_loader = build_dataloader(cv_sources, tokenizer, cv_dataset_conf(train_conf),
+                                             "cv", **common)
+    return train_dataset, cv_dataset, train_loader, cv_loader
