@@ -143,6 +143,15 @@ def test_validate_good_inputs_exit_zero(sharded, tmp_path):
     assert "12 utterances OK" in res.stdout and "0 problems" in res.stdout
 
 
+def test_validate_broken_manifest(corpus, tmp_path):
+    out = tmp_path / "cuts.jsonl.gz"
+    run("import", corpus.data_list, "-o", out, "-j", 1)
+    data = out.read_bytes()
+    out.write_bytes(data[: len(data) // 2])
+    res = run("validate", out, code=1)
+    assert "[truncated] unreadable after line" in res.stdout
+
+
 def test_validate_damaged_shar(sharded, tmp_path):
     run("import", sharded.data_list, "--shar", tmp_path / "shar", "--shard-size", 5)
     tar = tmp_path / "shar" / "recording.000001.tar"

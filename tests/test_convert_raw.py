@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 
 import numpy as np
 import pytest
@@ -45,11 +46,21 @@ def test_parallel_probing_matches_the_serial_reader(rich_list, executor):
     assert parallel == serial and len(serial) == 20
 
 
+def test_fast_serializer_matches_lhotse(rich_list):
+    from wenet_lhotse.convert.raw import cut_to_dict
+
+    for cut in read_raw_list(rich_list):
+        assert json.dumps(cut_to_dict(cut)) == json.dumps(cut.to_dict())
+
+
 def test_raw_to_cuts_to_raw_round_trip(rich_list, tmp_path):
     out = tmp_path / "cuts.jsonl.gz"
     res = import_raw(rich_list, out, num_workers=2)
     assert res.num_cuts == 20 and len(res.skip_report) == 0
     assert detect_input_kind(out) == "cuts"
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask  # not mkstemp's 0600
     cuts = CutSet.from_file(out).to_eager()
     orig = _lines(rich_list)
     # The recordings point at the original files: nothing was copied.

@@ -293,3 +293,17 @@ def test_corrupt_header_between_members(tmp_path):
     full[header_at:header_at + 512] = b"\x07" * 512
     lst, (tar,) = shard_list(tmp_path, bytes(full))
     check_shard_case(lst, tar, "u1.wav", "bad_tar", "corrupt tar", kept=["u1"])
+
+
+def test_two_audio_members_for_one_key(tmp_path):
+    members = utt("u1") + [("u2.txt", b"x"), ("u2.wav", wav_bytes()), ("u2.flac", b"f")]
+    lst, (tar,) = shard_list(tmp_path, tar_bytes(members + utt("u3")))
+    check_shard_case(lst, tar, "u2.wav", "invalid", "several audio members", kept=["u1", "u3"])
+
+
+def test_same_suffix_twice_for_one_key(tmp_path):
+    members = utt("u1") + [("u1.txt", b"second text")] + utt("u2")
+    lst, (tar,) = shard_list(tmp_path, tar_bytes(members))
+    check_shard_case(lst, tar, "u1.txt", "duplicate", "second member", kept=["u1", "u2"])
+    (first, _) = list(read_shard_list(lst, strict=False))
+    assert first.supervisions[0].text == "text of u1"  # the first member wins

@@ -39,3 +39,16 @@ def test_segments_and_bad_lines(tmp_path):
     (tmp_path / "wav.scp").write_text("rec1\n", encoding="utf-8")
     with pytest.raises(WenetDataError, match=r"wav.scp:1: expected 2 fields"):
         kaldi_dir_to_raw_list(tmp_path / "wav.scp", tmp_path / "text", tmp_path / "l3")
+
+
+def test_make_units_wenet_layout(tmp_path, corpus):
+    out = tmp_path / "lang_char.txt"
+    res = CliRunner().invoke(main, ["make-units", str(corpus.text), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    table = [line.split() for line in out.read_text(encoding="utf-8").splitlines()]
+    assert table[0] == ["<blank>", "0"] and table[1] == ["<unk>", "1"]
+    assert table[-1] == ["<sos/eos>", str(len(table) - 1)]
+    units = [u for u, _ in table[2:-1]]
+    assert units == sorted(units) and "▁" in units
+    chars = set("".join(t.split(maxsplit=1)[1] for t in corpus.text.read_text().splitlines()))
+    assert set(units) == (chars - {" "}) | {"▁"}

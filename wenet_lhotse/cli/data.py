@@ -123,10 +123,12 @@ def import_cmd(data_list, out, data_type, shar_dir, shard_size, audio_format, wa
                    "instead of a raw list.")
 @click.option("--shard-size", type=int, default=1000, show_default=True,
               help="Utterances per tar with --shards.")
+@click.option("-j", "--jobs", type=int, default=_default_jobs, show_default="min(4, CPUs)",
+              help="With --shards: processes encoding tars in parallel.")
 @click.option("--audio-dir", type=click.Path(file_okay=False), default=None,
               help="Raw list only: where audio held in memory (Shar, shards) is written "
                    "[default: <list name>_audio/ next to the list].")
-def export_cmd(source, out, shards_dir, shard_size, audio_dir):
+def export_cmd(source, out, shards_dir, shard_size, jobs, audio_dir):
     """Export Lhotse cuts back to WeNet format.
 
     CUTS_OR_SHAR is a cuts manifest (.jsonl.gz), a Shar directory, or a WeNet list.
@@ -144,7 +146,7 @@ def export_cmd(source, out, shards_dir, shard_size, audio_dir):
             from wenet_lhotse.convert.export import export_shards
 
             lst = export_shards(source, shards_dir, shard_size=shard_size, list_path=out,
-                                progress=True)
+                                num_workers=jobs, progress=True)
             click.echo(f"shards: {shards_dir}, list: {lst}")
         else:
             if out is None:

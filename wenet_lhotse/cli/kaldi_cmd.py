@@ -23,3 +23,18 @@ def make_list(data_dir, out):
     path, n = kaldi_dir_to_raw_list(d / "wav.scp", d / "text", out or d / "data.list",
                                     segments=segments if segments.exists() else None)
     click.echo(f"wrote {n} lines to {path}")
+
+
+@main.command("make-units")
+@click.argument("text", type=click.Path(exists=True, dir_okay=False))
+@click.option("-o", "--out", type=click.Path(dir_okay=False), required=True,
+              help="Output symbol table, e.g. data/dict/lang_char.txt.")
+@click.option("--non-lang-syms", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="File of non-linguistic symbols ([NOISE], <unk>-like spans) kept whole.")
+def make_units(text, out, non_lang_syms):
+    """Write a WeNet char symbol table (<blank> 0, <unk> 1, units, <sos/eos>) from a
+    Kaldi TEXT file, as WeNet's aishell recipe builds lang_char.txt."""
+    from wenet_lhotse.formats.kaldi import write_char_units
+
+    path, n = write_char_units(text, out, non_lang_syms=non_lang_syms)
+    click.echo(f"wrote {n} symbols to {path}")

@@ -137,22 +137,27 @@ def validate(path: Pathlike, *, progress: bool = False) -> ValidationResult:
 def _validate_manifest(path: str, problems: SkipReport, check) -> None:
     opener = gzip.open if path.endswith(".gz") else open
     seen = set()
-    with opener(path, "rt", encoding="utf-8") as f:
-        for no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                cut = deserialize_item(json.loads(line))
-            except Exception as err:
-                problems.add(WenetDataError(f"not a Lhotse cut: {err}", path, line=no,
-                                            kind="json"), log=False)
-                continue
-            if cut.id in seen:
-                problems.add(WenetDataError(f"duplicate cut id {cut.id!r}", path, line=no,
-                                            kind="duplicate"), log=False)
-                continue
-            seen.add(cut.id)
-            check(cut, path, line=no)
+    no = 0
+    try:
+        with opener(path, "rt", encoding="utf-8") as f:
+            for no, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    cut = deserialize_item(json.loads(line))
+                except Exception as err:
+                    problems.add(WenetDataError(f"not a Lhotse cut: {err}", path, line=no,
+                                                kind="json"), log=False)
+                    continue
+                if cut.id in seen:
+                    problems.add(WenetDataError(f"duplicate cut id {cut.id!r}", path, line=no,
+                                                kind="duplicate"), log=False)
+                    continue
+                seen.add(cut.id)
+                check(cut, path, line=no)
+    except (OSError, EOFError, UnicodeDecodeError) as err:  # cut short, not gzip, bad bytes
+        problems.add(WenetDataError(f"unreadable after line {no}: {err}", path, line=no + 1,
+                                    kind="truncated"), log=False)
 
 
 def _validate_shar(in_dir: Path, problems: SkipReport, check) -> None:

@@ -20,6 +20,7 @@ from urllib.parse import quote
 from lhotse import AudioSource, fastcopy
 from lhotse.cut import Cut
 
+from wenet_lhotse.convert.files import apply_umask
 from wenet_lhotse.convert.inputs import open_cuts
 from wenet_lhotse.convert.lossless import encode_lossless
 from wenet_lhotse.formats.streams import atomic_output
@@ -70,6 +71,7 @@ def materialize_audio(cut: Cut, audio_dir: Path) -> Cut:
     path = (audio_dir / audio_file_name(cut.id, ext)).absolute()
     with atomic_output(path) as f:
         f.write(data)
+    apply_umask(path)
     channels = cut.recording.channel_ids
     if not (_whole_recording(cut) and src.type == "memory"):
         channels = cut.channel if isinstance(cut.channel, list) else [cut.channel]
@@ -111,7 +113,9 @@ def export_raw_list(
         for cut in tqdm(cuts, desc="export", unit="utt", disable=not progress):
             yield materialize_audio(cut, adir) if _needs_file(cut) else cut
 
-    return write_raw_list(gen(), out_list)
+    out = write_raw_list(gen(), out_list)
+    apply_umask(out)
+    return out
 
 
 def export_shards(
@@ -120,6 +124,7 @@ def export_shards(
     *,
     shard_size: int = 1000,
     list_path: Optional[Pathlike] = None,
+    num_workers: int = 1,
     progress: bool = False,
 ) -> Path:
     """Write WeNet tar shards (``make_shard_list.py`` layout) and their list file.
@@ -127,7 +132,8 @@ def export_shards(
     :param src: anything :func:`~wenet_lhotse.convert.inputs.open_cuts` opens.
     :param out_dir: directory for ``shards_*.tar``.
     :param shard_size: utterances per tar.
-    :param list_path: the shard list to write (default: the writer's default).
+    :param list_path: the shard list to write (default ``out_dir/shards.list``).
+    :param num_workers: processes encoding tars in parallel.
     :return: the shard list path.
     """
     from tqdm.auto import tqdm
@@ -136,4 +142,9 @@ def export_shards(
 
     cuts, _ = open_cuts(src)
     it = tqdm(cuts, desc="export", unit="utt", disable=not progress)
-    return write_wenet_shards(it, out_dir, shard_size=shard_size, list_path=list_path)
+    lst = write_wenet_shards(it, out_dir, shard_size=shard_size, list_path=list_path,
+                             num_workers=num_workers)
+    apply_umask(lst)
+    for tar in Path(lst).read_text(encoding="utf-8").split():
+        apply_umask(tar)
+    return lst

@@ -33,12 +33,12 @@ AUDIO_FORMATS = ("lossless", "flac", "wav", "original", "opus", "mp3")
 
 
 def _on_grid(samples: np.ndarray, bits: int) -> bool:
+    # Scaling by a power of two is exact in floating point, so this test is exact.
     scale = float(2 ** (bits - 1))
-    scaled = samples.astype(np.float64) * scale
-    return bool(
-        np.all(scaled == np.round(scaled)) and scaled.min(initial=0.0) >= -scale
-        and scaled.max(initial=0.0) <= scale - 1
-    )
+    scaled = samples * np.asarray(scale, dtype=samples.dtype)
+    if scaled.size and (scaled.min() < -scale or scaled.max() > scale - 1):
+        return False
+    return bool(np.array_equal(scaled, np.rint(scaled)))
 
 
 def choose_lossless_encoding(samples: np.ndarray) -> Tuple[str, str, str]:

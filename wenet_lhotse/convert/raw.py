@@ -11,6 +11,8 @@ order. Duplicate keys are detected in order, in the calling process.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import gzip
 import json
 import logging
@@ -22,8 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Deque, Iterator, List, Optional, Sequence, Tuple, Union
 
-from lhotse.cut import Cut
+from lhotse.cut import Cut, MonoCut
 
+from wenet_lhotse.convert.files import apply_umask
 from wenet_lhotse.formats.common import KeySet
 from wenet_lhotse.formats.errors import SkipReport, WenetDataError
 from wenet_lhotse.formats.raw_list import LazyWenetRawListIterator, as_path_list
@@ -57,6 +60,43 @@ class ImportResult:
 _JsonCut = Tuple[str, float, bytes]
 
 
+def _plain(obj):
+    """``dataclasses.asdict`` minus None fields, without its deep copies (the result is
+    serialized at once, never mutated)."""
+    if dataclasses.is_dataclass(obj):
+        out = {}
+        for f in _fields(type(obj)):
+            v = getattr(obj, f)
+            if v is not None:
+                out[f] = _plain(v)
+        return out
+    if isinstance(obj, (list, tuple)):
+        return [_plain(x) for x in obj]
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items()}
+    return obj
+
+
+@functools.cache
+def _fields(cls) -> Tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+def cut_to_dict(cut: Cut) -> dict:
+    """``cut.to_dict()``, about 5x faster for the plain cuts a raw list yields
+    (a MonoCut over one recording, no transforms, alignments or nested manifests);
+    anything else goes through Lhotse's own ``to_dict``."""
+    rec = cut.recording
+    if (type(cut) is not MonoCut or rec is None or rec.transforms is not None
+            or cut.features is not None
+            or any(s.alignment is not None for s in cut.supervisions)
+            or any(dataclasses.is_dataclass(v) for v in (cut.custom or {}).values())):
+        return cut.to_dict()
+    d = _plain(cut)
+    d["type"] = "MonoCut"
+    return d
+
+
 def _parse_block(block: _Block, wav_root: Optional[str], as_json: bool = False,
                  probe: bool = True) -> List[Union[Cut, _JsonCut, WenetDataError, None]]:
     """Parse and probe one block of lines (runs in a pool worker). With ``as_json``
@@ -75,7 +115,7 @@ def _parse_block(block: _Block, wav_root: Optional[str], as_json: bool = False,
             out.append(err)
             continue
         if as_json and cut is not None:
-            line = json.dumps(cut.to_dict(), ensure_ascii=False).encode("utf-8") + b"\n"
+            line = json.dumps(cut_to_dict(cut), ensure_ascii=False).encode("utf-8") + b"\n"
             out.append((cut.id, cut.duration, line))
         else:
             out.append(cut)
@@ -255,6 +295,7 @@ def import_raw(
                     bar.set_postfix(skipped=len(report), refresh=False)
         if f is not raw_f:
             f.close()  # writes the gzip trailer; the temp file itself stays open
+    apply_umask(out)
     res.wall_seconds = time.perf_counter() - start
     logger.info("imported %d cuts (%.2f h) into %s; %s", res.num_cuts,
                 res.seconds_of_audio / 3600, out, report.summary())

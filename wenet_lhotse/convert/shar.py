@@ -293,10 +293,22 @@ def wenet_to_shar(
         _remove_partial_dir(out)
     result.written_shards.sort()
     result.seconds = time.perf_counter() - start
+    stale = sorted(p.name for p in out.glob("cuts.*.jsonl.gz")
+                   if _shard_index(p) >= result.num_shards)
+    if stale:
+        logger.warning("%s holds shards beyond this input's %d (%s...): left over from a "
+                       "run with other input or shard size? CutSet.from_shar will read them",
+                       out, result.num_shards, stale[0])
     logger.info("Shar %s: %d shards (%d written, %d already complete), %d utterances written; %s",
                 out, result.num_shards, len(result.written_shards), len(result.skipped_shards),
                 result.num_cuts_written, report.summary())
     return result
+
+
+def _shard_index(path: Path) -> int:
+    """``cuts.000012.jsonl.gz`` -> 12 (-1 when the name has no shard number)."""
+    part = path.name.split(".")[1] if path.name.count(".") >= 2 else ""
+    return int(part) if part.isdigit() else -1
 
 
 def _remove_partial_dir(out_dir: Path) -> None:

@@ -14,7 +14,7 @@ from torch import nn
 
 
 class ConvSubsampling(nn.Module):
-    """Two stride-2 convolutions over (time, freq): 4x fewer frames, like WeNet's Conv2dSubsampling4."""
+    """Two stride-2 convolutions over (time, freq): 4x fewer frames (WeNet's Conv2dSubsampling4)."""
 
     def __init__(self, num_mel_bins: int, channels: int, out_dim: int) -> None:
         super().__init__()

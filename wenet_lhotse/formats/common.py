@@ -60,11 +60,11 @@ class KeySet:
     def add(self, key: str) -> bool:
         """Add ``key``; return False if it was already present."""
         if 2 * (self._n + 1) > len(self._hi):
-            old = list(zip(self._hi, self._lo))
-            self._hi = array("Q", bytes(16 * len(old)))
-            self._lo = array("Q", bytes(16 * len(old)))
+            old_hi, old_lo = self._hi, self._lo  # rehash lazily: no per-key Python objects
+            self._hi = array("Q", bytes(16 * len(old_hi)))
+            self._lo = array("Q", bytes(16 * len(old_hi)))
             self._n = 0
-            for h, low in old:
+            for h, low in zip(old_hi, old_lo):
                 if low:
                     self._insert(h, low)
         return self._insert(*self._digest(key))

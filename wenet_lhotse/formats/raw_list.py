@@ -117,6 +117,12 @@ class LazyWenetRawListIterator(Dillable):
                     if cut is not None:
                         yield cut
 
+    def parse_line(self, raw: bytes, path: str, lineno: int, seen: Optional[KeySet] = None):
+        """One raw line (bytes, with or without its line ending) -> cut, or None for an
+        empty line; raises :class:`WenetDataError` naming ``path:lineno``. For callers
+        that split the work themselves (e.g. parallel header probing)."""
+        return self._parse(raw, path, lineno, seen)
+
     def _parse(self, raw: bytes, path: str, lineno: int, seen: Optional[KeySet]):
         data = raw.rstrip(b"\r\n")  # LF and CRLF endings
         if lineno == 1 and data.startswith(codecs.BOM_UTF8):

@@ -79,21 +79,49 @@ class CutTransform:
         return cuts
 
 
-class AttachAudioDataset(torch.utils.data.Dataset):
-    """Runs ``attach(cuts)`` (e.g. Shar audio for these cuts only) before ``dataset[cuts]``,
-    inside the DataLoader worker."""
+class LoaderDataset(torch.utils.data.Dataset):
+    """What the DataLoader workers run for map-style loading: takes ``(epoch, cuts)``
+    from :class:`EpochTaggedSampler` (or plain ``cuts``), forwards a new epoch to
+    ``dataset.set_epoch`` (persistent workers never see the main process's epoch
+    otherwise; augmentation seeds depend on it), runs ``attach(cuts)`` (Shar audio
+    for these cuts only), then ``dataset[cuts]``."""
 
-    def __init__(self, dataset: Any, attach: Any) -> None:
+    def __init__(self, dataset: Any, attach: Any = None) -> None:
         self.dataset = dataset
         self.attach = attach
+        self._epoch: Optional[int] = None
 
-    def __getitem__(self, cuts: CutSet) -> Any:
-        return self.dataset[self.attach(cuts)]
+    def __getitem__(self, item: Any) -> Any:
+        if isinstance(item, tuple):
+            epoch, cuts = item
+            if epoch != self._epoch and hasattr(self.dataset, "set_epoch"):
+                self.dataset.set_epoch(epoch)
+            self._epoch = epoch
+        else:
+            cuts = item
+        if self.attach is not None:
+            cuts = self.attach(cuts)
+        return self.dataset[cuts]
 
-    def __getattr__(self, name: str) -> Any:
-        if name in ("dataset", "attach"):
-            raise AttributeError(name)
-        return getattr(self.dataset, name)
+
+class EpochTaggedSampler(torch.utils.data.Sampler):
+    """Yields ``(epoch, batch)`` from a :class:`ResumableBucketingSampler`."""
+
+    def __init__(self, sampler: ResumableBucketingSampler) -> None:
+        self.sampler = sampler
+
+    def __iter__(self) -> Iterator[Tuple[int, CutSet]]:
+        # Start the epoch now (not at the first next()), so that a state_dict() taken
+        # right after iter(loader) already refers to the new epoch.
+        return self._tagged(iter(self.sampler))
+
+    def _tagged(self, it: Iterator[CutSet]) -> Iterator[Tuple[int, CutSet]]:
+        while True:  # not ``for``: iter(it) would start yet another epoch
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            yield self.sampler.epoch, batch
 
 
 class PlannedSampler(torch.utils.data.Sampler):
@@ -198,13 +226,20 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
         else:
             self.consumed = 0
             self.epoch += 1
-        if self.mode == "map" and isinstance(self.sampler, ResumableBucketingSampler):
-            self.epoch = self.sampler.epoch
+        if self.bucketing_sampler is not None:
+            self.epoch = self.bucketing_sampler.epoch
         it: Iterator[Any] = inner
         if self.mode == "streamed" and (self.equal_steps_group is not None
                                         or self.max_steps is not None):
             it = EqualStepsIterator(inner, self.equal_steps_group, self.max_steps)
         return self._count(it)
+
+    @property
+    def bucketing_sampler(self) -> Optional[ResumableBucketingSampler]:
+        """The map-style train sampler (``None`` for cv plans and streamed loading)."""
+        s = self.sampler
+        s = getattr(s, "sampler", s)
+        return s if isinstance(s, ResumableBucketingSampler) else None
 
     def _count(self, it: Iterator[Any]) -> Iterator[Any]:
         for batch in it:
@@ -214,16 +249,16 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
     def state_dict(self) -> Dict[str, Any]:
         """Where the training loop is: enough to continue with exactly the next batch
         (map mode) or with the next batch after replaying metadata (streamed mode)."""
-        if isinstance(self.sampler, ResumableBucketingSampler):
-            return {"mode": "map", "sampler": self.sampler.state_dict(self.consumed)}
+        if self.bucketing_sampler is not None:
+            return {"mode": "map", "sampler": self.bucketing_sampler.state_dict(self.consumed)}
         return {"mode": self.mode, "epoch": max(self.epoch, 0), "consumed": self.consumed}
 
     def load_state_dict(self, sd: Mapping[str, Any]) -> None:
         """Restore from :meth:`state_dict`; call before the first ``iter()``."""
         if sd.get("mode") == "map":
-            if not isinstance(self.sampler, ResumableBucketingSampler):
-                raise ValueError("state was saved by a map-style loader; this one is not")
-            self.sampler.load_state_dict(sd["sampler"])
+            if self.bucketing_sampler is None:
+                raise ValueError("state was saved by a map-style train loader; this one is not")
+            self.bucketing_sampler.load_state_dict(sd["sampler"])
             return
         ds = self.dataset
         if not isinstance(ds, StreamedEpochDataset):
@@ -237,17 +272,28 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
 
 
 def make_wenet_dataset(tokenizer: Any, dataset_conf: Mapping[str, Any], split: str, *,
-                       pool_workers: int = 0, seed: int = 0, fault_tolerant: bool = False
-                       ) -> Any:
+                       pool_workers: int = 0, seed: int = 0, fault_tolerant: bool = False,
+                       return_pcm: bool = False) -> Any:
     """Our ``WenetAsrDataset`` with features configured from WeNet's ``dataset_conf``
     (fbank/mfcc/log-mel, speed perturb, resample, spec_aug/sub/trim)."""
     from wenet_lhotse.dataset import WenetAsrDataset
-    from wenet_lhotse.features import features_from_wenet_conf
+    from wenet_lhotse.features.fbank import extractor_from_wenet_conf
+    from wenet_lhotse.features.pool import PooledFeatures
 
-    features = features_from_wenet_conf(dataset_conf, num_workers=pool_workers, seed=seed,
-                                        fault_tolerant=fault_tolerant)
-    return WenetAsrDataset(tokenizer, features, split=split,
-                           return_pcm=bool(getattr(features, "return_audio", False)),
+    conf = dict(dataset_conf)
+    train = split == "train"
+
+    def aug(name: str) -> Any:
+        # WeNet: a boolean switch plus an optional *_conf dict of the function's arguments.
+        return (conf.get(f"{name}_conf") or True) if train and conf.get(name, False) else None
+
+    features = PooledFeatures(
+        extractor_from_wenet_conf(conf), num_workers=pool_workers,
+        speed_perturb=bool(conf.get("speed_perturb", False)) and train,
+        resample_to=(conf.get("resample_conf") or {}).get("resample_rate"),
+        spec_aug=aug("spec_aug"), spec_sub=aug("spec_sub"), spec_trim=aug("spec_trim"),
+        seed=seed, fault_tolerant=fault_tolerant, return_audio=return_pcm)
+    return WenetAsrDataset(tokenizer, features, split=split, return_pcm=return_pcm,
                            fault_tolerant=fault_tolerant)
 
 
@@ -318,7 +364,8 @@ def build_dataloader(
     if dataset is None:
         dataset = make_wenet_dataset(tokenizer, cfg.dataset_conf, split,
                                      pool_workers=lconf.pool_workers, seed=seed,
-                                     fault_tolerant=lconf.fault_tolerant)
+                                     fault_tolerant=lconf.fault_tolerant,
+                                     return_pcm=lconf.return_pcm)
     filter_conf = cfg.dataset_conf.get("filter_conf") or {}
     use_filter = tokenizer is not None and split != "infer"
     transforms = [CutTransform(tokenizer if use_filter else None,
@@ -357,10 +404,8 @@ def build_dataloader(
         max_duration = max(max_duration, max(c.duration for c in sample))
         logger.info("%s batches: max_duration %.1f s (%s), %d buckets, %s", split, max_duration,
                     cfg.batching.formula or "given", len(bins) + 1, mode)
-        if any(s.type == "shar" for s in specs):
-            dataset_for_loader = AttachAudioDataset(dataset, SharAudioAttacher())
-        else:
-            dataset_for_loader = dataset
+        attach = SharAudioAttacher() if any(s.type == "shar" for s in specs) else None
+        dataset_for_loader = LoaderDataset(dataset, attach)
         if split == "train":
             depth = max(lconf.snapshot_depth,
                         num_workers * (prefetch_factor or 2) + 4 if num_workers else 4)
@@ -369,6 +414,7 @@ def build_dataloader(
                 max_cuts=cfg.batching.max_cuts, shuffle=cfg.shuffle, drop_last=False,
                 buffer_size=cfg.buffer_size, quadratic_duration=lconf.quadratic_duration,
                 world_size=ws, rank=rk, seed=seed, snapshot_depth=depth)
+            loader_sampler: Any = EpochTaggedSampler(sampler)
         else:
             mux.start(0)
             with warnings.catch_warnings():
@@ -379,8 +425,9 @@ def build_dataloader(
                     drop_last=False, world_size=1, rank=0, buffer_size=cfg.buffer_size,
                     quadratic_duration=lconf.quadratic_duration))
             plan = plan_partition(plan, ws)
-            sampler = PlannedSampler(plan[rk::ws])
-        loader = LhotseDataLoader(dataset_for_loader, mode="map", sampler=sampler, **loader_kw)
+            loader_sampler = PlannedSampler(plan[rk::ws])
+        loader = LhotseDataLoader(dataset_for_loader, mode="map", sampler=loader_sampler,
+                                  **loader_kw)
         return dataset, loader
 
     # streamed

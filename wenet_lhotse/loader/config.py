@@ -38,6 +38,7 @@ translated to a duration budget for Lhotse's ``DynamicBucketingSampler``:
       fault_tolerant: false    # skip (and count) unreadable items instead of raising
       steps_per_epoch: null    # streamed mode: fixed steps per epoch (else: first rank out)
       snapshot_depth: 64       # batches of resume state kept (>= prefetch depth)
+      return_pcm: false        # add pcm / pcm_length (the waveform) to each batch
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ class LhotseConf:
     fault_tolerant: bool = False
     steps_per_epoch: Optional[int] = None
     snapshot_depth: int = 64
+    return_pcm: bool = False
 
     @classmethod
     def from_dict(cls, conf: Optional[Mapping[str, Any]]) -> LhotseConf:

@@ -257,8 +257,9 @@ class ResumableMux:
     first with ``stop_early``), with the RNG seeded by ``seed + epoch``.
     One stream is read straight through (no RNG)."""
 
-    def __init__(self, streams: Sequence[PositionedStream], weights: Optional[Sequence[float]] = None,
-                 seed: int = 0, stop_early: bool = False) -> None:
+    def __init__(self, streams: Sequence[PositionedStream],
+                 weights: Optional[Sequence[float]] = None, seed: int = 0,
+                 stop_early: bool = False) -> None:
         self.streams = list(streams)
         self.weights = list(weights) if weights is not None else [1.0] * len(self.streams)
         if len(self.weights) != len(self.streams):
@@ -470,7 +471,8 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
         state = BucketSelectionState(bucket_rng=bucket_rng, num_buckets=len(self.duration_bins) + 1,
                                      world_size=self.world_size)
         if sel_state is not None:
-            state.restore({k: _tuplify(v) if k == "_bucket_rng" else v for k, v in sel_state.items()})
+            state.restore({k: _tuplify(v) if k == "_bucket_rng" else v
+                           for k, v in sel_state.items()})
         return _ResumableBucketer(
             self.mux, state, duration_bins=self.duration_bins, world_size=self.world_size,
             max_duration=self.max_duration, max_cuts=self.max_cuts, drop_last=self.drop_last,
@@ -552,8 +554,9 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
     def load_state_dict(self, sd: Dict[str, Any]) -> None:
         sd = dict(sd)
         if sd.get("world_size") != self.world_size:
-            raise ValueError(f"cannot restore a sampler saved with world_size={sd.get('world_size')} "
-                             f"into world_size={self.world_size}: batches would differ")
+            raise ValueError(f"cannot restore a sampler saved with world_size="
+                             f"{sd.get('world_size')} into world_size={self.world_size}: "
+                             f"batches would differ")
         if sd.get("seed") != self.seed:
             raise ValueError(f"sampler seed mismatch: saved {sd.get('seed')}, now {self.seed}")
         self.shuffle = sd["shuffle"]

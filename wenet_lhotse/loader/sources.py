@@ -68,7 +68,8 @@ class SourceSpec:
 
     @property
     def paths(self) -> List[str]:
-        return [str(p) for p in (self.path if isinstance(self.path, (list, tuple)) else [self.path])]
+        paths = self.path if isinstance(self.path, (list, tuple)) else [self.path]
+        return [str(p) for p in paths]
 
     @property
     def streamed(self) -> bool:

@@ -1,0 +1,227 @@
+#!/usr/bin/env python
+"""Import/conversion benchmark (prints figures; not a test).
+
+1. Raw list import rate (lines/s = files probed/s): header probing serial vs a
+   process pool vs a thread pool, same list, side by side.
+2. Shard -> Shar conversion rate against simply reading the same tar bytes
+   (and against streaming the tars with ``tarfile``), side by side; the ratio
+   is what matters, absolute numbers depend on the machine.
+3. Peak RSS while streaming a raw list of 100k and 1M lines, each in a fresh
+   subprocess (``resource.getrusage(RUSAGE_SELF).ru_maxrss``): growth from the
+   baseline must not depend on the list length (duplicate-key detection, on by
+   default in the readers, costs 32-64 bytes per key and is measured separately).
+
+Default run: a few minutes at most on 2 busy cores. Sizes are flags; see --help.
+
+    python bench/import_bench.py
+    python bench/import_bench.py --lines 50000 --shard-utts 1000 -j 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+
+def _rss_mb() -> float:
+    # ru_maxrss is in kilobytes on Linux.
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _write_list(base_lines, path: Path, n: int, with_meta: bool) -> None:
+    """``n`` lines cycling over the real files of ``base_lines`` with unique keys."""
+    with open(path, "w", encoding="utf-8") as f:
+        for i in range(n):
+            obj = dict(base_lines[i % len(base_lines)])
+            obj["key"] = f"utt{i:09d}"
+            if not with_meta:
+                obj.pop("duration", None)
+                obj.pop("sample_rate", None)
+            f.write(json.dumps(obj, ensure_ascii=False) + "\n")
+
+
+def bench_raw_import(corpus, work: Path, lines: int, jobs: int) -> None:
+    from wenet_lhotse.convert.raw import import_raw
+
+    base = [json.loads(x) for x in corpus.data_list.read_text(encoding="utf-8").splitlines()]
+    lst = work / "raw_import.list"
+    _write_list(base, lst, lines, with_meta=False)
+    print(f"\n== raw import: {lines} lines over {len(base)} real wav files "
+          f"(headers probed; the files are in the page cache) ==")
+    rates = {}
+    for name, workers, executor in (("serial", 1, "process"),
+                                    (f"process pool x{jobs}", jobs, "process"),
+                                    (f"thread pool x{jobs}", jobs, "thread")):
+        t0 = time.perf_counter()
+        res = import_raw(lst, work / "raw_import.jsonl.gz", num_workers=workers, executor=executor)
+        dt = time.perf_counter() - t0
+        assert res.num_cuts == lines
+        rates[name] = lines / dt
+        print(f"  {name:<18} {rates[name]:10.0f} lines/s   ({dt:.2f} s)")
+    serial = rates["serial"]
+    for name, r in rates.items():
+        if name != "serial":
+            print(f"  {name} / serial: {r / serial:.2f}x")
+
+
+def _read_bytes(tars) -> int:
+    n = 0
+    for t in tars:
+        with open(t, "rb") as f:
+            while True:
+                b = f.read(1 << 20)
+                if not b:
+                    break
+                n += len(b)
+    return n
+
+
+def _stream_tars(tars) -> int:
+    n = 0
+    for t in tars:
+        with tarfile.open(t, mode="r|") as tar:
+            for m in tar:
+                n += len(tar.extractfile(m).read())
+    return n
+
+
+def bench_shar(work: Path, utts: int, shard_size: int, jobs: int) -> None:
+    from wenet_lhotse.convert.shar import wenet_to_shar
+    from wenet_lhotse.corpus import generate_corpus
+
+    corpus = generate_corpus(work / "shard_corpus", num_utterances=utts, min_duration=1.0,
+                             max_duration=6.0, duration_dist="realistic", shard_size=shard_size,
+                             seed=1)
+    tars = corpus.shards_list.read_text().split()
+    size = sum(os.path.getsize(t) for t in tars)
+    hours = corpus.total_duration / 3600
+    print(f"\n== shards -> Shar: {utts} utterances ({hours:.2f} h), {len(tars)} tars, "
+          f"{size / 1e6:.1f} MB ==")
+    _read_bytes(tars)  # warm the page cache so every contender reads from memory
+    rows = []
+    t0 = time.perf_counter()
+    _read_bytes(tars)
+    rows.append(("read tar bytes", time.perf_counter() - t0))
+    t0 = time.perf_counter()
+    _stream_tars(tars)
+    rows.append(("tarfile stream members", time.perf_counter() - t0))
+    for j in sorted({1, jobs}):
+        out = work / f"shar_j{j}"
+        t0 = time.perf_counter()
+        res = wenet_to_shar(corpus.shards_list, out, num_jobs=j)
+        rows.append((f"to Shar lossless -j {j}", time.perf_counter() - t0))
+        assert res.num_cuts_written == utts
+    base = rows[0][1]
+    for name, dt in rows:
+        print(f"  {name:<24} {dt:8.3f} s  {utts / dt:10.0f} utt/s  {size / 1e6 / dt:8.1f} MB/s  "
+              f"{corpus.total_duration / dt:9.0f}x real time  ratio to read {dt / base:8.1f}")
+
+
+def _rss_child(list_path: str, check_duplicates: bool, probe: bool) -> None:
+    from wenet_lhotse.formats.raw_list import read_raw_list
+
+    cuts = read_raw_list(list_path, probe=probe, check_duplicates=check_duplicates)
+    # Warm up: the first cuts import lazily loaded modules; the baseline follows them.
+    it = iter(cuts)
+    n = 0
+    for _ in range(1000):
+        next(it)
+        n += 1
+    before = _rss_mb()
+    t0 = time.perf_counter()
+    for _ in it:
+        n += 1
+    dt = time.perf_counter() - t0
+    print(json.dumps({"n": n, "before_mb": before, "peak_mb": _rss_mb(), "seconds": dt}))
+
+
+def bench_rss(corpus, work: Path, small: int, large: int, probe: bool) -> None:
+    base = [json.loads(x) for x in corpus.data_list.read_text(encoding="utf-8").splitlines()]
+    import soundfile as sf
+
+    for obj in base:  # lines carrying duration/sample_rate may skip the header probe
+        info = sf.info(obj["wav"])
+        obj["duration"], obj["sample_rate"] = info.frames / info.samplerate, info.samplerate
+    print(f"\n== peak RSS streaming a raw list (read_raw_list, probe={probe}; lines over "
+          f"{len(base)} real files; fresh subprocess each) ==")
+    lists = {}
+    for n in (small, large):
+        lists[n] = work / f"rss_{n}.list"
+        _write_list(base, lists[n], n, with_meta=True)
+    runs = [(small, False), (large, False), (large, True)]
+    results = {}
+    for n, dups in runs:
+        cmd = [sys.executable, __file__, "--rss-child", str(lists[n])]
+        if dups:
+            cmd.append("--rss-dups")
+        if probe:
+            cmd.append("--rss-probe")
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        r = json.loads(out.strip().splitlines()[-1])
+        results[(n, dups)] = r
+        print(f"  {n:>9} lines  duplicate check {'on ' if dups else 'off'}  "
+              f"baseline {r['before_mb']:7.1f} MB  peak {r['peak_mb']:7.1f} MB  "
+              f"growth {r['peak_mb'] - r['before_mb']:6.1f} MB  "
+              f"({r['n'] / r['seconds']:.0f} lines/s)")
+    g_small = results[(small, False)]["peak_mb"] - results[(small, False)]["before_mb"]
+    g_large = results[(large, False)]["peak_mb"] - results[(large, False)]["before_mb"]
+    print(f"  growth {large} vs {small} lines (no duplicate check): "
+          f"{g_large:.1f} MB vs {g_small:.1f} MB")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--lines", type=int, default=20000, help="raw import: list lines")
+    ap.add_argument("--wavs", type=int, default=200, help="real wav files the lists cycle over")
+    ap.add_argument("--shard-utts", type=int, default=300, help="shard->Shar: utterances")
+    ap.add_argument("--shard-size", type=int, default=50, help="shard->Shar: utterances per tar")
+    ap.add_argument("--rss-small", type=int, default=100_000, help="RSS: short list lines")
+    ap.add_argument("--rss-large", type=int, default=1_000_000, help="RSS: long list lines")
+    ap.add_argument("--rss-probe", action="store_true",
+                    help="RSS: probe every header (slow: ~5k lines/s) instead of trusting "
+                         "the lines' duration/sample_rate")
+    ap.add_argument("-j", "--jobs", type=int, default=min(4, os.cpu_count() or 1),
+                    help="pool size for the parallel runs")
+    ap.add_argument("--only", choices=["raw", "shar", "rss"], action="append",
+                    help="run only these parts (repeatable)")
+    ap.add_argument("--workdir", type=Path, default=None, help="keep files here (default: tmp)")
+    ap.add_argument("--rss-child", help=argparse.SUPPRESS)
+    ap.add_argument("--rss-dups", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.rss_child:
+        _rss_child(args.rss_child, args.rss_dups, args.rss_probe)
+        return
+
+    import logging
+
+    logging.basicConfig(level=logging.WARNING)
+    from wenet_lhotse.corpus import generate_corpus
+
+    parts = args.only or ["raw", "shar", "rss"]
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average "
+          f"{os.getloadavg()[0]:.2f}, pool size {args.jobs}")
+    with tempfile.TemporaryDirectory() as tmp:
+        work = args.workdir or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        corpus = generate_corpus(work / "corpus", num_utterances=args.wavs, min_duration=1.0,
+                                 max_duration=3.0, seed=0)
+        if "raw" in parts:
+            bench_raw_import(corpus, work, args.lines, args.jobs)
+        if "shar" in parts:
+            bench_shar(work, args.shard_utts, args.shard_size, args.jobs)
+        if "rss" in parts:
+            bench_rss(corpus, work, args.rss_small, args.rss_large, args.rss_probe)
+        print(f"\ntotal {time.perf_counter() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

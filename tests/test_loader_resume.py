@@ -1,0 +1,141 @@
+"""Resume: state_dict mid-epoch, restore in a fresh process, exactly the batches that follow,
+without touching the audio of the skipped batches."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tarfile
+import textwrap
+
+import pytest
+from lhotse import CutSet
+
+from wenet_lhotse.corpus import generate_corpus
+from wenet_lhotse.formats import read_raw_list
+from wenet_lhotse.loader.build import build_dataloader
+
+CONF = {"batch_conf": {"batch_type": "dynamic", "max_frames_in_batch": 900},
+        "lhotse_conf": {"num_buckets": 3, "buffer_size": 30}}
+
+
+class Keys:
+    def __getitem__(self, cuts):
+        return [c.id for c in cuts]
+
+
+class AudioKeys:
+    """Decodes every cut's audio, so a batch fails if its audio is unreadable."""
+
+    def __getitem__(self, cuts):
+        return [c.id for c in cuts if c.load_audio().size > 0]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    # A private corpus: one test makes some of its audio unreadable.
+    root = tmp_path_factory.mktemp("resume")
+    corpus = generate_corpus(root / "corpus", num_utterances=20, min_duration=1.0,
+                             max_duration=4.0, seed=2)
+    cuts = CutSet.from_cuts(list(read_raw_list(corpus.data_list)))
+    cuts.to_file(root / "cuts.jsonl.gz")
+    (root / "shar").mkdir()
+    cuts.to_shar(root / "shar", fields={"recording": "flac"}, shard_size=7)
+    return {"cuts": cuts, "manifest": root / "cuts.jsonl.gz", "shar": root / "shar",
+            "raw": corpus.data_list, "root": root}
+
+
+def _sources(data, kind):
+    if kind == "mux":
+        return [{"path": str(data["manifest"]), "weight": 2, "tags": {"lang": "zh"}},
+                {"path": str(data["raw"]), "type": "raw", "tags": {"lang": "en"}}]
+    return str(data[kind])
+
+
+@pytest.mark.parametrize("kind", ["manifest", "raw", "shar", "mux"])
+@pytest.mark.parametrize("epoch", [0, 1])
+def test_resume_in_process(data, kind, epoch):
+    _, ref = build_dataloader(_sources(data, kind), None, CONF, "train", dataset=Keys(), seed=9)
+    for _ in range(epoch):
+        list(ref)
+    expected = list(ref) + list(ref)  # this epoch and the next
+    for k in (0, 1, len(expected) // 4):
+        _, loader = build_dataloader(_sources(data, kind), None, CONF, "train", dataset=Keys(),
+                                     seed=9)
+        for _ in range(epoch):
+            list(loader)
+        it = iter(loader)
+        for _ in range(k):
+            next(it)
+        sd = json.loads(json.dumps(loader.state_dict()))  # plain data
+        _, fresh = build_dataloader(_sources(data, kind), None, CONF, "train", dataset=Keys(),
+                                    seed=9)
+        fresh.load_state_dict(sd)
+        n_rest = len(expected) // 2 - k
+        assert list(fresh) + list(fresh) == expected[k:k + n_rest] + expected[len(expected) // 2:]
+
+
+def test_state_at_epoch_end_resumes_next_epoch(data):
+    _, loader = build_dataloader(str(data["manifest"]), None, CONF, "train", dataset=Keys())
+    list(loader)
+    second = list(loader)
+    _, loader = build_dataloader(str(data["manifest"]), None, CONF, "train", dataset=Keys())
+    list(loader)
+    _, fresh = build_dataloader(str(data["manifest"]), None, CONF, "train", dataset=Keys())
+    fresh.load_state_dict(loader.state_dict())
+    assert list(fresh) == second
+
+
+SCRIPT = textwrap.dedent("""
+    import json, sys, torch
+    from wenet_lhotse.loader.build import build_dataloader
+    from tests.test_loader_resume import AudioKeys, CONF
+    src, state_path, k, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    _, loader = build_dataloader(json.loads(src), None, CONF, "train", dataset=AudioKeys(),
+                                 seed=4, num_workers=2, prefetch_factor=3)
+    if k >= 0:  # first run: consume k batches (workers prefetch more), save the state
+        it = iter(loader)
+        [next(it) for _ in range(k)]
+        torch.save(loader.state_dict(), state_path)
+        rest = list(it)
+    else:  # fresh process: restore
+        loader.load_state_dict(torch.load(state_path))
+        rest = list(loader)
+    json.dump(rest, open(out, "w"))
+""")
+
+
+def _run(args, cwd):
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, *map(str, args)], capture_output=True,
+                          text=True, timeout=120, cwd=cwd)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("kind", ["manifest", "shar"])
+def test_resume_in_fresh_process_never_touches_skipped_audio(data, kind, tmp_path, request):
+    repo = request.config.rootpath
+    src = json.dumps(_sources(data, kind))
+    state = tmp_path / "state.pt"
+    _run([src, state, 3, tmp_path / "first.json"], repo)
+    first = json.loads((tmp_path / "first.json").read_text())
+    # Make the audio of everything not in the remaining batches unreadable.
+    later = {k for b in first for k in b}
+    done = [c for c in data["cuts"] if c.id not in later]
+    assert done
+    if kind == "manifest":
+        for c in done:
+            p = c.recording.sources[0].source
+            open(p, "wb").close()  # an empty file: decoding it fails
+    else:
+        ids = {c.id for c in done}
+        for tar in data["shar"].glob("recording.*.tar"):
+            with tarfile.open(tar) as tf:
+                spans = [(m.offset_data, m.size) for m in tf
+                         if m.name.rsplit(".", 1)[0] in ids and not m.name.endswith(".json")]
+            with open(tar, "r+b") as f:
+                for off, size in spans:
+                    f.seek(off)
+                    f.write(b"\0" * size)
+    _run([src, state, -1, tmp_path / "second.json"], repo)
+    assert json.loads((tmp_path / "second.json").read_text()) == first
