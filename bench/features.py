@@ -24,7 +24,8 @@ import argparse
 import os
 import tempfile
 import time
-from typing import Callable, List
+import warnings
+from typing import Callable, Dict
 
 import numpy as np
 import torch
@@ -34,14 +35,18 @@ from wenet_lhotse.features import PooledFeatures, WenetFbank, WenetFbankConfig
 from wenet_lhotse.features.reference import load_torchaudio_kaldi
 
 
-def best_of(fn: Callable[[], object], repeats: int) -> float:
-    fn()  # warm-up: caches, allocator
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+def interleaved_best(candidates: Dict[str, Callable[[], object]], rounds: int) -> Dict[str, float]:
+    """Best wall time (s) of each candidate, timed round-robin so that load from other
+    processes on a shared machine hits all candidates alike."""
+    for fn in candidates.values():
+        fn()  # warm-up: caches, allocator, worker start-up
+    best = {name: float("inf") for name in candidates}
+    for _ in range(rounds):
+        for name, fn in candidates.items():
+            t0 = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - t0)
+    return best
 
 
 def bench_extractors(repeats: int) -> None:
@@ -61,36 +66,35 @@ def bench_extractors(repeats: int) -> None:
 
 
 def _extractor_rows(dither, waves, tensors, seconds, kaldi, repeats) -> None:
-    rows = []
     ours = WenetFbank(WenetFbankConfig(num_mel_bins=80, dither=dither))
-    t_ours = best_of(lambda: [ours.extract(w, 16000) for w in tensors], repeats)
-    t_batch = best_of(lambda: ours.extract_batch(waves, 16000), repeats)
-    t_ta = diff = None
+    candidates: Dict[str, Callable[[], object]] = {}
     if kaldi is not None:
         def ta():
             return [kaldi.fbank(w * 32768, num_mel_bins=80, frame_length=25, frame_shift=10,
                                 dither=dither, energy_floor=0.0, sample_frequency=16000)
                     for w in tensors]
-        t_ta = best_of(ta, repeats)
-        if dither == 0.0:
-            diff = max(float((a - b).abs().max()) for a, b in
-                       zip(ta(), [ours.extract(w, 16000) for w in tensors]))
-    rows.append(("torchaudio kaldi.fbank", t_ta, "0" if dither == 0 else None))
-    rows.append(("WenetFbank.extract", t_ours, diff))
-    rows.append(("WenetFbank.extract_batch", t_batch, None))
+        candidates["torchaudio kaldi.fbank"] = ta
+    candidates["WenetFbank.extract"] = lambda: [ours.extract(w, 16000) for w in tensors]
+    candidates["WenetFbank.extract_batch"] = lambda: ours.extract_batch(waves, 16000)
+    diffs = {}
     if dither == 0.0:
         from lhotse import Fbank, FbankConfig
 
         lh = Fbank(FbankConfig(num_filters=80))
-        t_lh = best_of(lambda: [lh.extract(w, 16000) for w in waves], repeats)
-        rows.append(("lhotse Fbank (its defaults)", t_lh, "n/a (other features)"))
-    for name, t, d in rows:
-        if t is None:
-            print(f"| {name} | {dither} | (not available) | | |")
-            continue
+        candidates["lhotse Fbank (its defaults)"] = lambda: [lh.extract(w, 16000) for w in waves]
+        diffs["lhotse Fbank (its defaults)"] = "n/a (other features)"
+        if kaldi is not None:
+            ref = [r.numpy() for r in candidates["torchaudio kaldi.fbank"]()]
+            for name in ("WenetFbank.extract", "WenetFbank.extract_batch"):
+                ours_out = [np.asarray(o) for o in candidates[name]()]
+                diffs[name] = f"{max(np.abs(a - b).max() for a, b in zip(ref, ours_out)):.1e}"
+    best = interleaved_best(candidates, repeats)
+    t_ta = best.get("torchaudio kaldi.fbank")
+    if t_ta is None:
+        print(f"| torchaudio kaldi.fbank | {dither} | (not available) | | |")
+    for name, t in best.items():
         rel = f"{t_ta / t:.2f}x" if t_ta else ""
-        dd = d if isinstance(d, str) else ("" if d is None else f"{d:.1e}")
-        print(f"| {name} | {dither} | {seconds / t:,.0f} | {rel} | {dd} |")
+        print(f"| {name} | {dither} | {seconds / t:,.0f} | {rel} | {diffs.get(name, '')} |")
 
 
 class _Dataset(torch.utils.data.Dataset):
@@ -115,7 +119,46 @@ def load_cuts(data_list: str):
     return CutSet.from_cuts(cuts)
 
 
-def bench_loader(num_utts: int, epochs: int) -> None:
+def _spin(n: int) -> float:
+    t0 = time.perf_counter()
+    s = 0
+    for i in range(n):
+        s += i * i
+    return time.perf_counter() - t0
+
+
+def _tree_cpu_seconds():
+    """User+system CPU seconds of this process and all its descendants (DataLoader
+    workers, pool workers), or None without psutil. The loader table's last column
+    is the CPU cost of the pipeline, which, unlike speed, a busy machine does not hide."""
+    try:
+        import psutil
+    except ImportError:
+        return None
+    me = psutil.Process()
+    total = 0.0
+    for p in [me, *me.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def cpu_scaling() -> float:
+    """How much more pure-Python work 2 processes do than 1 right now (2.0 on an idle
+    machine with >= 2 free cores): read the pool ratios against it."""
+    import multiprocessing as mp
+
+    n = 3_000_000
+    one = min(_spin(n) for _ in range(3))
+    with mp.get_context("fork").Pool(2) as pool:
+        two = min(max(pool.map(_spin, [n, n])) for _ in range(3))
+    return 2 * one / two
+
+
+def bench_loader(num_utts: int, rounds: int) -> None:
     from lhotse.dataset import DynamicBucketingSampler
 
     tmp = tempfile.mkdtemp(prefix="wenet_lhotse_bench_")
@@ -124,45 +167,54 @@ def bench_loader(num_utts: int, epochs: int) -> None:
     cuts = load_cuts(str(paths.data_list))
     total = paths.total_duration
     print(f"\n## Loader throughput: {num_utts} utterances, {total / 60:.1f} min of audio, "
-          f"train augmentation (speed perturb, dither 0.1, spec_aug), best of {epochs} "
-          f"epochs after a warm-up epoch, {os.cpu_count()} CPUs\n")
-    print("| setup | busy processes | audio s / s | vs pool 1 |")
-    print("|---|---|---|---|")
+          f"train augmentation (speed perturb, dither 0.1, spec_aug), best of {rounds} "
+          f"epochs (round-robin over setups) after a warm-up epoch, {os.cpu_count()} CPUs\n")
+    print(f"CPU check: 2 processes do {cpu_scaling():.2f}x the work of 1 right now "
+          "(2.00 = two free cores)\n")
+    print("| setup | busy processes | audio s / s | vs pool 1 | CPU ms / audio s |")
+    print("|---|---|---|---|---|")
     extractor = WenetFbank(WenetFbankConfig(num_mel_bins=80, dither=0.1))
 
-    def run(loader_workers: int, pool: int) -> float:
-        features = PooledFeatures(extractor, num_workers=pool, speed_perturb=True,
-                                  spec_aug=True, seed=0)
-        sampler = DynamicBucketingSampler(cuts, max_duration=120.0, num_buckets=4,
-                                          shuffle=False)
-        loader = torch.utils.data.DataLoader(
-            _Dataset(features), sampler=sampler, batch_size=None,
-            num_workers=loader_workers, persistent_workers=loader_workers > 0)
-        times: List[float] = []
-        try:
-            for epoch in range(epochs + 1):
-                t0 = time.perf_counter()
-                seconds = sum(dur for _, dur in loader)
-                if epoch:  # epoch 0 warms up workers, pools and caches
-                    times.append(time.perf_counter() - t0)
-        finally:
-            del loader
-            features.close()
-        assert abs(seconds - total) < 1.0, (seconds, total)
-        return total / min(times)
-
-    setups = [
+    setups = [  # name, DataLoader workers, pool workers, busy processes
         ("pool 1, no DataLoader workers", 0, 1, 1),
         ("(a) DataLoader workers 2, pool 0", 2, 0, 2),
         ("(b) pool 2, no DataLoader workers", 0, 2, 2),
         ("(c) DataLoader worker 1 + pool 2", 1, 2, 2),
-        ("in-process (workers 0, pool 0)", 0, 0, 1),
+        ("in-process (DataLoader workers 0, pool 0)", 0, 0, 1),
     ]
-    base = None
-    for name, workers, pool, busy in setups:
-        speed = run(workers, pool)
-        base = base or speed
-        print(f"| {name} | {busy} | {speed:,.0f} | {speed / base:.2f}x |")
+    features, loaders, epochs_of = [], [], {}
+    cpu: Dict[str, float] = {}
+    for name, loader_workers, pool, _ in setups:
+        f = PooledFeatures(extractor, num_workers=pool, speed_perturb=True, spec_aug=True,
+                           seed=0)
+        sampler = DynamicBucketingSampler(cuts, max_duration=120.0, num_buckets=4,
+                                          shuffle=False)
+        loader = torch.utils.data.DataLoader(
+            _Dataset(f), sampler=sampler, batch_size=None, num_workers=loader_workers,
+            persistent_workers=loader_workers > 0)
+        features.append(f)
+        loaders.append(loader)
+
+        def epoch(loader=loader, name=name) -> None:
+            cpu0 = _tree_cpu_seconds()
+            seconds = sum(dur for _, dur in loader)
+            assert abs(seconds - total) < 1.0, (seconds, total)
+            if cpu0 is not None:
+                used = _tree_cpu_seconds() - cpu0
+                cpu[name] = min(cpu.get(name, float("inf")), used)
+
+        epochs_of[name] = epoch
+    try:
+        best = interleaved_best(epochs_of, rounds)
+    finally:
+        for f in features:
+            f.close()
+        del loaders
+    base = total / best[setups[0][0]]
+    for name, _, _, busy in setups:
+        speed = total / best[name]
+        cost = f"{1000 * cpu[name] / total:.2f}" if name in cpu else "(needs psutil)"
+        print(f"| {name} | {busy} | {speed:,.0f} | {speed / base:.2f}x | {cost} |")
 
 
 def main() -> None:
@@ -171,9 +223,10 @@ def main() -> None:
     parser.add_argument("--num-utts", type=int, default=None, help="corpus size (utterances)")
     parser.add_argument("--skip-loader", action="store_true")
     args = parser.parse_args()
-    bench_extractors(repeats=3 if args.quick else 10)
+    warnings.filterwarnings("ignore", message=".*eagerly read CutSet.*")
+    bench_extractors(repeats=3 if args.quick else 15)
     if not args.skip_loader:
-        bench_loader(args.num_utts or (80 if args.quick else 300), epochs=1 if args.quick else 2)
+        bench_loader(args.num_utts or (80 if args.quick else 300), rounds=2 if args.quick else 4)
 
 
 if __name__ == "__main__":

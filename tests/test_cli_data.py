@@ -57,6 +57,7 @@ def test_docs_commands_run(tmp_path, monkeypatch):
     assert len(CutSet.from_file(data / "cuts.jsonl.gz")) == 30
     assert len(CutSet.from_shar(in_dir=data / "shar").to_eager()) == 30
     assert len(CutSet.from_shar(in_dir=data / "shar_from_raw").to_eager()) == 30
+    assert len(CutSet.from_shar(in_dir=data / "shar_copied").to_eager()) == 30
     assert len((data / "exported" / "data.list").read_text().splitlines()) == 30
     assert len((data / "shards2.list").read_text().splitlines()) == 2
     assert (data / "stats.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -136,6 +137,15 @@ def test_validate_finds_undecodable_audio_and_truncated_tar(sharded, corpus, tmp
     assert f"{cut_tar}[" in res.stdout and "[truncated]" in res.stdout
 
 
+def test_validate_finds_duplicate_keys_across_tars(sharded, tmp_path):
+    tars = sharded.shards_list.read_text().split()
+    shards = tmp_path / "shards.list"
+    shards.write_text(f"{tars[0]}\n{tars[1]}\n{tars[0]}\n")
+    res = run("validate", shards, code=1)
+    assert "duplicate: 5" in res.stdout and "10 utterances OK" in res.stdout
+    assert f"{tars[0]}[{sharded.keys[0]}]: [duplicate]" in res.stdout
+
+
 def test_validate_good_inputs_exit_zero(sharded, tmp_path):
     run("validate", sharded.shards_list)
     run("import", sharded.data_list, "--shar", tmp_path / "shar", "--shard-size", 5)
@@ -183,3 +193,11 @@ def test_real_subprocess(broken_list, corpus, tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert len(CutSet.from_file(out)) == 20
+
+
+def test_stats_plot_without_matplotlib_says_what_to_install(corpus, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib.backends.backend_agg", None)  # not importable
+    res = run("stats", corpus.data_list, "--plot", tmp_path / "s.png", code=1)
+    assert "plotting needs matplotlib: pip install matplotlib" in res.output
+    assert "utterances : 20" in res.stdout  # the figures still came out
+    assert not (tmp_path / "s.png").exists()

@@ -183,3 +183,27 @@ def test_failed_shard_leaves_nothing_visible(sharded, tmp_path):
     assert [(i.kind, i.line) for i in report] == [("bad_audio", 8)]
     ids = [c.id for c in CutSet.from_shar(in_dir=out)]
     assert ids == paths.keys
+
+
+def test_copy_format_stores_original_bytes(sharded, tmp_path):
+    paths, rich, shard_list = sharded
+    res = wenet_to_shar(shard_list, tmp_path / "shar", audio_format="copy", num_jobs=2)
+    assert res.num_cuts_written == 18
+    _assert_same(read_shard_list(shard_list), CutSet.from_shar(in_dir=tmp_path / "shar"))
+    with tarfile.open(open(shard_list).readline().strip()) as src, \
+            tarfile.open(tmp_path / "shar" / "recording.000000.tar") as dst:
+        a = {m.name: src.extractfile(m).read() for m in src if m.name.endswith(".wav")}
+        b = {m.name: dst.extractfile(m).read() for m in dst if m.name.endswith(".wav")}
+    assert a == b and len(a) == 5  # the very same WAV bytes
+    # A segment (start/end) is not a whole file: it falls back to lossless encoding.
+    lines = rich.read_text().splitlines()
+    seg = json.loads(lines[0])
+    seg.update(start=0.1, end=0.4)
+    lst = tmp_path / "seg.list"
+    lst.write_text(json.dumps(seg) + "\n" + lines[1] + "\n")
+    wenet_to_shar(lst, tmp_path / "seg_shar", audio_format="copy")
+    with tarfile.open(tmp_path / "seg_shar" / "recording.000000.tar") as tar:
+        names = [n for n in tar.getnames() if not n.endswith(".json")]
+    keys = [json.loads(x)["key"] for x in lst.read_text().splitlines()]
+    assert names == [f"{keys[0]}.flac", f"{keys[1]}.wav"]
+    _assert_same(read_raw_list(lst), CutSet.from_shar(in_dir=tmp_path / "seg_shar"))

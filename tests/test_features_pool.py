@@ -232,15 +232,37 @@ class _PooledDataset(Dataset):
 
 def test_dataloader_worker_pool_cleaned_up_mid_epoch(cuts):
     batches = [cuts.subset(first=2), cuts.subset(first=3), cuts.subset(first=4)] * 3
-    loader = DataLoader(_PooledDataset(PooledFeatures(num_workers=2, **AUG)),
-                        sampler=batches, batch_size=None, num_workers=1)
+    features = PooledFeatures(num_workers=2, **AUG)
+    features(batches[0])  # a pool in this process first: forked workers must not use it
+    main_pool = features.worker_pids
+    loader = DataLoader(_PooledDataset(features), sampler=batches, batch_size=None,
+                        num_workers=1)
     it = iter(loader)
     batch = next(it)
     worker_pid, pool = batch["pid"], batch["pool"]
     assert worker_pid != os.getpid() and len(pool) == 2  # pool inside a daemonic worker
+    assert not set(pool) & set(main_pool)
     # Same features as computed in this process.
     ref = PooledFeatures(num_workers=0, **AUG)(batches[0])
     assert torch.equal(batch["feats"], ref.feats)
     del it, loader
     gc.collect()
     assert wait_gone([worker_pid, *pool]) == []
+    assert all(pid_alive(p) for p in main_pool)  # the main pool is untouched
+    features.close()
+    assert wait_gone(main_pool, 5) == []
+
+
+def test_killed_worker_is_reported_and_pool_restarts(cuts):
+    pf = PooledFeatures(num_workers=2)
+    pf(cuts)
+    victim = pf.worker_pids[0]
+    os.kill(victim, signal.SIGKILL)
+    assert wait_gone([victim], 5) == []
+    with pytest.raises(RuntimeError, match="feature worker"):
+        pf(cuts)
+    res = pf(cuts)  # the broken pool was closed; a fresh one serves this call
+    assert len(res.cuts) == len(cuts) and victim not in pf.worker_pids
+    pids = pf.worker_pids
+    pf.close()
+    assert wait_gone(pids, 5) == []

@@ -13,7 +13,7 @@ import pytest
 from lhotse import CutSet
 
 from wenet_lhotse.corpus import generate_corpus
-from wenet_lhotse.formats import read_raw_list
+from wenet_lhotse.formats import read_raw_list, write_wenet_shards
 from wenet_lhotse.loader.build import build_dataloader
 
 CONF = {"batch_conf": {"batch_type": "dynamic", "max_frames_in_batch": 900},
@@ -42,8 +42,10 @@ def data(tmp_path_factory):
     cuts.to_file(root / "cuts.jsonl.gz")
     (root / "shar").mkdir()
     cuts.to_shar(root / "shar", fields={"recording": "flac"}, shard_size=7)
+    shards = write_wenet_shards(cuts, root / "shards", shard_size=4,
+                                list_path=root / "shards.list")
     return {"cuts": cuts, "manifest": root / "cuts.jsonl.gz", "shar": root / "shar",
-            "raw": corpus.data_list, "root": root}
+            "raw": corpus.data_list, "root": root, "shards": shards}
 
 
 def _sources(data, kind):
@@ -139,3 +141,21 @@ def test_resume_in_fresh_process_never_touches_skipped_audio(data, kind, tmp_pat
                     f.write(b"\0" * size)
     _run([src, state, -1, tmp_path / "second.json"], repo)
     assert json.loads((tmp_path / "second.json").read_text()) == first
+
+
+def test_streamed_resume_continues_with_the_next_batch(data):
+    shards = data["shards"]
+    conf = {**CONF, "lhotse_conf": {**CONF["lhotse_conf"], "mode": "streamed"}}
+    _, ref = build_dataloader(str(shards), None, conf, "train", dataset=Keys(), seed=2)
+    first = list(ref)
+    expected = list(ref)  # epoch 1
+    assert first != expected
+    _, loader = build_dataloader(str(shards), None, conf, "train", dataset=Keys(), seed=2)
+    list(loader)
+    it = iter(loader)
+    [next(it) for _ in range(2)]
+    sd = loader.state_dict()
+    assert sd["epoch"] == 1 and sd["consumed"] == 2
+    _, fresh = build_dataloader(str(shards), None, conf, "train", dataset=Keys(), seed=2)
+    fresh.load_state_dict(sd)
+    assert list(fresh) == expected[2:]

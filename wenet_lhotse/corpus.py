@@ -62,7 +62,8 @@ def _char_params(ch: str) -> tuple:
     return f0, f1, f2
 
 
-def synthesize(text: str, sampling_rate: int, rng: np.random.Generator, rate: float = 1.0) -> np.ndarray:
+def synthesize(text: str, sampling_rate: int, rng: np.random.Generator,
+               rate: float = 1.0) -> np.ndarray:
     """Render ``text`` (characters of :data:`ALPHABET` and spaces) to float32 samples in [-1, 1]."""
     pieces = [np.zeros(int(0.15 * sampling_rate), dtype=np.float32)]
     for ch in text:

@@ -10,9 +10,11 @@ from wenet_lhotse.cli.main import main
 @main.command("corpus")
 @click.argument("out_dir", type=click.Path(file_okay=False))
 @click.option("-n", "--num-utterances", default=50, show_default=True, help="Number of utterances.")
-@click.option("--shard-size", default=None, type=int, help="Also write WeNet tar shards of this many utterances.")
+@click.option("--shard-size", default=None, type=int,
+              help="Also write WeNet tar shards of this many utterances.")
 @click.option("--sampling-rate", default=16000, show_default=True, help="Audio sampling rate (Hz).")
-@click.option("--min-duration", default=1.0, show_default=True, help="Shortest utterance (seconds).")
+@click.option("--min-duration", default=1.0, show_default=True,
+              help="Shortest utterance (seconds).")
 @click.option("--max-duration", default=6.0, show_default=True, help="Longest utterance (seconds).")
 @click.option("--duration-dist", type=click.Choice(["uniform", "realistic"]), default="uniform",
               show_default=True, help="Duration distribution; 'realistic' is AISHELL-like.")

@@ -42,9 +42,10 @@ def _print_skips(report, limit: int = 20) -> None:
               help="Utterances per Shar shard for a raw list [default: 1000]. A shard "
                    "list keeps one Shar shard per input tar.")
 @click.option("--audio-format", default="lossless", show_default=True,
-              type=click.Choice(["lossless", "flac", "wav", "original", "opus", "mp3"]),
+              type=click.Choice(["lossless", "copy", "flac", "wav", "original", "opus", "mp3"]),
               help="Shar audio encoding. 'lossless': decoded samples identical to the "
-                   "source (FLAC for 16/24-bit PCM). opus/mp3 are lossy.")
+                   "source (FLAC for 16/24-bit PCM). 'copy': whole WAV/FLAC files stored "
+                   "byte for byte (several times faster, no compression). opus/mp3 are lossy.")
 @click.option("--wav-root", type=click.Path(file_okay=False), default=None,
               help="Directory that relative 'wav' paths resolve against "
                    "[default: the current directory, as WeNet does].")
@@ -174,12 +175,8 @@ def validate_cmd(path, max_report):
     Example:
       wenet-lhotse validate data/train/data.list
     """
-    import logging
-
     from wenet_lhotse.convert.check import validate
 
-    # Problems are printed below; don't print them twice through the readers' logs.
-    logging.getLogger("wenet_lhotse.formats").setLevel(logging.ERROR)
     res = validate(path, progress=True)
     items = list(res.problems)
     for item in items[:max_report]:

@@ -20,4 +20,5 @@ def main(verbose: int) -> None:
       wenet-lhotse import demo_data/data.list -o demo_data/cuts.jsonl.gz
     """
     level = logging.WARNING - 10 * verbose
-    logging.basicConfig(level=max(level, logging.DEBUG), format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=max(level, logging.DEBUG),
+                        format="%(levelname)s %(name)s: %(message)s")

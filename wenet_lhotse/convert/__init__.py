@@ -7,21 +7,25 @@ Each submodule has one job:
 * :mod:`.inputs`   open any source (raw list, shard list, cuts manifest, Shar dir)
 * :mod:`.raw`      raw list -> ``cuts.jsonl.gz``, headers probed in parallel
 * :mod:`.shar`     WeNet list -> Shar, parallel over output shards, restartable
-* :mod:`.lossless` bit-exact audio encoding for Shar
+* :mod:`.lossless` bit-exact audio encoding for Shar ("lossless" and "copy")
 * :mod:`.export`   cuts/Shar -> raw list or WeNet shards
 * :mod:`.check`    validate: read everything, list every problem
 * :mod:`.stats`    duration / text-length statistics and histograms
+* :mod:`.files`    file-permission helper for atomically written files
 """
 
 from wenet_lhotse.convert.check import ValidationResult, validate
 from wenet_lhotse.convert.export import export_raw_list, export_shards
 from wenet_lhotse.convert.inputs import detect_input_kind, open_cuts
+from wenet_lhotse.convert.lossless import CopyingSharWriter, LosslessAudioTarWriter
 from wenet_lhotse.convert.raw import ImportResult, import_raw, iter_raw_cuts
 from wenet_lhotse.convert.shar import SharConversion, read_shar, shard_is_complete, wenet_to_shar
 from wenet_lhotse.convert.stats import CorpusStats, corpus_stats, plot_stats
 
 __all__ = [
+    "CopyingSharWriter",
     "CorpusStats",
+    "LosslessAudioTarWriter",
     "ImportResult",
     "SharConversion",
     "ValidationResult",

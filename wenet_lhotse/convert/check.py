@@ -21,6 +21,7 @@ from lhotse.cut import Cut
 from lhotse.serialization import deserialize_item
 
 from wenet_lhotse.convert.inputs import detect_input_kind, list_shard_paths, read_one_tar
+from wenet_lhotse.formats.common import KeySet
 from wenet_lhotse.formats.errors import SkipReport, WenetDataError
 
 logger = logging.getLogger(__name__)
@@ -43,12 +44,24 @@ class ValidationResult:
         return len(self.problems) == 0
 
 
+def short_error(err: BaseException) -> str:
+    """One line for an audio loading error. Lhotse's ``AudioLoadingError`` lists every
+    backend it tried and the call chain; the first backend's own message is the
+    useful part (``Exception #0 (...): <class '...LibsndfileError'>: Error : ...``)."""
+    text = str(err).strip()
+    for line in text.splitlines():
+        if line.startswith("Exception #0"):
+            return line.rsplit(">: ", 1)[-1].strip() or type(err).__name__
+    first = text.splitlines()[0] if text else ""
+    return f"{type(err).__name__}: {first}" if first else type(err).__name__
+
+
 def _check_audio(cut: Cut) -> Optional[str]:
     """None when the cut's audio decodes to the advertised number of samples."""
     try:
         audio = cut.load_audio()
     except Exception as err:  # any decoder error is a finding, not a crash
-        return f"audio does not decode: {type(err).__name__}: {err}"
+        return f"audio does not decode: {short_error(err)}"
     if audio.shape[-1] == 0:
         return "audio is empty (0 samples)"
     if cut.num_samples is not None and abs(audio.shape[-1] - cut.num_samples) > 1:
@@ -86,7 +99,7 @@ def validate(path: Pathlike, *, progress: bool = False) -> ValidationResult:
     from tqdm.auto import tqdm
 
     path = str(path)
-    problems = SkipReport()
+    problems = SkipReport(log=False)  # printed by the caller, not logged twice
     try:
         kind = detect_input_kind(path)
     except WenetDataError as err:
@@ -95,8 +108,16 @@ def validate(path: Pathlike, *, progress: bool = False) -> ValidationResult:
     res = ValidationResult(path, kind, problems=problems)
     bar = tqdm(desc="validate", unit="utt", disable=not progress)
 
+    seen = KeySet()  # per-tar/per-shard readers cannot see repeats across tars
+
     def check(cut: Cut, source: str, line: Optional[int] = None,
               member: Optional[str] = None) -> None:
+        if kind in ("shard", "shar") and not seen.add(cut.id):
+            problems.add(WenetDataError(f"duplicate key {cut.id!r} (seen earlier in this "
+                                        "input)", source, line=line, member=member,
+                                        kind="duplicate"), log=False)
+            bar.update(1)
+            return
         msg = _check_audio(cut)
         if msg is None:
             res.num_ok += 1
@@ -124,7 +145,7 @@ def validate(path: Pathlike, *, progress: bool = False) -> ValidationResult:
         elif kind == "shard":
             for tar in list_shard_paths(path):
                 for cut in read_one_tar(tar, strict=False, skip_report=problems):
-                    check(cut, tar, member=cut.id)
+                    check(cut, tar.url, member=cut.id)
         elif kind == "cuts":
             _validate_manifest(path, problems, check)
         else:

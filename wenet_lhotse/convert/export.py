@@ -20,7 +20,6 @@ from urllib.parse import quote
 from lhotse import AudioSource, fastcopy
 from lhotse.cut import Cut
 
-from wenet_lhotse.convert.files import apply_umask
 from wenet_lhotse.convert.inputs import open_cuts
 from wenet_lhotse.convert.lossless import encode_lossless
 from wenet_lhotse.formats.streams import atomic_output
@@ -71,7 +70,6 @@ def materialize_audio(cut: Cut, audio_dir: Path) -> Cut:
     path = (audio_dir / audio_file_name(cut.id, ext)).absolute()
     with atomic_output(path) as f:
         f.write(data)
-    apply_umask(path)
     channels = cut.recording.channel_ids
     if not (_whole_recording(cut) and src.type == "memory"):
         channels = cut.channel if isinstance(cut.channel, list) else [cut.channel]
@@ -113,9 +111,7 @@ def export_raw_list(
         for cut in tqdm(cuts, desc="export", unit="utt", disable=not progress):
             yield materialize_audio(cut, adir) if _needs_file(cut) else cut
 
-    out = write_raw_list(gen(), out_list)
-    apply_umask(out)
-    return out
+    return write_raw_list(gen(), out_list)
 
 
 def export_shards(
@@ -144,7 +140,4 @@ def export_shards(
     it = tqdm(cuts, desc="export", unit="utt", disable=not progress)
     lst = write_wenet_shards(it, out_dir, shard_size=shard_size, list_path=list_path,
                              num_workers=num_workers)
-    apply_umask(lst)
-    for tar in Path(lst).read_text(encoding="utf-8").split():
-        apply_umask(tar)
     return lst

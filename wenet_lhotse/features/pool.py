@@ -34,8 +34,10 @@ import hashlib
 import logging
 import multiprocessing as mp
 import os
+import queue
 import random
 import signal
+import threading
 import time
 from collections import deque
 from contextlib import contextmanager
@@ -79,17 +81,8 @@ def cut_seed(seed: int, epoch: int, cut_id: str) -> int:
 
 
 def cut_source(cut: Any) -> Tuple[str, Optional[str]]:
-    """``(source, member)`` naming where a cut's audio comes from, for error messages.
-
-    Uses ``cut.custom`` keys ``shard``/``tar`` (+ ``member``) or ``source`` when a reader
-    recorded them, else the recording's file path or URL.
-    """
-    custom = getattr(cut, "custom", None) or {}
-    for key in ("shard", "tar", "shard_path"):
-        if custom.get(key):
-            return str(custom[key]), str(custom.get("member") or f"{cut.id}.<audio>")
-    if custom.get("source"):
-        return str(custom["source"]), custom.get("member")
+    """``(source, member)`` naming where a cut's audio comes from, for error messages:
+    the recording's file path or URL, or its in-memory origin (shards, Shar)."""
     rec = getattr(cut, "recording", None)
     if rec is not None and rec.sources:
         src = rec.sources[0]
@@ -203,13 +196,10 @@ def _may_start_children():
             config["daemon"] = True
 
 
-def _worker_main(conn: Connection, pipeline: CutPipeline, parent_pid: int,
-                 inherited: Sequence[Connection]) -> None:
-    # Ctrl-C reaches the whole process group: let the parent decide, not the workers.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    for other in inherited:  # siblings' parent ends, inherited through fork
-        other.close()
-    torch.set_num_threads(1)
+def _read_tasks(conn: Connection, tasks: queue.SimpleQueue, parent_pid: int) -> None:
+    """Worker-side reader thread: move tasks off the pipe as soon as they arrive, so the
+    parent's ``send`` never waits for the worker to finish a cut (no pipe deadlock with
+    big payloads), and watch for the parent's death."""
     while True:
         try:
             if not conn.poll(_PARENT_POLL_S):
@@ -219,6 +209,24 @@ def _worker_main(conn: Connection, pipeline: CutPipeline, parent_pid: int,
             msg = conn.recv()
         except (EOFError, OSError):
             break  # parent closed the pipe or died
+        if msg is None:
+            break
+        tasks.put(msg)
+    tasks.put(None)
+
+
+def _worker_main(conn: Connection, pipeline: CutPipeline, parent_pid: int,
+                 inherited: Sequence[Connection]) -> None:
+    # Ctrl-C reaches the whole process group: let the parent decide, not the workers.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for other in inherited:  # siblings' parent ends, inherited through fork
+        other.close()
+    torch.set_num_threads(1)
+    tasks: queue.SimpleQueue = queue.SimpleQueue()
+    threading.Thread(target=_read_tasks, args=(conn, tasks, parent_pid), daemon=True,
+                     name="task-reader").start()
+    while True:
+        msg = tasks.get()
         if msg is None:
             break
         index, cut_dict, seed, augment = msg
@@ -234,7 +242,6 @@ def _worker_main(conn: Connection, pipeline: CutPipeline, parent_pid: int,
             conn.send(reply)
         except (BrokenPipeError, OSError):
             break
-    conn.close()
 
 
 def _shutdown(procs: List[mp.Process], conns: List[Connection], owner_pid: int,
@@ -272,9 +279,12 @@ def _shutdown(procs: List[mp.Process], conns: List[Connection], owner_pid: int,
 class WorkerPool:
     """``num_workers`` processes that run :meth:`CutPipeline.process` on cut dicts.
 
-    One task at a time per worker: a worker only gets a task while it waits in ``recv``,
-    so big payloads (in-memory audio) cannot deadlock the two pipe directions.
+    Workers read tasks in a separate thread, so the parent's sends never block on a
+    worker busy sending its own result (big in-memory audio cannot deadlock the pipes).
     """
+
+    #: Tasks queued per worker (one running, one waiting).
+    prefetch = 2
 
     def __init__(self, pipeline: CutPipeline, num_workers: int,
                  start_method: Optional[str] = None) -> None:
@@ -321,52 +331,66 @@ class WorkerPool:
     def run(self, tasks: Sequence[tuple]) -> List[tuple]:
         """Run ``(index, cut_dict, seed, augment)`` tasks; replies in task order.
 
-        A worker that dies mid-task breaks the pool (closed) and raises ``RuntimeError``
-        naming the cut; any exception here (e.g. KeyboardInterrupt) also closes the pool,
-        so no stale reply can be read later.
+        Each worker holds up to :attr:`prefetch` tasks, so it never waits for the parent
+        between cuts; tasks go out longest audio first, so no worker is left with a long
+        cut at the end of a batch. A worker that dies mid-task breaks the pool (closed)
+        and raises ``RuntimeError`` naming the cut; any exception here (e.g.
+        KeyboardInterrupt) also closes the pool, so no stale reply is read later.
         """
         results: List[Optional[tuple]] = [None] * len(tasks)
-        todo = deque(range(len(tasks)))
-        idle = list(self._conns)
-        busy: Dict[Connection, int] = {}
+        todo = deque(sorted(range(len(tasks)), key=lambda i: -_task_size(tasks[i])))
+        queued: Dict[Connection, deque] = {c: deque() for c in self._conns}
+        pending = 0
         try:
-            while todo or busy:
-                while todo and idle:
-                    conn = idle.pop()
-                    i = todo.popleft()
-                    conn.send(tasks[i])
-                    busy[conn] = i
-                ready = wait(list(busy), timeout=5.0)
+            while todo or pending:
+                for conn in self._conns:
+                    while todo and len(queued[conn]) < self.prefetch:
+                        i = todo.popleft()
+                        try:
+                            conn.send(tasks[i])
+                        except OSError as err:  # BrokenPipeError: that worker is gone
+                            raise RuntimeError(
+                                f"a feature worker died before taking cut "
+                                f"{tasks[i][1].get('id')!r}"
+                            ) from err
+                        queued[conn].append(i)
+                        pending += 1
+                busy = [c for c in self._conns if queued[c]]
+                ready = wait(busy, timeout=5.0)
                 if not ready:
-                    self._check_alive(busy, tasks)
+                    self._check_alive(queued, tasks)
                 for conn in ready:
-                    i = busy.pop(conn)
                     try:
                         reply = conn.recv()
                     except (EOFError, OSError) as err:
                         raise RuntimeError(
                             f"a feature worker died while processing cut "
-                            f"{tasks[i][1].get('id')!r}"
+                            f"{tasks[queued[conn][0]][1].get('id')!r}"
                         ) from err
-                    results[i] = reply
-                    idle.append(conn)
+                    queued[conn].remove(reply[1])
+                    pending -= 1
+                    results[reply[1]] = reply
         except BaseException:
             self.close()
             raise
         return results  # type: ignore[return-value]
 
-    def _check_alive(self, busy: Dict[Connection, int], tasks: Sequence[tuple]) -> None:
-        for conn, i in busy.items():
-            proc = self._procs[self._conns.index(conn)]
-            if not proc.is_alive():
+    def _check_alive(self, queued: Dict[Connection, deque], tasks: Sequence[tuple]) -> None:
+        for proc, conn in zip(self._procs, self._conns):
+            if queued[conn] and not proc.is_alive():
                 raise RuntimeError(
                     f"feature worker pid {proc.pid} exited with code {proc.exitcode} while "
-                    f"processing cut {tasks[i][1].get('id')!r}"
+                    f"processing cut {tasks[queued[conn][0]][1].get('id')!r}"
                 )
 
     def close(self) -> None:
         """Stop the workers (idempotent)."""
         self._finalizer()
+
+
+def _task_size(task: tuple) -> float:
+    """Audio duration (seconds) of a task's cut, for longest-first scheduling."""
+    return float(task[1].get("duration") or 0.0)
 
 
 # ----------------------------------------------------------------------- the strategy

@@ -89,16 +89,18 @@ class SkippedItem:
 @dataclass
 class SkipReport:
     """Counts and lists every skipped item. Thread-safe; merge reports from workers
-    with :meth:`merge`. Each skip is also logged at WARNING level when recorded."""
+    with :meth:`merge`. Each skip is also logged at WARNING level when recorded,
+    unless ``log=False`` (for callers such as ``validate`` that print the list)."""
 
     items: List[SkippedItem] = field(default_factory=list)
+    log: bool = True
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
-    def add(self, err: WenetDataError, log: bool = True) -> None:
+    def add(self, err: WenetDataError, log: Optional[bool] = None) -> None:
         item = SkippedItem.from_error(err)
         with self._lock:
             self.items.append(item)
-        if log:
+        if self.log if log is None else log:
             logger.warning("skipped %s", item)
 
     def merge(self, other: SkipReport) -> SkipReport:
@@ -127,8 +129,9 @@ class SkipReport:
         return f"{len(self.items)} items skipped ({by_kind})"
 
     def __getstate__(self):
-        return {"items": list(self.items)}
+        return {"items": list(self.items), "log": self.log}
 
     def __setstate__(self, state):
         self.items = state["items"]
+        self.log = state.get("log", True)
         self._lock = threading.Lock()

@@ -16,6 +16,7 @@ streamed from anywhere), one of:
 
 from __future__ import annotations
 
+import functools
 import io
 import logging
 import os
@@ -161,10 +162,19 @@ def open_input(name: str, timeout: float = 60.0) -> BinaryIO:
         raise WenetDataError(f"cannot open: {e}", name, kind="io") from e
 
 
+@functools.lru_cache(maxsize=1)
+def _umask() -> int:
+    mask = os.umask(0o022)  # os.umask can only be read by setting it
+    os.umask(mask)
+    return mask
+
+
 @contextmanager
 def atomic_output(path: Pathlike, mode: str = "wb", encoding: Optional[str] = None) -> Iterator:
     """Open a temporary file next to ``path``; on success flush, fsync and
-    ``os.replace`` it onto ``path``; on error remove it. Parent dirs are created."""
+    ``os.replace`` it onto ``path``; on error remove it. Parent dirs are created.
+    The result gets the permissions a plain ``open()`` gives (0666 minus the umask),
+    not ``mkstemp``'s 0600, so files written for a team stay readable by it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -173,6 +183,7 @@ def atomic_output(path: Pathlike, mode: str = "wb", encoding: Optional[str] = No
             yield f
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -1,1 +1,63 @@
-"""loader"""
+"""Training input: sources -> filters -> mux -> bucketing sampler -> DataLoader, with
+DDP-safe step counts, cheap resume, and WeNet's ``init_dataset_and_dataloader`` drop-in
+(:mod:`wenet_lhotse.wenet_compat`)."""
+
+from wenet_lhotse.loader.build import (
+    LhotseDataLoader,
+    StreamedEpochDataset,
+    build_dataloader,
+    make_wenet_dataset,
+)
+from wenet_lhotse.loader.config import BatchingConfig, LhotseConf, LoaderConfig
+from wenet_lhotse.loader.distributed import (
+    DataWaitMeter,
+    EqualStepsIterator,
+    plan_partition,
+    reduce_cv_loss,
+    world_info,
+)
+from wenet_lhotse.loader.resume import (
+    JsonlReader,
+    ListReader,
+    PositionedStream,
+    ResumableBucketingSampler,
+    ResumableMux,
+    SharAudioAttacher,
+    shar_reader,
+)
+from wenet_lhotse.loader.sources import (
+    SourceSpec,
+    TagCuts,
+    detect_source_type,
+    mux_sources,
+    open_source,
+    parse_sources,
+)
+
+__all__ = [
+    "BatchingConfig",
+    "DataWaitMeter",
+    "EqualStepsIterator",
+    "JsonlReader",
+    "LhotseConf",
+    "LhotseDataLoader",
+    "ListReader",
+    "LoaderConfig",
+    "PositionedStream",
+    "ResumableBucketingSampler",
+    "ResumableMux",
+    "SharAudioAttacher",
+    "SourceSpec",
+    "StreamedEpochDataset",
+    "TagCuts",
+    "build_dataloader",
+    "detect_source_type",
+    "make_wenet_dataset",
+    "mux_sources",
+    "open_source",
+    "parse_sources",
+    "plan_partition",
+    "reduce_cv_loss",
+    "shar_reader",
+    "world_info",
+]

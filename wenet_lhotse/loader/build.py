@@ -320,6 +320,29 @@ def estimate_bins(cuts: Sequence[Cut], num_buckets: int) -> List[float]:
     return [float(b) for b in estimate_duration_buckets(cuts, num_buckets=n)]
 
 
+def _bins_and_budget(cuts: Iterator[Cut], cfg: LoaderConfig, n: int,
+                     specs: Sequence[SourceSpec]) -> Tuple[List[float], float]:
+    """Bucket edges and the duration budget (seconds), from the metadata of the first
+    ``n`` cuts -- only read when needed (no ``duration_bins`` given, or a static
+    ``batch_size`` to turn into seconds)."""
+    lconf = cfg.lhotse
+    need = lconf.duration_bins is None or cfg.batching.max_duration is None
+    sample = list(islice(cuts, n if need else 1))
+    if not sample:
+        raise ValueError(f"no cuts in {[s.name for s in specs]} (after filter_conf)")
+    mean = sum(c.duration for c in sample) / len(sample)
+    budget = cfg.batching.resolve(mean)
+    if lconf.duration_bins is not None:
+        bins = [float(b) for b in lconf.duration_bins]
+    else:
+        # A small data set gets fewer buckets: each should hold at least a full batch.
+        per_batch = max(1.0, budget / mean)
+        bins = estimate_bins(sample, min(lconf.num_buckets, int(len(sample) / per_batch)))
+        logger.info("duration_bins (pass them as lhotse_conf.duration_bins to skip this "
+                    "estimate): %s", [round(b, 3) for b in bins])
+    return bins, budget
+
+
 def build_dataloader(
     sources: Any,
     tokenizer: Any = None,
@@ -395,13 +418,7 @@ def build_dataloader(
                    for s, tf in zip(specs, transforms)]
         mux = ResumableMux(streams, weights, seed=seed, stop_early=lconf.mux_stop_early)
         mux.start(0)
-        sample = list(islice(mux, lconf.num_cuts_for_bins_estimate))
-        if not sample:
-            raise ValueError(f"no cuts in {[s.name for s in specs]} (after filter_conf)")
-        bins = lconf.duration_bins if lconf.duration_bins is not None else \
-            estimate_bins(sample, lconf.num_buckets)
-        max_duration = cfg.batching.resolve(sum(c.duration for c in sample) / len(sample))
-        max_duration = max(max_duration, max(c.duration for c in sample))
+        bins, max_duration = _bins_and_budget(mux, cfg, lconf.num_cuts_for_bins_estimate, specs)
         logger.info("%s batches: max_duration %.1f s (%s), %d buckets, %s", split, max_duration,
                     cfg.batching.formula or "given", len(bins) + 1, mode)
         attach = SharAudioAttacher() if any(s.type == "shar" for s in specs) else None
@@ -433,14 +450,9 @@ def build_dataloader(
     # streamed
     sample_cuts = mux_sources([open_source(s, strict=strict, transform=tf)
                                for s, tf in zip(specs, transforms)], weights, seed=seed)
-    sample = list(islice(sample_cuts, min(lconf.num_cuts_for_bins_estimate, 2000)))
-    if not sample:
-        raise ValueError(f"no cuts in {[s.name for s in specs]} (after filter_conf)")
-    bins = lconf.duration_bins if lconf.duration_bins is not None else \
-        estimate_bins(sample, lconf.num_buckets)
-    max_duration = cfg.batching.resolve(sum(c.duration for c in sample) / len(sample))
-    max_duration = max(max_duration, max(c.duration for c in sample))
-    del sample, sample_cuts
+    bins, max_duration = _bins_and_budget(iter(sample_cuts), cfg,
+                                          min(lconf.num_cuts_for_bins_estimate, 2000), specs)
+    del sample_cuts
     sampler_kw = {"max_duration": max_duration, "max_cuts": cfg.batching.max_cuts,
                   "duration_bins": bins, "buffer_size": cfg.buffer_size,
                   "quadratic_duration": lconf.quadratic_duration, "drop_last": False}

@@ -32,10 +32,12 @@ import logging
 import random
 import tarfile
 import threading
+import warnings
 from collections import deque
 from pathlib import Path
 from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 from lhotse import CutSet
 from lhotse.cut import Cut
@@ -73,6 +75,28 @@ class PositionedReader(Dillable):
     def iter_from(self, start: int) -> Iterator[Tuple[int, Cut]]:  # pragma: no cover
         raise NotImplementedError
 
+    def read_raw(self, positions: set) -> Dict[int, Any]:
+        """The items at ``positions`` in a cheap unparsed form (see :meth:`materialize`)."""
+        last = max(positions)
+        out = {}
+        for pos, cut in self.iter_from(min(positions)):
+            if pos in positions:
+                out[pos] = cut
+            if pos >= last:
+                break
+        return out
+
+    def materialize(self, raw: Any) -> Cut:
+        """The cut for an item returned by :meth:`read_raw`."""
+        return raw
+
+    def state(self) -> Dict[str, Any]:
+        """Facts worth keeping in a checkpoint to make restoring cheaper."""
+        return {}
+
+    def load_state(self, state: Dict[str, Any]) -> None:
+        pass
+
 
 class ListReader(PositionedReader):
     """Cuts held in memory (e.g. a WeNet raw list, whose durations come from probing
@@ -95,6 +119,10 @@ class ListReader(PositionedReader):
         order = self._order()
         for pos in range(start, len(order)):
             yield pos, self.cuts[order[pos]]
+
+    def read_raw(self, positions: set) -> Dict[int, Any]:
+        order = self._order()
+        return {p: self.cuts[order[p]] for p in positions if p < len(order)}
 
     def __len__(self) -> int:
         return len(self.cuts)
@@ -157,6 +185,44 @@ class JsonlReader(PositionedReader):
                     yield pos, cut
             self._line_counts[path] = n
             offset += n
+
+    def read_raw(self, positions: set) -> Dict[int, Any]:
+        """The JSON lines at ``positions`` (nothing is parsed); whole files before the
+        first position are skipped using known line counts."""
+        out: Dict[int, Any] = {}
+        start, last = min(positions), max(positions)
+        offset = 0
+        for i in self._file_order():
+            if offset > last:
+                break
+            path = self.paths[i]
+            n = self._line_counts.get(path)
+            if n is not None and offset + n <= start:
+                offset += n
+                continue
+            tar = self.shar_tars[i] if self.shar_tars is not None else None
+            n = 0
+            with open_best(path, "r") as f:
+                for lineno, line in enumerate(f):
+                    n = lineno + 1
+                    if offset + lineno in positions:
+                        out[offset + lineno] = (line, tar)
+            self._line_counts[path] = n
+            offset += n
+        return out
+
+    def materialize(self, raw: Any) -> Cut:
+        line, tar = raw
+        cut = deserialize_item(decode_json_line(line))
+        if tar is not None:
+            cut.custom = {**(cut.custom or {}), "shar_tar": tar}
+        return cut
+
+    def state(self) -> Dict[str, Any]:
+        return {"line_counts": dict(self._line_counts)}
+
+    def load_state(self, state: Dict[str, Any]) -> None:
+        self._line_counts.update(state.get("line_counts") or {})
 
 
 def shar_reader(in_dir: str, shuffle_files: bool = False, seed: int = 0) -> JsonlReader:
@@ -242,12 +308,38 @@ class PositionedStream:
         self.reader = reader
         self.transform = transform
 
+    def materialize(self, raw: Any) -> Cut:
+        """The reader's cut for ``raw``, through the transform (it passed it before)."""
+        cut = self.reader.materialize(raw)
+        if self.transform is None:
+            return cut
+        out = list(self.transform(CutSet.from_cuts([cut])))
+        if len(out) != 1:
+            raise ValueError(f"cut {cut.id} no longer passes the source's filters")
+        return out[0]
+
     def open(self, start: int) -> Tuple[Iterator[Cut], _Tracked]:
         tracked = _Tracked(self.reader, start)
         cuts = CutSet(tracked)
         if self.transform is not None:
             cuts = self.transform(cuts)
         return iter(cuts), tracked
+
+
+class _LazyCut:
+    """A buffered cut restored from a checkpoint: only what the bucketer looks at
+    (``id``, ``duration``); the real cut is parsed when its batch is emitted."""
+
+    __slots__ = ("id", "duration", "stream", "raw")
+
+    def __init__(self, stream: PositionedStream, pos: int, duration: float, raw: Any) -> None:
+        self.id = f"restored-{id(stream)}-{pos}"
+        self.duration = duration
+        self.stream = stream
+        self.raw = raw
+
+    def materialize(self) -> Cut:
+        return self.stream.materialize(self.raw)
 
 
 class ResumableMux:
@@ -311,23 +403,6 @@ class ResumableMux:
             self.last = (idx, tracked.pos)
             return cut
         raise StopIteration
-
-    def read_positions(self, epoch: int, wanted: Dict[int, set]) -> Dict[Tuple[int, int], Cut]:
-        """Re-read the cuts at the given positions per stream (for restoring a buffer)."""
-        found: Dict[Tuple[int, int], Cut] = {}
-        for s_idx, positions in wanted.items():
-            if not positions:
-                continue
-            stream = self.streams[s_idx]
-            stream.reader.set_epoch(epoch)
-            it, tracked = stream.open(min(positions))
-            last = max(positions)
-            for cut in it:
-                if tracked.pos in positions:
-                    found[(s_idx, tracked.pos)] = cut
-                if tracked.pos >= last:
-                    break
-        return found
 
 
 def _tuplify(x):
@@ -398,6 +473,9 @@ class _ResumableBucketer(DynamicBucketer):
                 bucket.get()
         self.emitted.extend(id(c) for c in batch)
         self._collect_cuts_in_buckets(len(batch))
+        if any(isinstance(c, _LazyCut) for c in batch):
+            batch = CutSet.from_cuts(c.materialize() if isinstance(c, _LazyCut) else c
+                                     for c in batch)
         return batch
 
     def snapshot(self) -> Tuple:
@@ -433,8 +511,6 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
                  quadratic_duration: Optional[float] = None, world_size: Optional[int] = None,
                  rank: Optional[int] = None, seed: int = 0, sync_buckets: bool = True,
                  snapshot_depth: int = 64) -> None:
-        import warnings
-
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # buffer-size heuristics; reported by the builder
             super().__init__(CutSet(_MuxCuts(mux)), max_duration=max_duration, max_cuts=max_cuts,
@@ -473,6 +549,12 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
         if sel_state is not None:
             state.restore({k: _tuplify(v) if k == "_bucket_rng" else v
                            for k, v in sel_state.items()})
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            # Lhotse's buffer-size heuristic (a mean over the bins) is noise here.
+            warnings.simplefilter("ignore")
+            return self._make_bucketer(state, bucket_rng)
+
+    def _make_bucketer(self, state: BucketSelectionState, bucket_rng) -> _ResumableBucketer:
         return _ResumableBucketer(
             self.mux, state, duration_bins=self.duration_bins, world_size=self.world_size,
             max_duration=self.max_duration, max_cuts=self.max_cuts, drop_last=self.drop_last,
@@ -547,9 +629,11 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
                 f"DataLoader's prefetch depth")
         buckets, rng_state, sel_state, mux_state = snap
         loc = self._bucketer.loc
-        positions = [[list(loc[id(c)][1:]) for c in b] for b in buckets]
+        positions = [[[*loc[id(c)][1:], c.duration] for c in b] for b in buckets]
+        readers = [s.reader.state() for s in self.mux.streams]
         return {**base, "epoch": self.epoch, "consumed": consumed, "snapshot": {
-            "buckets": positions, "rng": rng_state, "sel": sel_state, "mux": mux_state}}
+            "buckets": positions, "rng": rng_state, "sel": sel_state, "mux": mux_state,
+            "readers": readers}}
 
     def load_state_dict(self, sd: Dict[str, Any]) -> None:
         sd = dict(sd)
@@ -573,21 +657,25 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
         self.rng = random.Random()
         self.rng.setstate(_tuplify(snap["rng"]))
         self._bucketer = self._new_bucketer(snap["sel"])
+        for stream, rstate in zip(self.mux.streams, snap.get("readers") or []):
+            stream.reader.load_state(rstate)
         wanted: Dict[int, set] = {}
         for b in snap["buckets"]:
-            for s, p in b:
+            for s, p, _ in b:
                 wanted.setdefault(s, set()).add(p)
-        found = self.mux.read_positions(self.epoch, wanted)
-        missing = [k for b in snap["buckets"] for k in map(tuple, b) if k not in found]
+        # The buffered cuts: their durations come from the state; their metadata is fetched
+        # unparsed (one pass over the lines up to the last buffered one) and parsed only
+        # when their batch is emitted.
+        self.mux.start(self.epoch, snap["mux"])
+        raws = {s: self.mux.streams[s].reader.read_raw(ps) for s, ps in wanted.items()}
+        missing = [(s, p) for s, ps in wanted.items() for p in ps if p not in raws[s]]
         if missing:
             raise ValueError(f"cannot restore the sampler: {len(missing)} buffered cuts not found "
                              f"again (first: source {missing[0][0]}, position {missing[0][1]}); "
                              f"did the data change since the checkpoint?")
-        # read_positions reopened streams for reading; reopen the mux at its saved state.
-        self.mux.start(self.epoch, snap["mux"])
         for bucket, items in zip(self._bucketer.buckets, snap["buckets"]):
-            for s, p in items:
-                cut = found[(s, p)]
+            for s, p, duration in items:
+                cut = _LazyCut(self.mux.streams[s], p, duration, raws[s][p])
                 self._bucketer.loc[id(cut)] = (cut, s, p)
                 bucket.put(cut)
         self._reset_snapshots()
