@@ -189,6 +189,10 @@ def test_cv_plan_partitions_without_duplicates(data):
     assert len({len(p) for p in parts}) == 1  # equal steps
     keys = [k for p in parts for b in p for k in b]
     assert sorted(keys) == sorted(c.id for c in data["cuts"])
+    conf = {**CONF, "lhotse_conf": {**CONF["lhotse_conf"], "cv_partition": False}}
+    _, loader = build_dataloader(str(data["manifest"]), None, conf, "cv", dataset=Keys(),
+                                 world_size=3, rank=1)
+    assert sorted(k for b in _epoch(loader) for k in b) == sorted(c.id for c in data["cuts"])
     mean, n = reduce_cv_loss(sum(c.duration for c in data["cuts"]), len(data["cuts"]))
     assert n == 20 and mean == pytest.approx(sum(c.duration for c in data["cuts"]) / 20)
 

@@ -18,6 +18,7 @@ import logging
 from typing import Any, Dict, List, Mapping, MutableMapping, Tuple
 
 from wenet_lhotse.loader.build import build_dataloader
+from wenet_lhotse.loader.distributed import world_info
 from wenet_lhotse.loader.sources import SourceSpec
 
 logger = logging.getLogger(__name__)
@@ -74,4 +75,10 @@ def init_dataset_and_dataloader(args: Any, configs: MutableMapping[str, Any], to
                                                    "train", **common)
     cv_dataset, cv_loader = build_dataloader(cv_sources, tokenizer, cv_dataset_conf(train_conf),
                                              "cv", **common)
+    if lconf.get("cv_partition", True) and world_info()[0] > 1:
+        logger.warning(
+            "the cv set is split across ranks: WeNet's executor.cv returns each rank's own "
+            "loss; combine them with wenet_lhotse.loader.reduce_cv_loss, or set "
+            "dataset_conf.lhotse_conf.cv_partition: false to evaluate everything on every "
+            "rank as WeNet does")
     return train_dataset, cv_dataset, train_loader, cv_loader

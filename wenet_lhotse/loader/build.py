@@ -320,6 +320,14 @@ def estimate_bins(cuts: Sequence[Cut], num_buckets: int) -> List[float]:
     return [float(b) for b in estimate_duration_buckets(cuts, num_buckets=n)]
 
 
+def _metadata(spec: SourceSpec, strict: bool, transform: Any) -> CutSet:
+    """The source's cuts for estimating bins: Shar from its cuts jsonl only (no audio);
+    other types as opened (shard lists read their first tars)."""
+    if spec.type == "shar":
+        return transform(CutSet(shar_reader(spec.paths[0]).as_lazy_cuts()))
+    return open_source(spec, strict=strict, transform=transform)
+
+
 def _bins_and_budget(cuts: Iterator[Cut], cfg: LoaderConfig, n: int,
                      specs: Sequence[SourceSpec]) -> Tuple[List[float], float]:
     """Bucket edges and the duration budget (seconds), from the metadata of the first
@@ -441,15 +449,16 @@ def build_dataloader(
                     max_cuts=cfg.batching.max_cuts, duration_bins=bins, shuffle=False,
                     drop_last=False, world_size=1, rank=0, buffer_size=cfg.buffer_size,
                     quadratic_duration=lconf.quadratic_duration))
-            plan = plan_partition(plan, ws)
-            loader_sampler = PlannedSampler(plan[rk::ws])
+            if lconf.cv_partition:
+                plan = plan_partition(plan, ws)[rk::ws]
+            loader_sampler = PlannedSampler(plan)
         loader = LhotseDataLoader(dataset_for_loader, mode="map", sampler=loader_sampler,
                                   **loader_kw)
         return dataset, loader
 
     # streamed
-    sample_cuts = mux_sources([open_source(s, strict=strict, transform=tf)
-                               for s, tf in zip(specs, transforms)], weights, seed=seed)
+    sample_cuts = mux_sources([_metadata(s, strict, tf) for s, tf in zip(specs, transforms)],
+                              weights, seed=seed)
     bins, max_duration = _bins_and_budget(iter(sample_cuts), cfg,
                                           min(lconf.num_cuts_for_bins_estimate, 2000), specs)
     del sample_cuts

@@ -39,6 +39,7 @@ translated to a duration budget for Lhotse's ``DynamicBucketingSampler``:
       steps_per_epoch: null    # streamed mode: fixed steps per epoch (else: first rank out)
       snapshot_depth: 64       # batches of resume state kept (>= prefetch depth)
       return_pcm: false        # add pcm / pcm_length (the waveform) to each batch
+      cv_partition: true       # split cv across ranks (false: every rank evaluates all, as WeNet)
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ class LhotseConf:
     steps_per_epoch: Optional[int] = None
     snapshot_depth: int = 64
     return_pcm: bool = False
+    cv_partition: bool = True
 
     @classmethod
     def from_dict(cls, conf: Optional[Mapping[str, Any]]) -> LhotseConf:

@@ -75,6 +75,10 @@ class PositionedReader(Dillable):
     def iter_from(self, start: int) -> Iterator[Tuple[int, Cut]]:  # pragma: no cover
         raise NotImplementedError
 
+    def as_lazy_cuts(self) -> Iterator[Cut]:
+        """The cuts of the current epoch, in order (for a ``CutSet``)."""
+        return _Tracked(self, 0)
+
     def read_raw(self, positions: set) -> Dict[int, Any]:
         """The items at ``positions`` in a cheap unparsed form (see :meth:`materialize`)."""
         last = max(positions)
