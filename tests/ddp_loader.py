@@ -39,6 +39,22 @@ def main() -> None:
             steps.append([k for k, _ in batch])
             dist.barrier()  # a collective per step, as DDP's backward would do
         epochs.append(steps)
+    resumed_ok = None
+    if mode == "map":
+        # Resume under DDP: every rank restores rank 0's state and continues exactly.
+        def make():
+            return build_dataloader(source, None, conf, "train", dataset=KeysAndDurations(),
+                                    seed=7, num_workers=1)[1]
+
+        ref = make()
+        it = iter(ref)
+        [next(it) for _ in range(2)]
+        state = [ref.state_dict()]
+        dist.broadcast_object_list(state, src=0)
+        expected = list(it)
+        fresh = make()
+        fresh.load_state_dict(state[0])
+        resumed_ok = list(fresh) == expected
     _, cv = build_dataloader(cv_source, None, conf, "cv", dataset=KeysAndDurations(), seed=7)
     cv_keys, loss_sum, count = [], 0.0, 0
     for batch in cv:
@@ -48,7 +64,8 @@ def main() -> None:
         dist.barrier()
     mean, total = reduce_cv_loss(loss_sum, count)
     Path(out, f"rank{rank}.json").write_text(json.dumps(
-        {"epochs": epochs, "cv_keys": cv_keys, "cv_mean": mean, "cv_count": total}))
+        {"epochs": epochs, "cv_keys": cv_keys, "cv_mean": mean, "cv_count": total,
+         "resumed_ok": resumed_ok}))
     dist.destroy_process_group()
 
 

@@ -19,7 +19,14 @@ import torch
 from lhotse import CutSet, Recording
 from torch.utils.data import DataLoader, Dataset
 
-from wenet_lhotse.features import PooledFeatures, WenetFbank, WenetFbankConfig
+from wenet_lhotse.features import (
+    PooledFeatures,
+    WenetFbank,
+    WenetFbankConfig,
+    WenetMfcc,
+    WenetMfccConfig,
+    WhisperLogMel,
+)
 from wenet_lhotse.formats.errors import WenetDataError
 
 AUG = dict(speed_perturb=True, spec_aug=True, spec_sub=True, spec_trim=True,
@@ -230,13 +237,16 @@ class _PooledDataset(Dataset):
                 "pool": self.features.worker_pids}
 
 
-def test_dataloader_worker_pool_cleaned_up_mid_epoch(cuts):
+@pytest.mark.parametrize("persistent", [False, True])
+def test_dataloader_worker_pool_cleaned_up_mid_epoch(cuts, persistent):
     batches = [cuts.subset(first=2), cuts.subset(first=3), cuts.subset(first=4)] * 3
     features = PooledFeatures(num_workers=2, **AUG)
     features(batches[0])  # a pool in this process first: forked workers must not use it
     main_pool = features.worker_pids
     loader = DataLoader(_PooledDataset(features), sampler=batches, batch_size=None,
-                        num_workers=1)
+                        num_workers=1, persistent_workers=persistent)
+    if persistent:  # a full epoch first, then stop in the middle of the second
+        assert len(list(loader)) == len(batches)
     it = iter(loader)
     batch = next(it)
     worker_pid, pool = batch["pid"], batch["pool"]
@@ -266,3 +276,17 @@ def test_killed_worker_is_reported_and_pool_restarts(cuts):
     pids = pf.worker_pids
     pf.close()
     assert wait_gone(pids, 5) == []
+
+
+@pytest.mark.parametrize("extractor", [WenetMfcc(WenetMfccConfig(num_mel_bins=40, num_ceps=20)),
+                                       WhisperLogMel()], ids=["mfcc", "logmel"])
+def test_other_feature_types_in_the_pool(cuts, extractor):
+    sub = cuts.subset(first=3)
+    with PooledFeatures(extractor, num_workers=1, spec_aug=True) as pf:
+        feats, lens, _, _ = pf(sub, augment=False)
+        aug, aug_lens, _, _ = pf(sub, augment=True)
+    assert feats.shape[2] == extractor.feature_dim(16000)
+    for i, cut in enumerate(sub):
+        want = extractor.extract(cut.load_audio()[0], 16000)
+        assert np.array_equal(feats[i, : lens[i]].numpy(), want)
+    assert torch.equal(lens, aug_lens) and not torch.equal(feats, aug)  # masks applied

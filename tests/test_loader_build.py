@@ -211,3 +211,12 @@ def test_data_wait_meter():
     assert meter.batches == 3
     assert 0.6 < meter.fraction < 1.0
     random.seed(0)
+
+
+def test_streamed_shar_in_workers_reads_every_cut_once(data):
+    conf = {**CONF, "lhotse_conf": {**CONF["lhotse_conf"], "mode": "streamed"}}
+    _, loader = build_dataloader(str(data["shar"]), None, conf, "train", dataset=Audio(),
+                                 num_workers=2, seed=1)
+    for _ in range(2):
+        got = [k for b in loader for k in b]
+        assert sorted(got) == sorted(c.id for c in data["cuts"])

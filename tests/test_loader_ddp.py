@@ -69,6 +69,8 @@ def test_ddp_map_style_equal_steps_no_duplicates(uneven, tmp_path):
         assert sorted(originals) == ids  # and none was lost
     # reshuffled between epochs without set_epoch
     assert ranks[0]["epochs"][0] != ranks[0]["epochs"][1]
+    # each rank restored rank 0's state and continued with its own next batches
+    assert all(r["resumed_ok"] for r in ranks)
     _check_cv(ranks, uneven["cuts"])
 
 

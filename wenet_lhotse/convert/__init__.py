@@ -11,7 +11,6 @@ Each submodule has one job:
 * :mod:`.export`   cuts/Shar -> raw list or WeNet shards
 * :mod:`.check`    validate: read everything, list every problem
 * :mod:`.stats`    duration / text-length statistics and histograms
-* :mod:`.files`    file-permission helper for atomically written files
 """
 
 from wenet_lhotse.convert.check import ValidationResult, validate

@@ -33,6 +33,18 @@ class ConvSubsampling(nn.Module):
         return x, lengths.clamp(min=1, max=t)
 
 
+def utterance_cmvn(feats: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Mean/variance-normalise each utterance over its real frames (padding stays 0).
+
+    WeNet recipes normalise with global CMVN stats computed in a data-prep stage; a
+    per-utterance version needs no such stage and keeps the demo self-contained."""
+    mask = (torch.arange(feats.size(1))[None, :] < lengths[:, None]).unsqueeze(-1)
+    n = lengths.clamp(min=1).view(-1, 1, 1).to(feats.dtype)
+    mean = (feats * mask).sum(1, keepdim=True) / n
+    var = (((feats - mean) * mask) ** 2).sum(1, keepdim=True) / n
+    return (feats - mean) / (var + 1e-5).sqrt() * mask
+
+
 class TinyCtcModel(nn.Module):
     """Conv subsampling + bidirectional GRU + linear CTC head (blank id 0)."""
 
@@ -49,7 +61,7 @@ class TinyCtcModel(nn.Module):
         """Returns ``loss`` (sum over utterances / batch size, as WeNet reports it),
         ``loss_sum`` and ``num_utts``."""
         feats, lengths = batch["feats"], batch["feats_lengths"].long()
-        x, out_lens = self.subsampling(feats, lengths)
+        x, out_lens = self.subsampling(utterance_cmvn(feats, lengths), lengths)
         x, _ = self.encoder(x)
         log_probs = self.head(x).log_softmax(-1)
         target, target_lens = batch["target"], batch["target_lengths"].long()
@@ -60,7 +72,8 @@ class TinyCtcModel(nn.Module):
 
     @torch.no_grad()
     def greedy_decode(self, batch: Dict) -> List[List[int]]:
-        x, out_lens = self.subsampling(batch["feats"], batch["feats_lengths"].long())
+        lengths = batch["feats_lengths"].long()
+        x, out_lens = self.subsampling(utterance_cmvn(batch["feats"], lengths), lengths)
         x, _ = self.encoder(x)
         best = self.head(x).argmax(-1)
         hyps = []

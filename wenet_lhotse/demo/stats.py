@@ -6,7 +6,7 @@ import json
 import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Mapping, Optional
 
 logger = logging.getLogger(__name__)
 
@@ -61,8 +61,10 @@ def save_history(history: List[EpochRecord], path: Path) -> None:
     path.write_text(json.dumps([asdict(r) for r in history], indent=2), encoding="utf-8")
 
 
-def plot_history(history: List[EpochRecord], path: Path, title: str = "") -> Optional[Path]:
-    """Loss curves and batch statistics to a PNG; None (with a log line) without matplotlib."""
+def plot_history(runs: Mapping[str, List[EpochRecord]], path: Path, title: str = ""
+                 ) -> Optional[Path]:
+    """Loss curves, throughput, padding and data-wait per epoch of one or more runs
+    (``{"label": history}``) to a PNG; None (with a log line) without matplotlib."""
     try:
         import matplotlib
 
@@ -71,19 +73,22 @@ def plot_history(history: List[EpochRecord], path: Path, title: str = "") -> Opt
     except ImportError:
         logger.warning("matplotlib is not installed (pip install matplotlib): no plot written")
         return None
-    epochs = [r.epoch for r in history]
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
-    axes[0].plot(epochs, [r.train_loss for r in history], "o-", label="train")
-    if any(r.cv_loss is not None for r in history):
-        axes[0].plot(epochs, [r.cv_loss for r in history], "s-", label="cv")
+    for label, history in runs.items():
+        epochs = [r.epoch for r in history]
+        axes[0].plot(epochs, [r.train_loss for r in history], "o-", label=f"{label}: train")
+        if any(r.cv_loss is not None for r in history):
+            axes[0].plot(epochs, [r.cv_loss for r in history], "s--", label=f"{label}: cv")
+        axes[1].plot(epochs, [r.throughput for r in history], "o-", label=label)
+        axes[2].plot(epochs, [100 * r.padding_fraction for r in history], "o-",
+                     label=f"{label}: padding")
+        axes[2].plot(epochs, [100 * r.data_wait_fraction for r in history], "s--",
+                     label=f"{label}: data wait")
     axes[0].set(xlabel="epoch", ylabel="CTC loss / utterance", title="loss")
-    axes[0].legend()
-    axes[1].plot(epochs, [r.throughput for r in history], "o-")
-    axes[1].set(xlabel="epoch", ylabel="audio s / wall s", title="throughput")
-    axes[2].plot(epochs, [100 * r.padding_fraction for r in history], "o-", label="padding %")
-    axes[2].plot(epochs, [100 * r.data_wait_fraction for r in history], "s-", label="data wait %")
-    axes[2].set(xlabel="epoch", ylabel="% of frames / wall time", title="batches")
-    axes[2].legend()
+    axes[1].set(xlabel="epoch", ylabel="audio s / wall s (all ranks)", title="throughput")
+    axes[2].set(xlabel="epoch", ylabel="% of frames / % of wall time", title="batches")
+    for ax in axes:
+        ax.legend(fontsize=7)
     if title:
         fig.suptitle(title)
     fig.tight_layout()
@@ -91,3 +96,7 @@ def plot_history(history: List[EpochRecord], path: Path, title: str = "") -> Opt
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
+
+
+def load_history(path: Path) -> List[EpochRecord]:
+    return [EpochRecord(**r) for r in json.loads(Path(path).read_text(encoding="utf-8"))]

@@ -110,8 +110,8 @@ class CutPipeline:
 
     def process(self, cut: Any, seed: int, augment: bool):
         """``(feats (frames, dim) float32, pcm (samples,) float32 or None)`` for one cut
-        (a Cut or its ``to_dict()``). Any failure becomes a :class:`WenetDataError` naming
-        the cut id and its audio source."""
+        (a Cut, or a dict from ``to_dict()``, which is consumed). Any failure becomes a
+        :class:`WenetDataError` naming the cut id and its audio source."""
         if isinstance(cut, dict):
             from lhotse.serialization import deserialize_item
 
@@ -229,15 +229,15 @@ def _worker_main(conn: Connection, pipeline: CutPipeline, parent_pid: int,
         msg = tasks.get()
         if msg is None:
             break
-        index, cut_dict, seed, augment = msg
+        index, cut, seed, augment = msg
         try:
-            reply = ("ok", index, pipeline.process(cut_dict, seed, augment))
+            reply = ("ok", index, pipeline.process(cut, seed, augment))
         except WenetDataError as err:
             reply = ("err", index, err)
         except BaseException as err:  # noqa: BLE001 -- report anything, keep serving
             reply = ("err", index, WenetDataError(
-                f"cut {cut_dict.get('id')!r}: {type(err).__name__}: {err}",
-                f"cut {cut_dict.get('id')!r}", kind="worker"))
+                f"cut {_cut_id(cut)!r}: {type(err).__name__}: {err}",
+                f"cut {_cut_id(cut)!r}", kind="worker"))
         try:
             conn.send(reply)
         except (BrokenPipeError, OSError):
@@ -329,7 +329,7 @@ class WorkerPool:
         return self._finalizer.still_active()
 
     def run(self, tasks: Sequence[tuple]) -> List[tuple]:
-        """Run ``(index, cut_dict, seed, augment)`` tasks; replies in task order.
+        """Run ``(index, cut, seed, augment)`` tasks; replies in task order.
 
         Each worker holds up to :attr:`prefetch` tasks, so it never waits for the parent
         between cuts; tasks go out longest audio first, so no worker is left with a long
@@ -351,7 +351,7 @@ class WorkerPool:
                         except OSError as err:  # BrokenPipeError: that worker is gone
                             raise RuntimeError(
                                 f"a feature worker died before taking cut "
-                                f"{tasks[i][1].get('id')!r}"
+                                f"{_cut_id(tasks[i][1])!r}"
                             ) from err
                         queued[conn].append(i)
                         pending += 1
@@ -365,7 +365,7 @@ class WorkerPool:
                     except (EOFError, OSError) as err:
                         raise RuntimeError(
                             f"a feature worker died while processing cut "
-                            f"{tasks[queued[conn][0]][1].get('id')!r}"
+                            f"{_cut_id(tasks[queued[conn][0]][1])!r}"
                         ) from err
                     queued[conn].remove(reply[1])
                     pending -= 1
@@ -380,7 +380,7 @@ class WorkerPool:
             if queued[conn] and not proc.is_alive():
                 raise RuntimeError(
                     f"feature worker pid {proc.pid} exited with code {proc.exitcode} while "
-                    f"processing cut {tasks[queued[conn][0]][1].get('id')!r}"
+                    f"processing cut {_cut_id(tasks[queued[conn][0]][1])!r}"
                 )
 
     def close(self) -> None:
@@ -390,7 +390,13 @@ class WorkerPool:
 
 def _task_size(task: tuple) -> float:
     """Audio duration (seconds) of a task's cut, for longest-first scheduling."""
-    return float(task[1].get("duration") or 0.0)
+    cut = task[1]
+    duration = cut.get("duration") if isinstance(cut, dict) else getattr(cut, "duration", 0.0)
+    return float(duration or 0.0)
+
+
+def _cut_id(cut: Any) -> str:
+    return str(cut.get("id") if isinstance(cut, dict) else getattr(cut, "id", "?"))
 
 
 # ----------------------------------------------------------------------- the strategy
@@ -410,7 +416,12 @@ class PooledFeatures:
 
     :param extractor: a Lhotse feature extractor; default ``WenetFbank()`` (80 bins).
         :class:`~wenet_lhotse.features.fbank.WenetFbank` & co. get per-cut dither noise.
-    :param num_workers: worker processes; ``0`` computes in the calling process.
+    :param num_workers: worker processes; ``0`` (default) computes in the calling process.
+        Measured (docs/performance.md): per CPU second the pool does ~20% less work than
+        in-process extraction (cuts and features cross process boundaries), so
+        DataLoader workers are the cheaper way to use cores when there are enough
+        batches/shards to spread; a pool pays off when they cannot (one shard, few
+        DataLoader workers because of shared-memory limits).
     :param speed_perturb: ``None``/``False`` (off), ``True`` (WeNet's 0.9/1.0/1.1) or a
         list of factors, one drawn uniformly per cut.
     :param resample_to: target sampling rate in Hz before everything else (``None``: keep).
@@ -425,13 +436,14 @@ class PooledFeatures:
 
     ``augment=False`` (cv/test) turns off speed perturbation, dither and ``spec_*``.
     Each process that calls the object (main, or each DataLoader worker) lazily starts
-    its own pool; :meth:`close` stops it (garbage collection and exit do too).
+    its own pool; :meth:`close` stops it (garbage collection and exit do too). One call
+    at a time per object: calls from several threads at once are not supported.
     """
 
     def __init__(
         self,
         extractor: Optional[FeatureExtractor] = None,
-        num_workers: int = 2,
+        num_workers: int = 0,
         speed_perturb: Union[None, bool, Sequence[float]] = None,
         resample_to: Optional[int] = 16000,
         spec_aug: Union[None, bool, Dict[str, Any], SpecAugConfig] = None,
@@ -526,7 +538,9 @@ class PooledFeatures:
                     except WenetDataError as err:
                         replies.append(("err", i, err))
         else:
-            tasks = [(i, c.to_dict(), s, augment) for i, (c, s) in enumerate(zip(cut_list, seeds))]
+            # Cuts travel pickled (a few hundred bytes; in-memory audio carries its bytes):
+            # 7x cheaper than to_dict() + deserialize_item, which measured ~40 us per cut.
+            tasks = [(i, c, s, augment) for i, (c, s) in enumerate(zip(cut_list, seeds))]
             replies = self._get_pool().run(tasks)
         kept, feats, pcms = [], [], []
         for cut, (status, _, payload) in zip(cut_list, replies):

@@ -215,10 +215,12 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
         self.max_steps = max_steps
         self.consumed = 0
         self.epoch = -1
+        self._finished = False  # the current epoch's iterator is exhausted
         self._restored: Optional[Dict[str, Any]] = None
 
     def __iter__(self) -> Iterator[Any]:
         inner = super().__iter__()
+        self._finished = False
         if self._restored is not None:
             self.consumed = self._restored["consumed"]
             self.epoch = self._restored["epoch"]
@@ -245,12 +247,15 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
         for batch in it:
             self.consumed += 1
             yield batch
+        self._finished = True
 
     def state_dict(self) -> Dict[str, Any]:
         """Where the training loop is: enough to continue with exactly the next batch
         (map mode) or with the next batch after replaying metadata (streamed mode)."""
         if self.bucketing_sampler is not None:
             return {"mode": "map", "sampler": self.bucketing_sampler.state_dict(self.consumed)}
+        if self._finished:  # the epoch is over: resume at the start of the next one
+            return {"mode": self.mode, "epoch": self.epoch + 1, "consumed": 0}
         return {"mode": self.mode, "epoch": max(self.epoch, 0), "consumed": self.consumed}
 
     def load_state_dict(self, sd: Mapping[str, Any]) -> None:
@@ -258,14 +263,19 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
         if sd.get("mode") == "map":
             if self.bucketing_sampler is None:
                 raise ValueError("state was saved by a map-style train loader; this one is not")
-            self.bucketing_sampler.load_state_dict(sd["sampler"])
+            sampler = self.bucketing_sampler
+            sampler.load_state_dict(sd["sampler"])
+            self.consumed = int(sd["sampler"]["consumed"])
+            self._finished = False
+            self._restored = {"epoch": sampler.epoch, "consumed": self.consumed}
             return
         ds = self.dataset
         if not isinstance(ds, StreamedEpochDataset):
             raise ValueError("state was saved by a streamed loader; this one is not")
         ds.set_epoch(int(sd["epoch"]))
         ds._skip = (int(sd["epoch"]), int(sd["consumed"]))
-        self._restored = {"epoch": int(sd["epoch"]), "consumed": int(sd["consumed"])}
+        self.epoch, self.consumed, self._finished = int(sd["epoch"]), int(sd["consumed"]), False
+        self._restored = {"epoch": self.epoch, "consumed": self.consumed}
 
 
 # ---------------------------------------------------------------------------- build

@@ -160,39 +160,31 @@ class JsonlReader(PositionedReader):
             random.Random(self.seed + self.epoch).shuffle(order)
         return order
 
-    def _num_lines(self, path: str) -> int:
-        if path not in self._line_counts:
-            with open_best(path, "r") as f:
-                self._line_counts[path] = sum(1 for _ in f)
-        return self._line_counts[path]
-
     def iter_from(self, start: int) -> Iterator[Tuple[int, Cut]]:
         offset = 0
         for i in self._file_order():
             path = self.paths[i]
-            if start > offset:
-                n = self._num_lines(path)
-                if offset + n <= start:
-                    offset += n
-                    continue
+            n = self._line_counts.get(path)
+            if n is not None and offset + n <= start:
+                offset += n  # a whole file before ``start``: not even opened
+                continue
             tar = self.shar_tars[i] if self.shar_tars is not None else None
             n = 0
-            with open_best(path, "r") as f:
+            with _open_lines(path) as f:
                 for lineno, line in enumerate(f):
                     n = lineno + 1
-                    pos = offset + lineno
-                    if pos < start or not line.strip():
-                        continue
+                    if offset + lineno < start or not line.strip():
+                        continue  # skipped lines are not decoded nor parsed
                     cut = deserialize_item(decode_json_line(line))
                     if tar is not None:
                         cut.custom = {**(cut.custom or {}), "shar_tar": tar}
-                    yield pos, cut
+                    yield offset + lineno, cut
             self._line_counts[path] = n
             offset += n
 
     def read_raw(self, positions: set) -> Dict[int, Any]:
-        """The JSON lines at ``positions`` (nothing is parsed); whole files before the
-        first position are skipped using known line counts."""
+        """The JSON lines (bytes, unparsed) at ``positions``; files before the first
+        position are skipped by their known line counts, reading stops after the last."""
         out: Dict[int, Any] = {}
         start, last = min(positions), max(positions)
         offset = 0
@@ -205,13 +197,17 @@ class JsonlReader(PositionedReader):
                 offset += n
                 continue
             tar = self.shar_tars[i] if self.shar_tars is not None else None
-            n = 0
-            with open_best(path, "r") as f:
+            n, complete = 0, True
+            with _open_lines(path) as f:
                 for lineno, line in enumerate(f):
                     n = lineno + 1
                     if offset + lineno in positions:
                         out[offset + lineno] = (line, tar)
-            self._line_counts[path] = n
+                    if offset + lineno >= last:
+                        complete = False
+                        break
+            if complete:
+                self._line_counts[path] = n
             offset += n
         return out
 
@@ -229,6 +225,17 @@ class JsonlReader(PositionedReader):
         self._line_counts.update(state.get("line_counts") or {})
 
 
+def _open_lines(path: str):
+    """A binary line iterator: skipping a line then costs no UTF-8 decoding."""
+    if path.endswith(".gz") and Path(path).is_file():
+        import gzip
+
+        return gzip.open(path, "rb")
+    if Path(path).is_file():
+        return open(path, "rb")
+    return open_best(path, "rb")
+
+
 def shar_reader(in_dir: str, shuffle_files: bool = False, seed: int = 0) -> JsonlReader:
     """A :class:`JsonlReader` over a Shar directory's ``cuts.*.jsonl*`` (metadata only)."""
     d = Path(in_dir)
@@ -244,29 +251,93 @@ def shar_reader(in_dir: str, shuffle_files: bool = False, seed: int = 0) -> Json
                        shar_tars=tars)
 
 
+class _TarScan:
+    """Offsets of a tar's data members, found by reading headers only (member data is
+    seeked over), as far into the tar as needed so far. Plain ustar headers of regular
+    files (what Lhotse's Shar writer produces for ordinary cut ids) are decoded here
+    directly; anything else (PAX/GNU long names, other member types) hands the rest of
+    the tar to :mod:`tarfile`."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.f: Optional[Any] = open(path, "rb")
+        self.pos = 0  # offset of the next header when scanning ourselves
+        self.tf: Optional[tarfile.TarFile] = None  # set when tarfile took over
+        self.index: Dict[str, Tuple[int, int, str]] = {}
+
+    def _add(self, name: str, offset: int, size: int) -> None:
+        base, dot, ext = name.rpartition(".")  # "<cut_id>.<ext>", as Path(name).stem
+        if not dot or "/" in ext:
+            base, ext = name, ""
+        if ext not in ("json", "nometa", "nodata"):
+            self.index[base] = (offset, size, name)
+
+    def _close(self) -> None:
+        if self.f is not None:
+            self.f.close()
+        self.f = self.tf = None
+
+    def _step(self) -> None:
+        if self.tf is not None:
+            m = self.tf.next()
+            if m is None:
+                self._close()
+            else:
+                self._add(m.name, m.offset_data, m.size)
+            return
+        self.f.seek(self.pos)
+        buf = self.f.read(512)
+        if len(buf) < 512 or not buf.strip(b"\0"):
+            self._close()  # end of archive
+            return
+        size_field = buf[124:136].split(b"\0", 1)[0].strip()
+        if buf[156:157] in (b"0", b"\0") and buf[257:262] == b"ustar" and \
+                size_field.isdigit():
+            name = buf[:100].split(b"\0", 1)[0]
+            prefix = buf[345:500].split(b"\0", 1)[0]
+            if prefix:
+                name = prefix + b"/" + name
+            size = int(size_field, 8)
+            self._add(name.decode("utf-8"), self.pos + 512, size)
+            self.pos += 512 + (size + 511) // 512 * 512
+            return
+        self.f.seek(self.pos)
+        self.tf = tarfile.open(fileobj=self.f, mode="r:")
+
+    def find(self, key: str) -> Optional[Tuple[int, int, str]]:
+        while key not in self.index and self.f is not None:
+            self._step()
+        return self.index.get(key)
+
+
 class SharAudioAttacher:
     """Attach Shar audio to metadata cuts: ``custom["shar_tar"]`` names the tar; the
-    member ``<cut_id>.<ext>`` is found through an index of member offsets (built once
-    per tar by reading headers only: data is seeked over) and read with one seek.
-    Safe to use from several threads; each process keeps its own index."""
+    member ``<cut_id>.<ext>`` is located from the tar headers (read incrementally, data
+    seeked over, remembered per process) and read with one seek. Thread-safe; a copy
+    sent to a DataLoader worker starts with an empty index."""
 
     def __init__(self) -> None:
-        self._index: Dict[str, Dict[str, Tuple[int, int, str]]] = {}
+        self._scans: Dict[str, _TarScan] = {}
         self._lock = threading.Lock()
 
-    def _tar_index(self, tar: str) -> Dict[str, Tuple[int, int, str]]:
+    def __getstate__(self) -> Dict[str, Any]:
+        return {}
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__init__()
+
+    def _locate(self, tar: str, cut_id: str) -> Tuple[int, int, str]:
         with self._lock:
-            idx = self._index.get(tar)
-            if idx is None:
-                idx = {}
-                with tarfile.open(tar, mode="r:") as tf:
-                    for m in tf:  # seeks over member data
-                        name = Path(m.name)
-                        if name.suffix in (".json", ".nometa"):
-                            continue
-                        idx[str(name.parent / name.stem)] = (m.offset_data, m.size, m.name)
-                self._index[tar] = idx
-            return idx
+            scan = self._scans.get(tar)
+            if scan is None:
+                scan = self._scans[tar] = _TarScan(tar)
+            found = scan.find(cut_id)
+        if found is None:
+            from wenet_lhotse.formats.errors import WenetDataError
+
+            raise WenetDataError(f"no audio member for cut {cut_id!r}", tar, member=cut_id,
+                                 kind="missing_audio")
+        return found
 
     def __call__(self, cuts: CutSet) -> CutSet:
         from lhotse.shar.utils import fill_shar_placeholder
@@ -277,7 +348,7 @@ class SharAudioAttacher:
             if tar is None or cut.recording is None or cut.recording.sources[0].type != "shar":
                 out.append(cut)
                 continue
-            offset, size, name = self._tar_index(tar)[cut.id]
+            offset, size, name = self._locate(tar, cut.id)
             with open(tar, "rb") as f:
                 f.seek(offset)
                 data = f.read(size)
