@@ -26,7 +26,13 @@ from typing import Callable, Dict, List
 
 import yaml
 
-from wenet_lhotse.demo.stats import EpochRecord, load_history, plot_history
+from wenet_lhotse.demo.stats import (
+    TABLE_HEADER,
+    EpochRecord,
+    load_history,
+    plot_history,
+    table_row,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -106,10 +112,10 @@ def run_demo(out_dir: Path, size: DemoSize = FULL, jobs: int = 2,
                          encoding="utf-8")
 
     echo(f"[3/5] training 1 process on the Shar directory ({size.epochs} epochs)")
+    echo(f"      {TABLE_HEADER}")
     single = train(yaml.safe_load(conf_path.read_text()), str(shar_dir), str(cv.data_list),
                    out_dir / "exp" / "single", num_workers=1, max_epoch=size.epochs,
-                   title="1 process")
-    _print_history(single, echo)
+                   title="1 process", on_epoch=lambda r: echo(f"      {table_row(r)}"))
 
     echo(f"[4/5] training 2 DDP ranks (torchrun, gloo) on the tar shards ({size.ddp_epochs} "
          "epochs)")
@@ -120,11 +126,17 @@ def run_demo(out_dir: Path, size: DemoSize = FULL, jobs: int = 2,
            "--cv_data", str(cv.data_list), "--model_dir", str(ddp_dir),
            "--num_workers", "1", "--max_epoch", str(size.ddp_epochs), "--title", "2 DDP ranks"]
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    tail: List[str] = []
+    # Stream rank 0's table rows as they come; keep the rest for an error message.
+    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True) as proc:
+        for line in proc.stdout:
+            if "table: " in line:
+                echo("      " + line.split("table: ", 1)[1].rstrip())
+            tail = (tail + [line])[-60:]
     if proc.returncode != 0:
-        raise RuntimeError(f"DDP training failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+        raise RuntimeError(f"DDP training failed (exit {proc.returncode}):\n{''.join(tail)}")
     ddp = load_history(ddp_dir / "history.json")
-    _print_history(ddp, echo)
 
     runs = {"1 process": single, "2 DDP ranks": ddp}
     png = plot_history(runs, out_dir / "demo.png", title="wenet-lhotse demo")
@@ -136,12 +148,3 @@ def run_demo(out_dir: Path, size: DemoSize = FULL, jobs: int = 2,
     if png:
         echo(f"      plot: {png}")
     return runs
-
-
-def _print_history(history: List[EpochRecord], echo: Callable[[str], None]) -> None:
-    echo("      epoch  train loss  cv loss  audio s/s  padding  data wait  batches/rank")
-    for r in history:
-        cv = f"{r.cv_loss:7.2f}" if r.cv_loss is not None else "    n/a"
-        echo(f"      {r.epoch:5d}  {r.train_loss:10.2f}  {cv}  {r.throughput:9.0f}  "
-             f"{100 * r.padding_fraction:6.1f}%  {100 * r.data_wait_fraction:8.1f}%  "
-             f"{r.batches:12d}")

@@ -74,15 +74,16 @@ def plot_history(runs: Mapping[str, List[EpochRecord]], path: Path, title: str =
         logger.warning("matplotlib is not installed (pip install matplotlib): no plot written")
         return None
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
-    for label, history in runs.items():
+    for i, (label, history) in enumerate(runs.items()):
+        c = f"C{i}"  # one colour per run; solid = train/padding, dashed = cv/data wait
         epochs = [r.epoch for r in history]
-        axes[0].plot(epochs, [r.train_loss for r in history], "o-", label=f"{label}: train")
+        axes[0].plot(epochs, [r.train_loss for r in history], "o-", c=c, label=f"{label}: train")
         if any(r.cv_loss is not None for r in history):
-            axes[0].plot(epochs, [r.cv_loss for r in history], "s--", label=f"{label}: cv")
-        axes[1].plot(epochs, [r.throughput for r in history], "o-", label=label)
-        axes[2].plot(epochs, [100 * r.padding_fraction for r in history], "o-",
+            axes[0].plot(epochs, [r.cv_loss for r in history], "s--", c=c, label=f"{label}: cv")
+        axes[1].plot(epochs, [r.throughput for r in history], "o-", c=c, label=label)
+        axes[2].plot(epochs, [100 * r.padding_fraction for r in history], "o-", c=c,
                      label=f"{label}: padding")
-        axes[2].plot(epochs, [100 * r.data_wait_fraction for r in history], "s--",
+        axes[2].plot(epochs, [100 * r.data_wait_fraction for r in history], "s--", c=c,
                      label=f"{label}: data wait")
     axes[0].set(xlabel="epoch", ylabel="CTC loss / utterance", title="loss")
     axes[1].set(xlabel="epoch", ylabel="audio s / wall s (all ranks)", title="throughput")
@@ -100,3 +101,14 @@ def plot_history(runs: Mapping[str, List[EpochRecord]], path: Path, title: str =
 
 def load_history(path: Path) -> List[EpochRecord]:
     return [EpochRecord(**r) for r in json.loads(Path(path).read_text(encoding="utf-8"))]
+
+
+TABLE_HEADER = "epoch  train loss  cv loss  audio s/s  padding  data wait  batches/rank"
+
+
+def table_row(r: EpochRecord) -> str:
+    """One line of the per-epoch table under :data:`TABLE_HEADER`."""
+    cv = f"{r.cv_loss:7.2f}" if r.cv_loss is not None else "    n/a"
+    return (f"{r.epoch:5d}  {r.train_loss:10.2f}  {cv}  {r.throughput:9.0f}  "
+            f"{100 * r.padding_fraction:6.1f}%  {100 * r.data_wait_fraction:8.1f}%  "
+            f"{r.batches:12d}")

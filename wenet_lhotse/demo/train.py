@@ -26,14 +26,21 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 import torch.distributed as dist
 import yaml
 
 from wenet_lhotse.demo.model import TinyCtcModel
-from wenet_lhotse.demo.stats import BatchStats, EpochRecord, plot_history, save_history
+from wenet_lhotse.demo.stats import (
+    TABLE_HEADER,
+    BatchStats,
+    EpochRecord,
+    plot_history,
+    save_history,
+    table_row,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +71,7 @@ def train(
     seed: int = 777,
     max_epoch: Optional[int] = None,
     title: str = "",
+    on_epoch: Optional[Callable[[EpochRecord], None]] = None,
 ) -> List[EpochRecord]:
     """Train :class:`TinyCtcModel` and return the per-epoch records (on every rank).
 
@@ -72,6 +80,7 @@ def train(
         a list of source specs (see ``lhotse_conf.sources``); ignored when the yaml's
         ``lhotse_conf.sources`` is set.
     :param num_workers: DataLoader worker processes per rank.
+    :param on_epoch: called with each epoch's record on rank 0 (default: log a table row).
     """
     from wenet_lhotse.loader import DataWaitMeter, build_dataloader, reduce_cv_loss
     from wenet_lhotse.text import tokenizer_from_wenet_conf
@@ -131,11 +140,12 @@ def train(
             mean_batch_size=stats.utterances / max(stats.batches, 1))
         history.append(rec)
         if rank == 0:
-            cv = f"{cv_loss:8.3f}" if cv_loss is not None else "     n/a"
-            logger.info("epoch %2d  train loss %8.3f  cv loss %s  %7.1f audio s/s  "
-                        "padding %4.1f%%  data wait %4.1f%%  %d batches/rank",
-                        epoch, rec.train_loss, cv, rec.throughput, 100 * rec.padding_fraction,
-                        100 * rec.data_wait_fraction, rec.batches)
+            if on_epoch is not None:
+                on_epoch(rec)
+            else:
+                if epoch == 0:
+                    logger.info("table: %s", TABLE_HEADER)
+                logger.info("table: %s", table_row(rec))
     if rank == 0:
         model_dir.mkdir(parents=True, exist_ok=True)
         torch.save(model.state_dict(), model_dir / "final.pt")

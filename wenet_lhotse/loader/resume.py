@@ -253,16 +253,17 @@ def shar_reader(in_dir: str, shuffle_files: bool = False, seed: int = 0) -> Json
 
 class _TarScan:
     """Offsets of a tar's data members, found by reading headers only (member data is
-    seeked over), as far into the tar as needed so far. Plain ustar headers of regular
+    seeked over), as far into the tar as needed so far. The file is open only during
+    :meth:`find` (a worker may touch thousands of tars). Plain ustar headers of regular
     files (what Lhotse's Shar writer produces for ordinary cut ids) are decoded here
-    directly; anything else (PAX/GNU long names, other member types) hands the rest of
-    the tar to :mod:`tarfile`."""
+    directly; from the first other header on (PAX/GNU long names, other member types)
+    :mod:`tarfile` reads the rest."""
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.f: Optional[Any] = open(path, "rb")
-        self.pos = 0  # offset of the next header when scanning ourselves
-        self.tf: Optional[tarfile.TarFile] = None  # set when tarfile took over
+        self.pos = 0  # offset of the next unread header
+        self.done = False
+        self.fallback = False
         self.index: Dict[str, Tuple[int, int, str]] = {}
 
     def _add(self, name: str, offset: int, size: int) -> None:
@@ -272,41 +273,43 @@ class _TarScan:
         if ext not in ("json", "nometa", "nodata"):
             self.index[base] = (offset, size, name)
 
-    def _close(self) -> None:
-        if self.f is not None:
-            self.f.close()
-        self.f = self.tf = None
-
-    def _step(self) -> None:
-        if self.tf is not None:
-            m = self.tf.next()
-            if m is None:
-                self._close()
-            else:
-                self._add(m.name, m.offset_data, m.size)
-            return
-        self.f.seek(self.pos)
-        buf = self.f.read(512)
+    def _fast_step(self, f) -> bool:
+        """Decode one plain header; False when it is not one (or at the end)."""
+        f.seek(self.pos)
+        buf = f.read(512)
         if len(buf) < 512 or not buf.strip(b"\0"):
-            self._close()  # end of archive
-            return
+            self.done = True  # end of archive
+            return False
         size_field = buf[124:136].split(b"\0", 1)[0].strip()
-        if buf[156:157] in (b"0", b"\0") and buf[257:262] == b"ustar" and \
-                size_field.isdigit():
-            name = buf[:100].split(b"\0", 1)[0]
-            prefix = buf[345:500].split(b"\0", 1)[0]
-            if prefix:
-                name = prefix + b"/" + name
-            size = int(size_field, 8)
-            self._add(name.decode("utf-8"), self.pos + 512, size)
-            self.pos += 512 + (size + 511) // 512 * 512
-            return
-        self.f.seek(self.pos)
-        self.tf = tarfile.open(fileobj=self.f, mode="r:")
+        if not (buf[156:157] in (b"0", b"\0") and buf[257:262] == b"ustar"
+                and size_field.isdigit()):
+            self.fallback = True
+            return False
+        name = buf[:100].split(b"\0", 1)[0]
+        prefix = buf[345:500].split(b"\0", 1)[0]
+        if prefix:
+            name = prefix + b"/" + name
+        size = int(size_field, 8)
+        self._add(name.decode("utf-8"), self.pos + 512, size)
+        self.pos += 512 + (size + 511) // 512 * 512
+        return True
 
     def find(self, key: str) -> Optional[Tuple[int, int, str]]:
-        while key not in self.index and self.f is not None:
-            self._step()
+        if key in self.index or self.done:
+            return self.index.get(key)
+        with open(self.path, "rb") as f:
+            while not self.fallback and key not in self.index and self._fast_step(f):
+                pass
+            if self.fallback and not self.done and key not in self.index:
+                f.seek(self.pos)
+                tf = tarfile.open(fileobj=f, mode="r:")
+                while key not in self.index:
+                    m = tf.next()
+                    if m is None:
+                        self.done = True
+                        break
+                    self._add(m.name, m.offset_data, m.size)
+                    self.pos = tf.offset
         return self.index.get(key)
 
 

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# AISHELL-1 with WeNet models on wenet-lhotse, in WeNet's stage style:
+#   bash run.sh --stage 0 --stop_stage 6 [--data /path/to/aishell] [--wenet_dir /path/to/wenet]
+# Stage 0 uses WeNet's own data prep (needs --wenet_dir and the corpus in --data);
+# `--fake_data true` replaces it by a small generated corpus (what the tests run).
+set -euo pipefail
+cd "$(dirname "$0")"
+
+stage=0
+stop_stage=4
+data=/export/data/asr-data/OpenSLR/33     # where data_aishell/{wav,transcript} live
+wenet_dir=""                             # a WeNet checkout (stages 0 and 5)
+fake_data=false                          # generate a tiny corpus instead of AISHELL
+nj=8                                     # processes for importing
+num_gpus=1                               # ranks for training (torchrun)
+train_config=conf/train_conformer.yaml   # WeNet's yaml + lhotse_conf (stage 5)
+tiny_config=conf/train_tiny.yaml         # our recipe trainer (stage 6)
+dir=exp/conformer
+max_epoch=""                             # override the yaml's max_epoch
+. ../parse_options.sh
+
+sets="train dev test"
+
+if [ ${stage} -le 0 ] && [ ${stop_stage} -ge 0 ]; then
+  echo "stage 0: data preparation -> data/{train,dev,test}/{wav.scp,text}"
+  if [ "$fake_data" = true ]; then
+    for x in $sets; do
+      n=60; [ "$x" = train ] || n=16
+      wenet-lhotse corpus data/$x -n $n --max-duration 4 --seed $(( ${#x} + 1 ))
+    done
+  else
+    [ -n "$wenet_dir" ] || { echo "stage 0 needs --wenet_dir (WeNet's local/ scripts)"; exit 1; }
+    bash $wenet_dir/examples/aishell/s0/local/aishell_data_prep.sh \
+      $data/data_aishell/wav $data/data_aishell/transcript
+  fi
+fi
+
+if [ ${stage} -le 1 ] && [ ${stop_stage} -ge 1 ]; then
+  echo "stage 1: WeNet raw lists (same lines as WeNet's tools/make_raw_list.py)"
+  for x in $sets; do
+    wenet-lhotse make-list data/$x
+  done
+fi
+
+if [ ${stage} -le 2 ] && [ ${stop_stage} -ge 2 ]; then
+  echo "stage 2: char dictionary data/dict/lang_char.txt"
+  mkdir -p data/dict
+  wenet-lhotse make-units data/train/text -o data/dict/lang_char.txt
+  # WeNet models also want global CMVN stats: WeNet's tools/compute_cmvn_stats.py
+  # --in_scp data/train/wav.scp --out_cmvn data/train/global_cmvn (not needed by stage 6).
+fi
+
+if [ ${stage} -le 3 ] && [ ${stop_stage} -ge 3 ]; then
+  echo "stage 3: validate every list, describe the training set"
+  for x in $sets; do
+    wenet-lhotse validate data/$x/data.list
+  done
+  wenet-lhotse stats data/train/data.list --plot data/train/stats.png
+fi
+
+if [ ${stage} -le 4 ] && [ ${stop_stage} -ge 4 ]; then
+  echo "stage 4: import: train -> Lhotse Shar (restartable), dev/test -> cuts manifests"
+  wenet-lhotse import data/train/data.list --shar data/train/shar -j $nj
+  for x in dev test; do
+    wenet-lhotse import data/$x/data.list -o data/$x/cuts.jsonl.gz -j $nj
+  done
+fi
+
+if [ ${stage} -le 5 ] && [ ${stop_stage} -ge 5 ]; then
+  echo "stage 5: WeNet's own train.py, with wenet-lhotse's init_dataset_and_dataloader"
+  [ -n "$wenet_dir" ] || { echo "stage 5 needs --wenet_dir"; exit 1; }
+  export PYTHONPATH=$wenet_dir:${PYTHONPATH:-}
+  # WeNet's --data_type accepts raw|shard; a Shar dir or cuts manifest is detected
+  # from the path (or list sources in dataset_conf.lhotse_conf.sources).
+  torchrun --standalone --nnodes=1 --nproc_per_node=$num_gpus \
+    -m wenet_lhotse.wenet_train \
+      --config $train_config \
+      --data_type raw \
+      --train_data data/train/shar \
+      --cv_data data/dev/cuts.jsonl.gz \
+      --model_dir $dir \
+      --num_workers 4 \
+      --pin_memory
+fi
+
+if [ ${stage} -le 6 ] && [ ${stop_stage} -ge 6 ]; then
+  echo "stage 6: our recipe trainer (small CTC model) on the same data"
+  extra=""; [ -z "$max_epoch" ] || extra="--max_epoch $max_epoch"
+  torchrun --standalone --nnodes=1 --nproc_per_node=$num_gpus \
+    -m wenet_lhotse.demo.train \
+      --config $tiny_config \
+      --train_data data/train/shar \
+      --cv_data data/dev/cuts.jsonl.gz \
+      --model_dir exp/tiny \
+      --num_workers 1 $extra
+fi

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# The demo: generate a WeNet-format corpus, import it, train single-process and with
+# 2 DDP ranks, plot. No downloads; a few minutes on 2 CPU cores.
+#   bash recipes/demo/run.sh [--quick] [-o OUT_DIR]
+set -euo pipefail
+exec wenet-lhotse demo "$@"
