@@ -52,3 +52,20 @@ def test_make_units_wenet_layout(tmp_path, corpus):
     assert units == sorted(units) and "▁" in units
     chars = set("".join(t.split(maxsplit=1)[1] for t in corpus.text.read_text().splitlines()))
     assert set(units) == (chars - {" "}) | {"▁"}
+
+
+def test_make_units_bpe_encodes_every_transcript(tmp_path, corpus):
+    pytest.importorskip("sentencepiece")
+    from wenet_lhotse.text import BpeTokenizer
+
+    out = tmp_path / "units.txt"
+    res = CliRunner().invoke(main, ["make-units", str(corpus.text), "-o", str(out),
+                                    "--bpe", "30", "--bpe-model-prefix", str(tmp_path / "bpe")])
+    assert res.exit_code == 0, res.output
+    table = [line.split() for line in out.read_text(encoding="utf-8").splitlines()]
+    assert table[0] == ["<blank>", "0"] and table[-1][0] == "<sos/eos>"
+    tok = BpeTokenizer(str(tmp_path / "bpe.model"), str(out))
+    unk = tok.symbol_table["<unk>"]
+    for line in corpus.text.read_text(encoding="utf-8").splitlines():
+        _, ids = tok.tokenize(line.split(maxsplit=1)[1])
+        assert ids and unk not in ids  # every piece of the training text is in the table

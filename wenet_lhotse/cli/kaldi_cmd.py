@@ -31,10 +31,20 @@ def make_list(data_dir, out):
               help="Output symbol table, e.g. data/dict/lang_char.txt.")
 @click.option("--non-lang-syms", type=click.Path(exists=True, dir_okay=False), default=None,
               help="File of non-linguistic symbols ([NOISE], <unk>-like spans) kept whole.")
-def make_units(text, out, non_lang_syms):
-    """Write a WeNet char symbol table (<blank> 0, <unk> 1, units, <sos/eos>) from a
-    Kaldi TEXT file, as WeNet's aishell recipe builds lang_char.txt."""
-    from wenet_lhotse.formats.kaldi import write_char_units
+@click.option("--bpe", "bpe_vocab_size", type=int, default=None,
+              help="Train a SentencePiece model of this vocabulary size instead of chars.")
+@click.option("--bpe-model-prefix", type=click.Path(dir_okay=False), default=None,
+              help="Where the BPE model goes: PREFIX.model [default: next to --out].")
+def make_units(text, out, non_lang_syms, bpe_vocab_size, bpe_model_prefix):
+    """Write a WeNet symbol table (<blank> 0, <unk> 1, units, <sos/eos>) from a Kaldi
+    TEXT file: chars, as WeNet's aishell recipe builds lang_char.txt, or with --bpe
+    a SentencePiece unigram model and its pieces, as WeNet's librispeech recipe does."""
+    from wenet_lhotse.text.units import train_bpe_units, write_char_units
 
-    path, n = write_char_units(text, out, non_lang_syms=non_lang_syms)
-    click.echo(f"wrote {n} symbols to {path}")
+    if bpe_vocab_size:
+        prefix = bpe_model_prefix or str(Path(out).with_suffix("")) + f"_unigram{bpe_vocab_size}"
+        path, n = train_bpe_units(text, prefix, out, vocab_size=bpe_vocab_size)
+        click.echo(f"wrote {prefix}.model and {n} symbols to {path}")
+    else:
+        path, n = write_char_units(text, out, non_lang_syms=non_lang_syms)
+        click.echo(f"wrote {n} symbols to {path}")

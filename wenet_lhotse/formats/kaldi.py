@@ -74,28 +74,3 @@ def kaldi_dir_to_raw_list(
             out.write(json.dumps(item, ensure_ascii=False) + "\n")
             n += 1
     return Path(output), n
-
-
-def write_char_units(text: Pathlike, output: Pathlike, non_lang_syms: Optional[Pathlike] = None
-                     ) -> Tuple[Path, int]:
-    """Build a WeNet char symbol table from a Kaldi ``text`` file, as WeNet's aishell
-    recipe does (``tools/text2token.py -s 1 -n 1`` | sort | uniq): ``<blank> 0``,
-    ``<unk> 1``, the sorted units from 2 on, ``<sos/eos>`` last. A space becomes ``▁``.
-    Returns ``(output, vocab_size)``."""
-    from wenet_lhotse.text.tokenizer import CharTokenizer
-
-    # Tokenize with WeNet's own char rules so non-linguistic symbols stay whole.
-    syms = ["<blank>", "<unk>"]
-    tok = CharTokenizer({s: i for i, s in enumerate(syms)},
-                        non_lang_syms=str(non_lang_syms) if non_lang_syms else None,
-                        split_with_space=False)
-    units = set()
-    with open(text, encoding="utf-8") as f:
-        for line in f:
-            arr = line.strip().split(maxsplit=1)
-            if len(arr) == 2:
-                units.update(t for t in tok.text2tokens(arr[1]) if t.strip())
-    table = syms + sorted(units - set(syms)) + ["<sos/eos>"]
-    with atomic_output(output, "w", encoding="utf-8") as out:
-        out.write("".join(f"{u} {i}\n" for i, u in enumerate(table)))
-    return Path(output), len(table)
