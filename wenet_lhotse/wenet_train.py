@@ -1,0 +1,49 @@
+"""Run WeNet's own ``wenet/bin/train.py`` on wenet-lhotse's loader, without editing it.
+
+::
+
+    export PYTHONPATH=/path/to/wenet:$PYTHONPATH
+    torchrun --nproc_per_node=8 -m wenet_lhotse.wenet_train --config conf/train.yaml \\
+        --data_type raw --train_data data/train/shar --cv_data data/dev/cuts.jsonl.gz ...
+
+Every argument is WeNet's. Before WeNet's ``train.py`` is imported, this replaces
+``wenet.utils.train_utils.init_dataset_and_dataloader`` with
+:func:`wenet_lhotse.wenet_compat.init_dataset_and_dataloader` (same signature,
+return value and side effect), so ``train.py``'s own
+``from wenet.utils.train_utils import init_dataset_and_dataloader`` picks ours.
+This is the one-import change, done for you.
+"""
+
+from __future__ import annotations
+
+import runpy
+import sys
+from typing import List, Optional
+
+
+def patch_wenet() -> None:
+    """Point WeNet's loader factory at ours. Raises ImportError without WeNet."""
+    try:
+        import wenet.utils.train_utils as train_utils
+    except ImportError as e:
+        raise ImportError(
+            "WeNet is not importable: put a WeNet checkout on PYTHONPATH "
+            "(export PYTHONPATH=/path/to/wenet:$PYTHONPATH)") from e
+    from wenet_lhotse.wenet_compat import init_dataset_and_dataloader
+
+    train_utils.init_dataset_and_dataloader = init_dataset_and_dataloader
+
+
+def main(argv: Optional[List[str]] = None, module: str = "wenet.bin.train") -> None:
+    """Run ``module`` (WeNet's trainer) as ``__main__`` with ``argv`` as its arguments."""
+    try:
+        patch_wenet()
+    except ImportError as e:
+        sys.exit(str(e))
+    if argv is not None:
+        sys.argv = [module] + list(argv)
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    main()
