@@ -16,6 +16,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,8 +75,14 @@ def make_standin(root: Path) -> None:
     (root / "wenet/bin/train.py").write_text(textwrap.dedent(TRAIN_PY))
 
 
-def test_runner_puts_our_loader_under_wenet_train_py(tmp_path, corpus):
+@pytest.mark.parametrize("train_kind", ["raw", "shar"])
+def test_runner_puts_our_loader_under_wenet_train_py(tmp_path, corpus, train_kind):
     make_standin(tmp_path / "wenet_src")
+    train_data = corpus.data_list
+    if train_kind == "shar":  # passed as WeNet's --data_type raw: detected from the path
+        from wenet_lhotse.convert import wenet_to_shar
+
+        train_data = wenet_to_shar(corpus.data_list, tmp_path / "shar", shard_size=8).out_dir
     conf = {"dataset_conf": {"fbank_conf": {"num_mel_bins": 40, "dither": 0.0},
                              "batch_conf": {"batch_type": "static", "batch_size": 4}},
             "tokenizer_conf": {"symbol_table_path": str(corpus.units)}}
@@ -84,7 +91,7 @@ def test_runner_puts_our_loader_under_wenet_train_py(tmp_path, corpus):
     env = dict(os.environ, PYTHONPATH=f"{tmp_path / 'wenet_src'}:{ROOT}")
     res = subprocess.run(
         [sys.executable, "-m", "wenet_lhotse.wenet_train", "--config", str(tmp_path / "conf.yaml"),
-         "--data_type", "raw", "--train_data", str(corpus.data_list),
+         "--data_type", "raw", "--train_data", str(train_data),
          "--cv_data", str(corpus.data_list), "--num_workers", "0", "--out", str(out)],
         env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]

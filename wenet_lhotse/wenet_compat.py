@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Mapping, MutableMapping, Tuple
 
 from wenet_lhotse.loader.build import build_dataloader
 from wenet_lhotse.loader.distributed import world_info
-from wenet_lhotse.loader.sources import SourceSpec
+from wenet_lhotse.loader.sources import SourceSpec, detect_source_type
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +31,12 @@ DATA_TYPES = {"raw": "raw", "shard": "shard", "lhotse": "cuts", "cuts": "cuts", 
 def _sources(path: Any, data_type: str) -> List[Any]:
     if data_type not in DATA_TYPES:
         raise ValueError(f"unknown data_type {data_type!r}; use one of {sorted(DATA_TYPES)}")
-    return [SourceSpec(path=str(path), type=DATA_TYPES[data_type])]
+    kind = DATA_TYPES[data_type]
+    # WeNet's train.py only accepts --data_type raw|shard; a Shar directory or a Lhotse
+    # cuts manifest given with either is recognised from the path instead.
+    if kind in ("raw", "shard") and detect_source_type(str(path)) in ("cuts", "shar"):
+        kind = "auto"
+    return [SourceSpec(path=str(path), type=kind)]
 
 
 def cv_dataset_conf(train_conf: Mapping[str, Any]) -> Dict[str, Any]:
@@ -73,12 +78,13 @@ def init_dataset_and_dataloader(args: Any, configs: MutableMapping[str, Any], to
     }
     train_dataset, train_loader = build_dataloader(train_sources, tokenizer, train_conf,
                                                    "train", **common)
-    cv_dataset, cv_loader = build_dataloader(cv_sources, tokenizer, cv_dataset_conf(train_conf),
-                                             "cv", **common)
-    if lconf.get("cv_partition", True) and world_info()[0] > 1:
-        logger.warning(
-            "the cv set is split across ranks: WeNet's executor.cv returns each rank's own "
-            "loss; combine them with wenet_lhotse.loader.reduce_cv_loss, or set "
-            "dataset_conf.lhotse_conf.cv_partition: false to evaluate everything on every "
-            "rank as WeNet does")
+    # WeNet's executor.cv reports the loss of what its rank read and does not combine
+    # ranks, so under this drop-in every rank evaluates the whole cv set, as in WeNet,
+    # unless lhotse_conf.cv_partition is set (then combine with reduce_cv_loss).
+    cv_conf = cv_dataset_conf(train_conf)
+    cv_conf["lhotse_conf"] = {**lconf, "cv_partition": bool(lconf.get("cv_partition", False))}
+    cv_dataset, cv_loader = build_dataloader(cv_sources, tokenizer, cv_conf, "cv", **common)
+    if cv_conf["lhotse_conf"]["cv_partition"] and world_info()[0] > 1:
+        logger.info("the cv set is split across ranks: combine each rank's loss sum and "
+                    "count with wenet_lhotse.loader.reduce_cv_loss")
     return train_dataset, cv_dataset, train_loader, cv_loader

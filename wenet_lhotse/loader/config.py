@@ -39,7 +39,8 @@ translated to a duration budget for Lhotse's ``DynamicBucketingSampler``:
       steps_per_epoch: null    # streamed mode: fixed steps per epoch (else: first rank out)
       snapshot_depth: 64       # batches of resume state kept (>= prefetch depth)
       return_pcm: false        # add pcm / pcm_length (the waveform) to each batch
-      cv_partition: true       # split cv across ranks (false: every rank evaluates all, as WeNet)
+      cv_partition: true       # split cv across ranks (false: all on every rank, as WeNet;
+                               # the default under the init_dataset_and_dataloader drop-in)
 """
 
 from __future__ import annotations
