@@ -1,10 +1,12 @@
 """Every ``wenet-lhotse`` command shown in the docs runs, in order, per page.
 
-A page's ```bash / ```console blocks are read top to bottom; each line that
-starts with ``wenet-lhotse`` or ``$ wenet-lhotse`` (``\\`` continuations joined)
-runs in one temporary directory per page, so a page's later commands see the files its earlier
-ones wrote. The demo's full-size run is covered by tests/test_demo.py at a
-reduced size, so ``wenet-lhotse demo`` lines here get ``--quick``.
+A page's ```bash / ```console / ```sh blocks are read top to bottom; each line
+that starts with ``wenet-lhotse`` or ``$ wenet-lhotse`` (``\\`` continuations
+joined) runs in one temporary directory per page, so a page's later commands
+see the files its earlier ones wrote. On the pages in ``RUN_PYTHON`` the
+```python blocks run too, in page order, in the same directory. The demo's
+full-size run is covered by tests/test_demo.py at a reduced size, so
+``wenet-lhotse demo`` lines here get ``--quick``.
 """
 
 from __future__ import annotations
@@ -19,37 +21,44 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
-FENCE = re.compile(r"```(?:bash|console|sh)\n(.*?)```", re.S)
+FENCE = re.compile(r"```(bash|console|sh|python)\n(.*?)```", re.S)
+# Pages whose Python examples are run here; formats.md and features.md have their own
+# doc tests, the others show fragments of a training script.
+RUN_PYTHON = {"README.md", "quickstart.md"}
 
 
-def commands(page: Path):
+def steps(page: Path):
+    """``("sh", command)`` and ``("python", code)`` in page order."""
     out = []
-    for block in FENCE.findall(page.read_text(encoding="utf-8")):
-        joined = re.sub(r"\\\n\s*", " ", block)
-        for line in joined.splitlines():
+    for lang, block in FENCE.findall(page.read_text(encoding="utf-8")):
+        if lang == "python":
+            if page.name in RUN_PYTHON:
+                out.append(("python", block))
+            continue
+        for line in re.sub(r"\\\n\s*", " ", block).splitlines():
             line = line.split("  #")[0].strip().removeprefix("$ ")
             if line.startswith("wenet-lhotse "):
-                out.append(line)
+                if line.startswith("wenet-lhotse demo") and "--quick" not in line:
+                    line += " --quick"
+                out.append(("sh", line))
     return out
 
 
 # docs/cli.md is run, with its outputs checked, by tests/test_cli_data.py.
-PAGES_WITH_COMMANDS = [p for p in PAGES if commands(p) and p.name != "cli.md"]
+PAGES_WITH_COMMANDS = [p for p in PAGES
+                       if any(k == "sh" for k, _ in steps(p)) and p.name != "cli.md"]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("page", PAGES_WITH_COMMANDS, ids=lambda p: p.name)
 def test_docs_commands_run(page, tmp_path):
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    exe = str(Path(sys.executable).with_name("wenet-lhotse"))
-    for cmd in commands(page):
-        if cmd.startswith("wenet-lhotse demo") and "--quick" not in cmd:
-            cmd += " --quick"
-        if not Path(exe).exists():
-            cmd = cmd.replace("wenet-lhotse", f"{sys.executable} -m wenet_lhotse", 1)
-        res = subprocess.run(cmd, shell=True, cwd=tmp_path, env=env, capture_output=True,
-                             text=True, timeout=300)
-        assert res.returncode == 0, f"{page.name}: `{cmd}` failed:\n{res.stdout}\n{res.stderr}"
+    env = dict(os.environ, PYTHONPATH=str(ROOT),
+               PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    for kind, step in steps(page):
+        cmd = [sys.executable, "-c", step] if kind == "python" else step
+        res = subprocess.run(cmd, shell=kind == "sh", cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, f"{page.name}: `{step}` failed:\n{res.stdout}\n{res.stderr}"
 
 
 def test_docs_pages_exist():

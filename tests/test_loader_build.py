@@ -220,3 +220,21 @@ def test_streamed_shar_in_workers_reads_every_cut_once(data):
     for _ in range(2):
         got = [k for b in loader for k in b]
         assert sorted(got) == sorted(c.id for c in data["cuts"])
+
+
+def test_wenet_dataset_conf_defaults_match_wenet(corpus):
+    """WeNet's dataset.py: resample to 16 kHz unless resample_conf says otherwise, spec_aug
+    on unless `spec_aug: false`, speed perturb off unless on; cv never augments."""
+    from wenet_lhotse.loader import make_wenet_dataset
+    from wenet_lhotse.text import CharTokenizer
+
+    tok = CharTokenizer(corpus.units)
+    train = make_wenet_dataset(tok, {}, "train").features.pipeline
+    assert train.resample_to == 16000 and train.spec_aug is not None
+    assert train.speeds is None and train.spec_sub is None and train.spec_trim is None
+    conf = {"resample_conf": {"resample_rate": 8000}, "spec_aug": False, "speed_perturb": True}
+    tuned = make_wenet_dataset(tok, conf, "train").features.pipeline
+    assert tuned.resample_to == 8000 and tuned.spec_aug is None
+    assert tuned.speeds == (0.9, 1.0, 1.1)
+    cv = make_wenet_dataset(tok, {"speed_perturb": True}, "cv").features.pipeline
+    assert cv.spec_aug is None and cv.speeds is None

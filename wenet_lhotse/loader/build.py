@@ -293,18 +293,22 @@ def make_wenet_dataset(tokenizer: Any, dataset_conf: Mapping[str, Any], split: s
     conf = dict(dataset_conf)
     train = split == "train"
 
-    def aug(name: str) -> Any:
+    def aug(name: str, default: bool = False) -> Any:
         # WeNet: a boolean switch plus an optional *_conf dict of the function's arguments.
-        return (conf.get(f"{name}_conf") or True) if train and conf.get(name, False) else None
+        on = conf.get(name, default)
+        return (conf.get(f"{name}_conf") or True) if train and on else None
 
     features = PooledFeatures(
         extractor_from_wenet_conf(conf), num_workers=pool_workers,
         speed_perturb=bool(conf.get("speed_perturb", False)) and train,
-        resample_to=(conf.get("resample_conf") or {}).get("resample_rate"),
-        spec_aug=aug("spec_aug"), spec_sub=aug("spec_sub"), spec_trim=aug("spec_trim"),
+        # WeNet's defaults: resample to 16 kHz and spec_aug on unless the yaml says otherwise
+        resample_to=(conf.get("resample_conf") or {}).get("resample_rate", 16000),
+        spec_aug=aug("spec_aug", default=True), spec_sub=aug("spec_sub"), spec_trim=aug("spec_trim"),
         seed=seed, fault_tolerant=fault_tolerant, return_audio=return_pcm)
+    speaker_conf = conf.get("speaker_conf") or {}
     return WenetAsrDataset(tokenizer, features, split=split, return_pcm=return_pcm,
-                           fault_tolerant=fault_tolerant)
+                           fault_tolerant=fault_tolerant,
+                           speaker_table=speaker_conf.get("speaker_table_path"))
 
 
 def _map_reader(spec: SourceSpec, shuffle: bool, seed: int, strict: bool,
