@@ -153,16 +153,16 @@ def bench_shar(work: Path, utts: int, shard_size: int, jobs: int) -> None:
 
 def _rss_child(list_path: str, check_duplicates: bool, probe: bool, what: str) -> None:
     if what == "import":  # the whole import path: pool, serializer, gzip writer
-        from wenet_lhotse.convert.raw import _iter_parsed
+        from wenet_lhotse.convert.raw import iter_raw_cuts_with_lines
 
         out = Path(list_path).with_suffix(".jsonl.gz")
         import gzip
 
         def gen():
             with gzip.open(out, "wb", compresslevel=6) as f:
-                for (_, _, line), _, _ in _iter_parsed(list_path, num_workers=2, as_json=True,
-                                                       probe=probe,
-                                                       check_duplicates=check_duplicates):
+                for (_, _, line), _, _ in iter_raw_cuts_with_lines(
+                        list_path, num_workers=2, as_json=True, probe=probe,
+                        check_duplicates=check_duplicates):
                     f.write(line)
                     yield line
 

@@ -169,7 +169,9 @@ def iter_raw_cuts_with_lines(
     num_workers: int = 4,
     executor: str = "process",
     check_duplicates: bool = True,
-) -> Iterator[Tuple[Cut, str, int]]:
+    as_json: bool = False,
+    probe: bool = True,
+) -> Iterator[Tuple[Union[Cut, _JsonCut], str, int]]:
     """``(cut, list file, 1-based line)`` for each line of WeNet raw list(s), in list
     order, with audio headers read by a pool.
 
@@ -180,26 +182,10 @@ def iter_raw_cuts_with_lines(
     :param num_workers: pool size; 0 or 1 parses in the calling thread.
     :param executor: ``"process"`` (scales past the GIL) or ``"thread"``.
     :param check_duplicates: report a repeated key (the later line) as an error.
+    :param as_json: yield a :data:`_JsonCut` (id, duration, serialized line) instead of
+        the cut, so that the pool, not the caller, does the serialization.
+    :param probe: ``False`` trusts lines carrying ``duration``/``sample_rate``.
     """
-    return _iter_parsed(paths, wav_root=wav_root, strict=strict, skip_report=skip_report,
-                        num_workers=num_workers, executor=executor,
-                        check_duplicates=check_duplicates)
-
-
-def _iter_parsed(
-    paths: Union[Pathlike, Sequence[Pathlike]],
-    *,
-    wav_root: Optional[Pathlike] = None,
-    strict: bool = True,
-    skip_report: Optional[SkipReport] = None,
-    num_workers: int = 4,
-    executor: str = "process",
-    check_duplicates: bool = True,
-    as_json: bool = False,
-    probe: bool = True,
-) -> Iterator[Tuple[Union[Cut, _JsonCut], str, int]]:
-    """:func:`iter_raw_cuts_with_lines`; with ``as_json`` a :data:`_JsonCut` replaces
-    the cut, and ``probe=False`` trusts lines carrying ``duration``/``sample_rate``."""
     list_paths = as_path_list(paths)
     report = skip_report if skip_report is not None else SkipReport()
     root = os.path.abspath(str(wav_root) if wav_root is not None else os.getcwd())
@@ -278,9 +264,10 @@ def import_raw(
     out = Path(out_path)
     res = ImportResult(out_path=out, skip_report=report)
     start = time.perf_counter()
-    items = _iter_parsed(data_list, wav_root=wav_root, strict=strict, skip_report=report,
-                         num_workers=num_workers, executor=executor,
-                         check_duplicates=check_duplicates, as_json=True, probe=probe)
+    items = iter_raw_cuts_with_lines(
+        data_list, wav_root=wav_root, strict=strict, skip_report=report,
+        num_workers=num_workers, executor=executor, check_duplicates=check_duplicates,
+        as_json=True, probe=probe)
     with atomic_output(out, "wb") as raw_f:
         f = (gzip.GzipFile(fileobj=raw_f, mode="wb", mtime=0, compresslevel=GZIP_LEVEL)
              if out.suffix == ".gz" else raw_f)

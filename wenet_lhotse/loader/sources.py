@@ -16,7 +16,6 @@ Weighted mixing of several sources is Lhotse's ``CutSet.mux``.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from dataclasses import dataclass, field
@@ -102,36 +101,13 @@ def parse_sources(sources: Any) -> List[SourceSpec]:
 
 
 def detect_source_type(path: Pathlike) -> str:
-    """Guess a source's type from its path (and first line for list files).
+    """A source's type from its path and first line: a directory with ``cuts.*.jsonl*``
+    is Shar; a JSON line with ``key`` a raw list; one with ``id`` (or a gzipped file) a
+    cuts manifest; anything else (tar paths/URLs) a shard list. Raises
+    :class:`~wenet_lhotse.formats.errors.WenetDataError` for a missing path."""
+    from wenet_lhotse.convert.inputs import detect_input_kind
 
-    A directory with ``cuts.*.jsonl*`` is Shar; ``*.jsonl(.gz)`` whose first line
-    has ``"type": "MonoCut"`` (or an ``id`` and ``duration``) is a cuts manifest;
-    a JSON line with ``key`` is a raw list; anything else (tar paths/URLs) a shard list.
-    """
-    p = Path(path)
-    if p.is_dir():
-        if any(p.glob("cuts.*.jsonl*")):
-            return "shar"
-        raise ValueError(f"{p}: a directory, but no Shar 'cuts.*.jsonl*' files in it")
-    from lhotse.serialization import open_best
-
-    with open_best(p, "r") as f:
-        first = ""
-        for line in f:
-            if line.strip():
-                first = line.strip()
-                break
-    if first.startswith("{"):
-        try:
-            obj = json.loads(first)
-        except json.JSONDecodeError:
-            return "raw"  # let the raw reader report the bad line with its number
-        if "key" in obj:
-            return "raw"
-        if "id" in obj and "duration" in obj:
-            return "cuts"
-        return "raw"
-    return "shard"
+    return detect_input_kind(path)
 
 
 class TagCuts(Dillable):
