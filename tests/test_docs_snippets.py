@@ -66,3 +66,13 @@ def test_docs_pages_exist():
     nav = re.findall(r":\s*(\S+\.md)", (ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
     missing = [n for n in nav if not (ROOT / "docs" / n).exists()]
     assert not missing, missing
+
+
+def test_mkdocs_builds_strict(tmp_path):
+    """`mkdocs build --strict` fails on broken links and pages missing from the nav."""
+    pytest.importorskip("mkdocs")
+    res = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q",
+                          "-d", str(tmp_path / "site")], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "site" / "quickstart" / "index.html").exists()
