@@ -15,9 +15,13 @@ def main(verbose: int) -> None:
 
     \b
     Typical first steps:
+      wenet-lhotse demo --quick              # the whole flow on generated data
       wenet-lhotse corpus demo_data          # make a small WeNet-format corpus
       wenet-lhotse validate demo_data/data.list
       wenet-lhotse import demo_data/data.list -o demo_data/cuts.jsonl.gz
+      wenet-lhotse bench --data demo_data/cuts.jsonl.gz --units demo_data/units.txt
+
+    Run 'wenet-lhotse COMMAND --help' for each command's options.
     """
     level = logging.WARNING - 10 * verbose
     logging.basicConfig(level=max(level, logging.DEBUG),

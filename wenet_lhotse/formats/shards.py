@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
+import numpy as np
 from lhotse import CutSet, Recording, SupervisionSegment
 from lhotse.lazy import Dillable
 from lhotse.utils import fastcopy
@@ -470,9 +471,15 @@ def _write_one_shard(
     with atomic_output(tar_path, "wb") as f, tarfile.open(fileobj=f, mode="w") as tar:
         for cut in cuts:
             key = cut.id
-            if resample_to is not None and cut.sampling_rate != resample_to:
-                cut = cut.resample(resample_to)
-            wav = encode_pcm16_wav(cut.load_audio(), cut.sampling_rate)
+            samples, sr = cut.load_audio(), cut.sampling_rate
+            if resample_to is not None and sr != resample_to:
+                # The torch resampler our features use: Lhotse's cut.resample() needs
+                # torchaudio or scipy, neither of which the core depends on.
+                from wenet_lhotse.features.augment import resample
+
+                samples = np.stack([resample(ch, sr, resample_to) for ch in samples])
+                sr = resample_to
+            wav = encode_pcm16_wav(samples, sr)
             _add_member(tar, f"{key}.txt", (cut_text(cut) or "").encode("utf-8"))
             _add_member(tar, f"{key}.wav", wav)
             if not extras:
