@@ -36,7 +36,7 @@ from lhotse.cut import Cut
 from lhotse.dataset.collation import collate_vectors
 
 from wenet_lhotse.dataset.collate import cut_lang, cut_speaker, cut_task, cut_text
-from wenet_lhotse.formats.errors import SkipReport, WenetDataError
+from wenet_lhotse.formats.errors import BATCH_SKIPS_KEY, SkipReport, WenetDataError
 from wenet_lhotse.text.tokenizer import CJK_PATTERN, read_symbol_table
 
 logger = logging.getLogger(__name__)
@@ -213,6 +213,12 @@ class WenetAsrDataset(torch.utils.data.Dataset):
             batch["speaker"] = [s if s is not None else "" for s in speakers]
         if self.return_cuts:
             batch["cuts"] = CutSet.from_cuts(batch_cuts)
+        skipped = self.skip_report.take_new()
+        features_report = getattr(self.features, "skip_report", None)
+        if features_report is not None and features_report is not self.skip_report:
+            skipped += features_report.take_new()
+        if skipped:  # forwarded to the main process; our loader pops this key
+            batch[BATCH_SKIPS_KEY] = skipped
         return batch
 
 

@@ -18,6 +18,11 @@ from typing import Iterator, List, Optional
 
 logger = logging.getLogger(__name__)
 
+#: Batch-dict key under which a dataset running in a DataLoader worker forwards the
+#: items it skipped since its previous batch (a list of :class:`SkippedItem`); our
+#: loader pops it into ``loader.skip_report``, so no skip stays hidden in a worker.
+BATCH_SKIPS_KEY = "skipped"
+
 
 def format_location(source: str, line: Optional[int] = None, member: Optional[str] = None) -> str:
     """``data.list:12`` for a list line, ``shard.tar[key.wav]`` for a tar member."""
@@ -95,6 +100,7 @@ class SkipReport:
     items: List[SkippedItem] = field(default_factory=list)
     log: bool = True
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _taken: int = field(default=0, repr=False, compare=False)  # see take_new()
 
     def add(self, err: WenetDataError, log: Optional[bool] = None) -> None:
         item = SkippedItem.from_error(err)
@@ -104,9 +110,19 @@ class SkipReport:
             logger.warning("skipped %s", item)
 
     def merge(self, other: SkipReport) -> SkipReport:
+        return self.extend(other.items)
+
+    def extend(self, items: List[SkippedItem]) -> SkipReport:
+        """Add items recorded (and logged) elsewhere, e.g. in a DataLoader worker."""
         with self._lock:
-            self.items.extend(other.items)
+            self.items.extend(items)
         return self
+
+    def take_new(self) -> List[SkippedItem]:
+        """The items added since the previous call (what a worker still has to forward)."""
+        with self._lock:
+            taken, self._taken = self._taken, len(self.items)
+            return self.items[taken:]
 
     def __len__(self) -> int:
         return len(self.items)
@@ -129,9 +145,10 @@ class SkipReport:
         return f"{len(self.items)} items skipped ({by_kind})"
 
     def __getstate__(self):
-        return {"items": list(self.items), "log": self.log}
+        return {"items": list(self.items), "log": self.log, "taken": self._taken}
 
     def __setstate__(self, state):
         self.items = state["items"]
         self.log = state.get("log", True)
+        self._taken = state.get("taken", 0)
         self._lock = threading.Lock()

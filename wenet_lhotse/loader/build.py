@@ -32,7 +32,7 @@ from lhotse.dataset.sampling.dynamic_bucketing import (
     estimate_duration_buckets,
 )
 
-from wenet_lhotse.formats.errors import SkipReport
+from wenet_lhotse.formats.errors import BATCH_SKIPS_KEY, SkipReport
 from wenet_lhotse.loader.config import LoaderConfig
 from wenet_lhotse.loader.distributed import (
     EqualStepsIterator,
@@ -157,6 +157,7 @@ class StreamedEpochDataset(torch.utils.data.IterableDataset):
         self.stop_early = stop_early
         self.rank, self.world_size = rank, world_size
         self.strict = strict
+        self.skip_report = SkipReport()  # this worker's reader skips, forwarded per batch
         self.epoch = -1
         self._next_epoch: Optional[int] = None
         self._skip: Tuple[int, int] = (-1, 0)  # (epoch, batches to skip in that epoch)
@@ -175,7 +176,7 @@ class StreamedEpochDataset(torch.utils.data.IterableDataset):
                       "num_workers": nw}
             cutsets.append(open_source(spec, strict=self.strict, shuffle_shards=self.shuffle,
                                        seed=self.seed, epoch=epoch, split_for_dataloading=True,
-                                       transform=tf, **kw))
+                                       transform=tf, skip_report=self.skip_report, **kw))
         return mux_sources(cutsets, [s.weight for s in self.specs], seed=self.seed + epoch,
                            stop_early=self.stop_early)
 
@@ -199,7 +200,11 @@ class StreamedEpochDataset(torch.utils.data.IterableDataset):
         for i, batch in enumerate(sampler):
             if i < skip:
                 continue  # sampled from metadata; no audio decoded, no features computed
-            yield self.dataset[batch]
+            out = self.dataset[batch]
+            skipped = self.skip_report.take_new()
+            if skipped and isinstance(out, dict):
+                out.setdefault(BATCH_SKIPS_KEY, []).extend(skipped)
+            yield out
 
 
 class LhotseDataLoader(torch.utils.data.DataLoader):
@@ -208,9 +213,13 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
     streamed data under DDP) stops all ranks at the same step."""
 
     def __init__(self, dataset: Any, *, mode: str, equal_steps_group: Any = None,
-                 max_steps: Optional[int] = None, **kw: Any) -> None:
+                 max_steps: Optional[int] = None, skip_report: Optional[SkipReport] = None,
+                 **kw: Any) -> None:
         super().__init__(dataset, batch_size=None, **kw)
         self.mode = mode
+        #: every item skipped in fault-tolerant mode, wherever it was skipped (readers in
+        #: this process, and readers, features and dataset in DataLoader workers)
+        self.skip_report = skip_report if skip_report is not None else SkipReport()
         self.equal_steps_group = equal_steps_group
         self.max_steps = max_steps
         self.consumed = 0
@@ -246,6 +255,8 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
     def _count(self, it: Iterator[Any]) -> Iterator[Any]:
         for batch in it:
             self.consumed += 1
+            if isinstance(batch, dict) and BATCH_SKIPS_KEY in batch:
+                self.skip_report.extend(batch.pop(BATCH_SKIPS_KEY))  # logged where skipped
             yield batch
         self._finished = True
 
@@ -303,7 +314,8 @@ def make_wenet_dataset(tokenizer: Any, dataset_conf: Mapping[str, Any], split: s
         speed_perturb=bool(conf.get("speed_perturb", False)) and train,
         # WeNet's defaults: resample to 16 kHz and spec_aug on unless the yaml says otherwise
         resample_to=(conf.get("resample_conf") or {}).get("resample_rate", 16000),
-        spec_aug=aug("spec_aug", default=True), spec_sub=aug("spec_sub"), spec_trim=aug("spec_trim"),
+        spec_aug=aug("spec_aug", default=True), spec_sub=aug("spec_sub"),
+        spec_trim=aug("spec_trim"),
         seed=seed, fault_tolerant=fault_tolerant, return_audio=return_pcm)
     speaker_conf = conf.get("speaker_conf") or {}
     return WenetAsrDataset(tokenizer, features, split=split, return_pcm=return_pcm,
@@ -395,10 +407,15 @@ def build_dataloader(
     :param seed: integer seed; the same seed gives the same batches on every run and rank.
     :param world_size: ranks; default from ``torch.distributed`` / ``WORLD_SIZE``.
     :param rank: this rank; default from ``torch.distributed`` / ``RANK``.
+    :param skip_report: where items skipped with ``lhotse_conf.fault_tolerant`` are
+        counted (default: a new one); also ``loader.skip_report``.
     :return: the map-style dataset (``dataset[cuts]``) and the loader.
     """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    # One report for every skip of this loader: readers here and in workers, features,
+    # dataset (fault-tolerant mode); exposed as loader.skip_report.
+    skip_report = skip_report if skip_report is not None else SkipReport()
     if not isinstance(seed, int):
         raise ValueError("seed must be an int: every rank must draw the same batches")
     cfg = LoaderConfig.from_wenet(dataset_conf, split)
@@ -467,7 +484,7 @@ def build_dataloader(
                 plan = plan_partition(plan, ws)[rk::ws]
             loader_sampler = PlannedSampler(plan)
         loader = LhotseDataLoader(dataset_for_loader, mode="map", sampler=loader_sampler,
-                                  **loader_kw)
+                                  skip_report=skip_report, **loader_kw)
         return dataset, loader
 
     # streamed
@@ -487,5 +504,6 @@ def build_dataloader(
         logger.warning("world_size %d but torch.distributed is not initialized: ranks cannot "
                        "agree on the step count of streamed data", ws)
     loader = LhotseDataLoader(ds, mode="streamed", equal_steps_group=group,
-                              max_steps=lconf.steps_per_epoch, **loader_kw)
+                              max_steps=lconf.steps_per_epoch, skip_report=skip_report,
+                              **loader_kw)
     return dataset, loader
