@@ -12,3 +12,23 @@ def corpus(tmp_path_factory):
     """20 utterances of 1-4 s at 16 kHz: wavs, raw data.list, units.txt (no shards)."""
     return generate_corpus(tmp_path_factory.mktemp("corpus"), num_utterances=20,
                            min_duration=1.0, max_duration=4.0, seed=1)
+
+
+@pytest.fixture(scope="session")
+def corpus_cuts(corpus):
+    """The ``corpus`` as Lhotse cuts built with Lhotse alone (Recording.from_file +
+    one SupervisionSegment per utterance), independent of our readers."""
+    import json
+
+    from lhotse import CutSet, Recording, SupervisionSegment
+
+    cuts = []
+    for line in corpus.data_list.read_text(encoding="utf-8").splitlines():
+        item = json.loads(line)
+        rec = Recording.from_file(item["wav"], recording_id=item["key"])
+        cut = rec.to_cut()
+        cut.supervisions = [SupervisionSegment(
+            id=item["key"], recording_id=rec.id, start=0.0, duration=rec.duration,
+            text=item["txt"], speaker=item["speaker"])]
+        cuts.append(cut)
+    return CutSet.from_cuts(cuts)

@@ -8,7 +8,7 @@ from typing import List, Optional
 import numpy as np
 import pytest
 import torch
-from lhotse import CutSet, Fbank, FbankConfig, Recording, SupervisionSegment
+from lhotse import CutSet, Fbank, FbankConfig
 from lhotse.dataset import SimpleCutSampler
 from lhotse.dataset.collation import collate_matrices, collate_vectors
 from lhotse.utils import fastcopy
@@ -57,22 +57,9 @@ class LhotseFbankInput:
         return out, lens, CutSet.from_cuts(kept), audio_out
 
 
-def corpus_cuts(corpus) -> CutSet:
-    cuts = []
-    for line in corpus.data_list.read_text(encoding="utf-8").splitlines():
-        item = json.loads(line)
-        rec = Recording.from_file(item["wav"], recording_id=item["key"])
-        cut = rec.to_cut()
-        cut.supervisions = [SupervisionSegment(
-            id=item["key"], recording_id=rec.id, start=0.0, duration=rec.duration,
-            text=item["txt"], speaker=item["speaker"])]
-        cuts.append(cut)
-    return CutSet.from_cuts(cuts)
-
-
 @pytest.fixture(scope="module")
-def cuts(corpus):
-    return corpus_cuts(corpus)
+def cuts(corpus_cuts):
+    return corpus_cuts
 
 
 @pytest.fixture(scope="module")

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import pickle
 
 import pytest
-from lhotse import CutSet, Recording, SupervisionSegment
+from lhotse import CutSet
 from lhotse.utils import fastcopy
 
 from wenet_lhotse.dataset import (
@@ -19,22 +18,9 @@ from wenet_lhotse.dataset import (
 from wenet_lhotse.text import CharTokenizer
 
 
-def corpus_cuts(corpus):
-    cuts = []
-    for line in corpus.data_list.read_text(encoding="utf-8").splitlines():
-        item = json.loads(line)
-        rec = Recording.from_file(item["wav"], recording_id=item["key"])
-        cut = rec.to_cut()
-        cut.supervisions = [SupervisionSegment(
-            id=item["key"], recording_id=rec.id, start=0.0, duration=rec.duration,
-            text=item["txt"], speaker=item["speaker"])]
-        cuts.append(cut)
-    return CutSet.from_cuts(cuts)
-
-
 @pytest.fixture(scope="module")
-def cuts(corpus):
-    return corpus_cuts(corpus)
+def cuts(corpus_cuts):
+    return corpus_cuts
 
 
 @pytest.fixture(scope="module")

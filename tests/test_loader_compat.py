@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from wenet_lhotse.cli.bench_cmd import AISHELL_DATASET_CONF
 from wenet_lhotse.formats import read_raw_list, write_wenet_shards
 from wenet_lhotse.wenet_compat import init_dataset_and_dataloader
 
@@ -31,20 +32,8 @@ class WenetStyleCharTokenizer:
         return len(self.table)
 
 
-DATASET_CONF = {
-    "filter_conf": {"max_length": 40960, "min_length": 0, "token_max_length": 200,
-                    "token_min_length": 1},
-    "resample_conf": {"resample_rate": 16000},
-    "speed_perturb": True,
-    "fbank_conf": {"num_mel_bins": 80, "frame_shift": 10, "frame_length": 25, "dither": 0.1},
-    "spec_aug": True,
-    "spec_aug_conf": {"num_t_mask": 2, "num_f_mask": 2, "max_t": 50, "max_f": 10},
-    "shuffle": True,
-    "shuffle_conf": {"shuffle_size": 1500},
-    "sort": True,
-    "sort_conf": {"sort_size": 500},
-    "batch_conf": {"batch_type": "static", "batch_size": 4},
-}
+# WeNet's aishell dataset_conf (the bench command's default), with small static batches
+DATASET_CONF = {**AISHELL_DATASET_CONF, "batch_conf": {"batch_type": "static", "batch_size": 4}}
 
 
 def _args(train, cv, data_type, num_workers=0):
