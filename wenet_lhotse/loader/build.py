@@ -10,8 +10,9 @@ Two ways of loading, chosen per call (``lhotse_conf.mode``, default ``auto``):
   cheaply resumable.
 * **streamed** (WeNet tar shards; ``auto`` picks it when any source is a shard
   list): each DataLoader worker of each rank reads its own tars and runs its own
-  sampler (``world_size=1, rank=0``, Lhotse's iterable mode); ranks stop together
-  through :class:`~wenet_lhotse.loader.distributed.EqualStepsIterator`.
+  sampler (``world_size=1, rank=0``, Lhotse's iterable mode); in training, ranks
+  stop together through :class:`~wenet_lhotse.loader.distributed.EqualStepsIterator`.
+  A cv/infer shard list streams the same way, each utterance exactly once.
 
 Either way each ``iter()`` of the returned loader starts the next epoch
 (reshuffling), because WeNet's ``train.py`` never calls ``set_epoch``.
@@ -435,11 +436,13 @@ def build_dataloader(
     weights = [s.weight for s in specs]
 
     mode = lconf.mode
+    streamable = all(s.type in ("shard", "shar") for s in specs)
     if mode == "auto":
-        mode = "streamed" if any(s.streamed for s in specs) and split == "train" else "map"
-    if mode == "streamed" and split != "train":
-        mode = "map"  # cv/infer must see every cut exactly once: plan them (small sets)
-    if mode == "streamed" and any(s.type not in ("shard", "shar") for s in specs):
+        # Tar shards stream; cv/infer from shards stream too (each worker reads its own
+        # tars, so every cut is seen once without holding the set's audio in memory).
+        mode = ("streamed" if any(s.streamed for s in specs)
+                and (split == "train" or streamable) else "map")
+    if mode == "streamed" and not streamable:
         raise ValueError("streamed mode reads tar shards / Shar; use mode 'map' for raw lists "
                          "and cuts manifests")
 
@@ -496,14 +499,19 @@ def build_dataloader(
     sampler_kw = {"max_duration": max_duration, "max_cuts": cfg.batching.max_cuts,
                   "duration_bins": bins, "buffer_size": cfg.buffer_size,
                   "quadratic_duration": lconf.quadratic_duration, "drop_last": False}
+    # cv/infer: every rank reads the whole set unless cv_partition; no step syncing
+    # (evaluation has no per-step collective; combine losses with reduce_cv_loss).
+    train = split == "train"
+    partition = train or lconf.cv_partition
     ds = StreamedEpochDataset(dataset, specs, transforms, sampler_kw, seed=seed,
                               shuffle=cfg.shuffle, stop_early=lconf.mux_stop_early,
-                              rank=rk, world_size=ws, strict=strict)
-    group = gloo_group() if ws > 1 else None
-    if ws > 1 and group is None:
+                              rank=rk if partition else 0, world_size=ws if partition else 1,
+                              strict=strict)
+    group = gloo_group() if ws > 1 and train else None
+    if ws > 1 and train and group is None:
         logger.warning("world_size %d but torch.distributed is not initialized: ranks cannot "
                        "agree on the step count of streamed data", ws)
     loader = LhotseDataLoader(ds, mode="streamed", equal_steps_group=group,
-                              max_steps=lconf.steps_per_epoch, skip_report=skip_report,
-                              **loader_kw)
+                              max_steps=lconf.steps_per_epoch if train else None,
+                              skip_report=skip_report, **loader_kw)
     return dataset, loader
