@@ -207,7 +207,7 @@ class LazyWenetRawListIterator(Dillable):
         if not os.path.isfile(audio_path):
             raise fail(f"audio file not found: {audio_path}", "missing_audio")
         try:
-            recording = Recording.from_file(audio_path, recording_id=key)
+            recording = _probe(audio_path, key)
         except Exception as e:  # lhotse wraps every backend's failure
             why = audio_error_message(e, audio_path)
             raise fail(f"cannot read audio header of {audio_path}: {why}", "bad_audio") from None
@@ -330,3 +330,25 @@ def write_raw_list(
             n += 1
     logger.info("wrote %d lines to %s", n, path)
     return path
+
+
+def _probe(audio_path: str, key: str) -> Recording:
+    """The recording of ``audio_path`` from its header: the same manifest as
+    ``Recording.from_file``, about 2x faster for what libsndfile reads (WAV, FLAC,
+    OGG, ...), since Lhotse's per-call audio backend probing is skipped; other formats
+    (m4a, wma, ...) go through Lhotse."""
+    import soundfile as sf
+
+    try:
+        info = sf.info(audio_path)
+    except (sf.LibsndfileError, RuntimeError, TypeError):
+        return Recording.from_file(audio_path, recording_id=key)
+    return Recording(
+        id=key,
+        sources=[AudioSource(type="file", channels=list(range(info.channels)),
+                             source=audio_path)],
+        sampling_rate=int(info.samplerate),
+        num_samples=int(info.frames),
+        duration=info.frames / info.samplerate,
+    )
+
