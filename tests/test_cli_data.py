@@ -201,3 +201,10 @@ def test_stats_plot_without_matplotlib_says_what_to_install(corpus, tmp_path, mo
     assert "plotting needs matplotlib: pip install matplotlib" in res.output
     assert "utterances : 20" in res.stdout  # the figures still came out
     assert not (tmp_path / "s.png").exists()
+
+
+def test_validate_flags_an_empty_list(tmp_path):
+    empty = tmp_path / "data.list"
+    empty.write_text("\n", encoding="utf-8")
+    res = CliRunner().invoke(main, ["validate", str(empty)])
+    assert res.exit_code == 1 and "[empty] no utterances" in res.output

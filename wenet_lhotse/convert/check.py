@@ -152,6 +152,9 @@ def validate(path: Pathlike, *, progress: bool = False) -> ValidationResult:
             _validate_shar(Path(path), problems, check)
     finally:
         bar.close()
+    if res.num_ok == 0 and not len(problems):
+        # WeNet would start training on nothing; an empty input is almost always a mistake.
+        problems.add(WenetDataError("no utterances in it", path, kind="empty"), log=False)
     return res
 
 

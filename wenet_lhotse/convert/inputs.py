@@ -53,6 +53,8 @@ def detect_input_kind(path: Pathlike) -> str:
     if not p.exists():
         raise WenetDataError("no such file or directory", str(p), kind="missing_file")
     line = _first_line(p)
+    if not line:
+        return "raw"  # an empty list: the same answer as formats.detect_data_type
     if line.startswith("{"):
         try:
             obj = json.loads(line)
