@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import threading
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
 import pytest
 
 from wenet_lhotse.corpus import generate_corpus
@@ -32,3 +36,29 @@ def corpus_cuts(corpus):
             text=item["txt"], speaker=item["speaker"])]
         cuts.append(cut)
     return CutSet.from_cuts(cuts)
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, *args):  # keep test output clean
+        pass
+
+
+@pytest.fixture
+def http_serve():
+    """``serve(directory, handler_class=...) -> base URL``: a real HTTP server on
+    127.0.0.1 (free port) per call, shut down after the test."""
+    servers = []
+
+    def serve(directory, handler_class=_QuietHandler) -> str:
+        handler = functools.partial(handler_class, directory=str(directory))
+        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+        thread.start()
+        servers.append((server, thread))
+        return f"http://127.0.0.1:{server.server_address[1]}"
+
+    yield serve
+    for server, thread in servers:
+        server.shutdown()
+        server.server_close()
+        thread.join()

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import functools
-import threading
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import SimpleHTTPRequestHandler
 
 import numpy as np
 import pytest
@@ -19,24 +17,10 @@ def sharded(tmp_path_factory):
                            min_duration=0.5, max_duration=1.0, shard_size=2, seed=11)
 
 
-class _QuietHandler(SimpleHTTPRequestHandler):
-    def log_message(self, *args):  # keep test output clean
-        pass
-
-
 @pytest.fixture
-def http_root(sharded):
-    """Serves the corpus's shard directory on 127.0.0.1 at a free port; yields the base URL."""
-    handler = functools.partial(_QuietHandler, directory=str(sharded.root / "shards"))
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+def http_root(sharded, http_serve):
+    """Serves the corpus's shard directory on 127.0.0.1; the base URL."""
+    return http_serve(sharded.root / "shards")
 
 
 def tar_names(sharded):
@@ -135,20 +119,12 @@ class _CutShortHandler(SimpleHTTPRequestHandler):
         self.close_connection = True
 
 
-def test_http_download_cut_short(sharded, tmp_path):
-    handler = functools.partial(_CutShortHandler, directory=str(sharded.root / "shards"))
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/{tar_names(sharded)[0]}"
-        lst = tmp_path / "u.list"
-        lst.write_text(url + "\n")
-        with pytest.raises(WenetDataError) as e:
-            list(read_shard_list(lst))
-        assert e.value.source == url and e.value.kind == "truncated"
-        assert "download failed" in str(e.value) and "IncompleteRead" in str(e.value)
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+def test_http_download_cut_short(sharded, tmp_path, http_serve):
+    base = http_serve(sharded.root / "shards", _CutShortHandler)
+    url = f"{base}/{tar_names(sharded)[0]}"
+    lst = tmp_path / "u.list"
+    lst.write_text(url + "\n")
+    with pytest.raises(WenetDataError) as e:
+        list(read_shard_list(lst))
+    assert e.value.source == url and e.value.kind == "truncated"
+    assert "download failed" in str(e.value) and "IncompleteRead" in str(e.value)

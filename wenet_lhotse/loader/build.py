@@ -350,6 +350,8 @@ def estimate_bins(cuts: Sequence[Cut], num_buckets: int) -> List[float]:
 def _metadata(spec: SourceSpec, strict: bool, transform: Any) -> CutSet:
     """The source's cuts for estimating bins: Shar from its cuts jsonl only (no audio);
     other types as opened (shard lists read their first tars)."""
+    if spec.type == "shar" and spec.fields is not None:  # remote: the cuts field only
+        return transform(CutSet.from_shar(fields={"cuts": spec.fields["cuts"]}))
     if spec.type == "shar":
         return transform(CutSet(shar_reader(spec.paths[0]).as_lazy_cuts()))
     return open_source(spec, strict=strict, transform=transform)
@@ -442,6 +444,9 @@ def build_dataloader(
         # tars, so every cut is seen once without holding the set's audio in memory).
         mode = ("streamed" if any(s.streamed for s in specs)
                 and (split == "train" or streamable) else "map")
+    if mode == "map" and any(s.fields is not None for s in specs):
+        raise ValueError("a Shar source given by URLs ('fields') can only be streamed: "
+                         "use lhotse_conf.mode 'auto' or 'streamed'")
     if mode == "streamed" and not streamable:
         raise ValueError("streamed mode reads tar shards / Shar; use mode 'map' for raw lists "
                          "and cuts manifests")

@@ -46,20 +46,40 @@ class SourceSpec:
     :param tags: written to ``cut.custom`` of every cut; ``task`` and ``lang`` reach
         the batch as ``tasks``/``langs``.
     :param name: a label for logs and bench output (default: the file name).
+    :param fields: a Shar source on object storage, as Lhotse's ``CutSet.from_shar(fields=)``
+        takes it: ``{"cuts": [url, ...], "recording": [url, ...]}``, one entry per shard,
+        in the same order; URLs are anything Lhotse opens (``pipe:aws s3 cp s3://... -``,
+        ``pipe:curl -s https://...``, or ``s3://``/``https://`` with smart_open). Instead
+        of ``path``; such a source is always streamed.
     """
 
-    path: Union[str, List[str]]
+    path: Union[str, List[str], None] = None
     type: str = "auto"
     weight: float = 1.0
     tags: Dict[str, Any] = field(default_factory=dict)
     name: Optional[str] = None
+    fields: Optional[Dict[str, List[str]]] = None
 
     def __post_init__(self) -> None:
+        what = self.path if self.path is not None else "shar fields"
         if self.type not in SOURCE_TYPES:
-            raise ValueError(f"source {self.path!r}: unknown type {self.type!r}; use one of "
+            raise ValueError(f"source {what!r}: unknown type {self.type!r}; use one of "
                              f"{', '.join(SOURCE_TYPES)}")
         if not self.weight > 0:
-            raise ValueError(f"source {self.path!r}: weight must be > 0, got {self.weight}")
+            raise ValueError(f"source {what!r}: weight must be > 0, got {self.weight}")
+        if self.fields is not None:
+            if self.type not in ("auto", "shar") or self.path is not None:
+                raise ValueError(f"source {what!r}: 'fields' describes a Shar source; give "
+                                 "either 'path' or 'fields'")
+            if "cuts" not in self.fields or any(
+                    len(v) != len(self.fields["cuts"]) for v in self.fields.values()):
+                raise ValueError("Shar 'fields' need a 'cuts' list and lists of the same "
+                                 "length for every field (one entry per shard)")
+            self.type = "shar"
+            self.name = self.name or "shar"
+            return
+        if self.path is None:
+            raise ValueError("a source needs 'path' (or 'fields' for Shar on object storage)")
         if self.type == "auto":
             self.type = detect_source_type(self.paths[0])
         if self.name is None:
@@ -67,13 +87,16 @@ class SourceSpec:
 
     @property
     def paths(self) -> List[str]:
+        if self.path is None:
+            return []
         paths = self.path if isinstance(self.path, (list, tuple)) else [self.path]
         return [str(p) for p in paths]
 
     @property
     def streamed(self) -> bool:
-        """True when the source can only be read as a stream of tars (WeNet shards)."""
-        return self.type in STREAMED_TYPES
+        """True when the source can only be read as a stream of tars (WeNet shards, and
+        Shar given by URLs)."""
+        return self.type in STREAMED_TYPES or self.fields is not None
 
     @classmethod
     def from_any(cls, obj: Union[SourceSpec, Mapping[str, Any], str, os.PathLike]) -> SourceSpec:
@@ -81,10 +104,10 @@ class SourceSpec:
         if isinstance(obj, SourceSpec):
             return obj
         if isinstance(obj, Mapping):
-            unknown = set(obj) - {"path", "type", "weight", "tags", "name"}
+            unknown = set(obj) - {"path", "type", "weight", "tags", "name", "fields"}
             if unknown:
                 raise ValueError(f"source {dict(obj)!r}: unknown keys {sorted(unknown)}")
-            if "path" not in obj:
+            if "path" not in obj and "fields" not in obj:
                 raise ValueError(f"source {dict(obj)!r}: missing 'path'")
             return cls(**dict(obj))
         return cls(path=str(obj))
@@ -158,9 +181,10 @@ def open_source(
     elif spec.type == "cuts":
         cuts = _chain([CutSet.from_jsonl_lazy(p) for p in paths])
     elif spec.type == "shar":
-        if len(paths) != 1:
+        if spec.fields is None and len(paths) != 1:
             raise ValueError(f"source {spec.name}: a Shar source takes one directory")
-        cuts = CutSet.from_shar(in_dir=paths[0], shuffle_shards=shuffle_shards,
+        where = {"fields": spec.fields} if spec.fields is not None else {"in_dir": paths[0]}
+        cuts = CutSet.from_shar(**where, shuffle_shards=shuffle_shards,
                                 split_for_dataloading=split_for_dataloading, seed=seed + epoch,
                                 stateful_shuffle=False)
     else:  # pragma: no cover - __post_init__ resolves "auto"
