@@ -24,6 +24,7 @@ translated to a duration budget for Lhotse's ``DynamicBucketingSampler``:
       sources:                 # instead of --train_data: weighted, tagged sources
         - {path: data/a/cuts.jsonl.gz, type: cuts, weight: 2, tags: {lang: zh}}
         - {path: data/b/shards.list, type: shard, weight: 1, tags: {lang: en}}
+        - {fields: {cuts: [...], recording: [...]}}   # Shar on object storage (URLs)
       cv_sources: [...]        # instead of --cv_data
       max_duration: 200        # seconds of padded audio per batch (overrides batch_conf)
       max_cuts: null           # optional cap on utterances per batch
