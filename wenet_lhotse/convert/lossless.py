@@ -21,7 +21,6 @@ About 3-5x faster than FLAC encoding, but WAV stays uncompressed.
 
 from __future__ import annotations
 
-import codecs
 import json
 from io import BytesIO
 from typing import Optional, Tuple
@@ -130,9 +129,7 @@ class LosslessAudioTarWriter(AudioTarWriter):
         """Store already encoded audio ``data`` as member ``key.ext`` plus its manifest."""
         self.tar_writer.write(f"{key}.{ext}", BytesIO(data))
         manifest = to_shar_placeholder(manifest)
-        json_stream = BytesIO()
-        print(json.dumps(manifest.to_dict()), file=codecs.getwriter("utf-8")(json_stream))
-        json_stream.seek(0)
+        json_stream = BytesIO((json.dumps(manifest.to_dict()) + "\n").encode("utf-8"))
         self.tar_writer.write(f"{key}.json", json_stream, count=False)
 
 
