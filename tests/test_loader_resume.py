@@ -212,3 +212,31 @@ def test_tar_scan_matches_tarfile_with_long_names(data, tmp_path):
         scan = _TarScan(str(path))
         assert {k: scan.find(k) for k in reversed(list(ref))} == ref
         assert scan.find("absent") is None
+
+
+def test_streamed_resume_exact_after_a_worker_ran_out(data):
+    """5 tars over 3 DataLoader workers: worker 2 (1 tar) runs out before the others (2
+    tars each), after which the batch order is no longer round-robin. Resuming there
+    still continues with exactly the batches that followed."""
+    conf = {**CONF, "batch_conf": {"batch_type": "dynamic", "max_frames_in_batch": 450},
+            "lhotse_conf": {**CONF["lhotse_conf"], "mode": "streamed"}}  # small batches
+
+    def make(num_workers=3):
+        return build_dataloader(str(data["shards"]), None, conf, "train", dataset=Keys(),
+                                seed=3, num_workers=num_workers)[1]
+
+    expected = list(make())
+    a = make()
+    got, sd = [], None
+    for batch in a:
+        got.append(batch)
+        counts = sorted(a.per_worker.values())
+        if len(counts) == 3 and counts[-1] - counts[0] > 1 and len(got) < len(expected):
+            sd = a.state_dict()  # the old round-robin arithmetic would be wrong here
+            break
+    assert sd is not None, "the corpus no longer makes one worker run out early"
+    b = make()
+    b.load_state_dict(sd)
+    assert got + list(b) == expected
+    with pytest.raises(ValueError, match="num_workers=3"):
+        make(num_workers=1).load_state_dict(sd)

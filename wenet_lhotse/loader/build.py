@@ -21,6 +21,7 @@ Either way each ``iter()`` of the returned loader starts the next epoch
 from __future__ import annotations
 
 import logging
+import random
 import warnings
 from itertools import islice
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
@@ -50,7 +51,14 @@ from wenet_lhotse.loader.resume import (
     SharAudioAttacher,
     shar_reader,
 )
-from wenet_lhotse.loader.sources import SourceSpec, TagCuts, mux_sources, open_source, parse_sources
+from wenet_lhotse.loader.sources import (
+    SourceSpec,
+    TagCuts,
+    mux_sources,
+    open_source,
+    parse_sources,
+    shar_fields,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -161,20 +169,26 @@ class StreamedEpochDataset(torch.utils.data.IterableDataset):
         self.skip_report = SkipReport()  # this worker's reader skips, forwarded per batch
         self.epoch = -1
         self._next_epoch: Optional[int] = None
-        self._skip: Tuple[int, int] = (-1, 0)  # (epoch, batches to skip in that epoch)
+        # (epoch, {worker id: batches it already delivered in that epoch},
+        #  the worker the restored epoch continues with)
+        self._skip: Tuple[int, Dict[int, int], int] = (-1, {}, 0)
 
     def set_epoch(self, epoch: int) -> None:
         self._next_epoch = epoch
 
-    def cuts_for_epoch(self, epoch: int) -> CutSet:
-        info = torch.utils.data.get_worker_info()
-        wid, nw = (info.id, info.num_workers) if info is not None else (0, 1)
+    def cuts_for_epoch(self, epoch: int, worker: int = 0, num_workers: int = 1) -> CutSet:
+        """This rank's and (logical) worker's share of the tars of every source."""
         cutsets = []
         for spec, tf in zip(self.specs, self.transforms):
             kw: Dict[str, Any] = {}
             if spec.type == "shard":
-                kw = {"rank": self.rank, "world_size": self.world_size, "worker_id": wid,
-                      "num_workers": nw}
+                kw = {"rank": self.rank, "world_size": self.world_size, "worker_id": worker,
+                      "num_workers": num_workers}
+            else:  # Shar: the same split, done here so that the worker id is ours
+                order = list(range(len(shar_fields(spec)["cuts"])))
+                if self.shuffle:
+                    random.Random(self.seed + epoch).shuffle(order)
+                kw = {"shar_shards": order[self.rank::self.world_size][worker::num_workers]}
             cutsets.append(open_source(spec, strict=self.strict, shuffle_shards=self.shuffle,
                                        seed=self.seed, epoch=epoch, split_for_dataloading=True,
                                        transform=tf, skip_report=self.skip_report, **kw))
@@ -188,16 +202,21 @@ class StreamedEpochDataset(torch.utils.data.IterableDataset):
             self.epoch += 1
         if hasattr(self.dataset, "set_epoch"):
             self.dataset.set_epoch(self.epoch)
-        sampler = DynamicBucketingSampler(self.cuts_for_epoch(self.epoch), world_size=1, rank=0,
-                                          seed=self.seed, shuffle=self.shuffle, **self.sampler_kw)
-        sampler.set_epoch(self.epoch)
         info = torch.utils.data.get_worker_info()
         wid, nw = (info.id, info.num_workers) if info is not None else (0, 1)
-        skip = 0
-        if self._skip[0] == self.epoch:
-            # Batches are taken from workers round-robin: worker w made batches w, w+nw, ...
-            consumed = self._skip[1]
-            skip = max(0, (consumed - wid + nw - 1) // nw)
+        skip_epoch, per_worker, offset = self._skip
+        if skip_epoch != self.epoch:
+            per_worker, offset = {}, 0
+        sampler = DynamicBucketingSampler(self.cuts_for_epoch(self.epoch, wid, nw),
+                                          world_size=1, rank=0, seed=self.seed,
+                                          shuffle=self.shuffle, **self.sampler_kw)
+        sampler.set_epoch(self.epoch)
+        skip = per_worker.get(wid, 0)
+        if wid < offset:
+            # The DataLoader asks its workers round-robin from worker 0; a restored epoch
+            # must go on with worker `offset` (the one after the last consumed batch's).
+            # Workers before it hand in a placeholder the loader drops.
+            yield None
         for i, batch in enumerate(sampler):
             if i < skip:
                 continue  # sampled from metadata; no audio decoded, no features computed
@@ -205,7 +224,9 @@ class StreamedEpochDataset(torch.utils.data.IterableDataset):
             skipped = self.skip_report.take_new()
             if skipped and isinstance(out, dict):
                 out.setdefault(BATCH_SKIPS_KEY, []).extend(skipped)
-            yield out
+            # The worker id travels with the batch: LhotseDataLoader counts batches per
+            # worker, which makes resume exact even after some workers ran out of tars.
+            yield wid, out
 
 
 class LhotseDataLoader(torch.utils.data.DataLoader):
@@ -224,6 +245,8 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
         self.equal_steps_group = equal_steps_group
         self.max_steps = max_steps
         self.consumed = 0
+        self.per_worker: Dict[int, int] = {}  # streamed: batches consumed per worker id
+        self.last_worker = -1  # streamed: the worker of the last consumed batch
         self.epoch = -1
         self._finished = False  # the current epoch's iterator is exhausted
         self._restored: Optional[Dict[str, Any]] = None
@@ -233,14 +256,19 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
         self._finished = False
         if self._restored is not None:
             self.consumed = self._restored["consumed"]
+            self.per_worker = dict(self._restored.get("per_worker", {}))
+            self.last_worker = self._restored.get("last_worker", -1)
             self.epoch = self._restored["epoch"]
             self._restored = None
         else:
             self.consumed = 0
+            self.per_worker, self.last_worker = {}, -1
             self.epoch += 1
         if self.bucketing_sampler is not None:
             self.epoch = self.bucketing_sampler.epoch
         it: Iterator[Any] = inner
+        if self.mode == "streamed":  # drop the round-robin placeholders of a restored epoch
+            it = (item for item in it if item is not None)
         if self.mode == "streamed" and (self.equal_steps_group is not None
                                         or self.max_steps is not None):
             it = EqualStepsIterator(inner, self.equal_steps_group, self.max_steps)
@@ -256,6 +284,10 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
     def _count(self, it: Iterator[Any]) -> Iterator[Any]:
         for batch in it:
             self.consumed += 1
+            if self.mode == "streamed":  # StreamedEpochDataset yields (worker id, batch)
+                wid, batch = batch
+                self.per_worker[wid] = self.per_worker.get(wid, 0) + 1
+                self.last_worker = wid
             if isinstance(batch, dict) and BATCH_SKIPS_KEY in batch:
                 self.skip_report.extend(batch.pop(BATCH_SKIPS_KEY))  # logged where skipped
             yield batch
@@ -267,8 +299,11 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
         if self.bucketing_sampler is not None:
             return {"mode": "map", "sampler": self.bucketing_sampler.state_dict(self.consumed)}
         if self._finished:  # the epoch is over: resume at the start of the next one
-            return {"mode": self.mode, "epoch": self.epoch + 1, "consumed": 0}
-        return {"mode": self.mode, "epoch": max(self.epoch, 0), "consumed": self.consumed}
+            return {"mode": self.mode, "epoch": self.epoch + 1, "consumed": 0, "per_worker": {},
+                    "num_workers": self.num_workers}
+        return {"mode": self.mode, "epoch": max(self.epoch, 0), "consumed": self.consumed,
+                "per_worker": {str(k): v for k, v in self.per_worker.items()},
+                "last_worker": self.last_worker, "num_workers": self.num_workers}
 
     def load_state_dict(self, sd: Mapping[str, Any]) -> None:
         """Restore from :meth:`state_dict`; call before the first ``iter()``."""
@@ -285,9 +320,19 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
         if not isinstance(ds, StreamedEpochDataset):
             raise ValueError("state was saved by a streamed loader; this one is not")
         ds.set_epoch(int(sd["epoch"]))
-        ds._skip = (int(sd["epoch"]), int(sd["consumed"]))
+        if sd.get("num_workers", self.num_workers) != self.num_workers:
+            # Each worker's tars depend on the worker count: positions would not match.
+            raise ValueError(f"state saved with num_workers={sd['num_workers']}; this loader "
+                             f"has {self.num_workers}: streamed resume needs the same count")
+        per_worker = {int(k): int(v) for k, v in (sd.get("per_worker") or {}).items()}
+        last = int(sd.get("last_worker", -1))
+        offset = (last + 1) % max(self.num_workers, 1) if last >= 0 else 0
+        ds._skip = (int(sd["epoch"]), per_worker, offset)
         self.epoch, self.consumed, self._finished = int(sd["epoch"]), int(sd["consumed"]), False
-        self._restored = {"epoch": self.epoch, "consumed": self.consumed}
+        # a state_dict() taken before iterating gives the same state back
+        self.per_worker, self.last_worker = dict(per_worker), last
+        self._restored = {"epoch": self.epoch, "consumed": self.consumed,
+                          "per_worker": per_worker, "last_worker": last}
 
 
 # ---------------------------------------------------------------------------- build
@@ -444,6 +489,8 @@ def build_dataloader(
         # tars, so every cut is seen once without holding the set's audio in memory).
         mode = ("streamed" if any(s.streamed for s in specs)
                 and (split == "train" or streamable) else "map")
+    if mode == "streamed" and split != "train" and not streamable:
+        mode = "map"  # the train conf's mode also reaches cv: plan a raw/cuts cv set
     if mode == "map" and any(s.fields is not None for s in specs):
         raise ValueError("a Shar source given by URLs ('fields') can only be streamed: "
                          "use lhotse_conf.mode 'auto' or 'streamed'")

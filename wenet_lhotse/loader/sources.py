@@ -157,6 +157,7 @@ def open_source(
     epoch: int = 0,
     split_for_dataloading: bool = False,
     transform: Optional[Callable[[CutSet], CutSet]] = None,
+    shar_shards: Optional[Sequence[int]] = None,
     **split_kw: Any,
 ) -> CutSet:
     """Open ``spec`` as a lazy CutSet with its tags attached (no audio is decoded).
@@ -166,6 +167,8 @@ def open_source(
     :param transform: applied to the CutSet before tagging (e.g. WeNet's filters).
     :param split_kw: for shard lists, explicit ``rank``/``world_size``/``worker_id``/
         ``num_workers`` of the split (default: detected).
+    :param shar_shards: for Shar, read exactly these shard indices, in this order (the
+        caller's own split; ``shuffle_shards``/``split_for_dataloading`` are then unused).
     """
     paths = spec.paths
     if spec.type == "raw":
@@ -183,10 +186,15 @@ def open_source(
     elif spec.type == "shar":
         if spec.fields is None and len(paths) != 1:
             raise ValueError(f"source {spec.name}: a Shar source takes one directory")
-        where = {"fields": spec.fields} if spec.fields is not None else {"in_dir": paths[0]}
-        cuts = CutSet.from_shar(**where, shuffle_shards=shuffle_shards,
-                                split_for_dataloading=split_for_dataloading, seed=seed + epoch,
-                                stateful_shuffle=False)
+        if shar_shards is not None:
+            fields = shar_fields(spec)
+            chosen = {f: [urls[i] for i in shar_shards] for f, urls in fields.items()}
+            cuts = CutSet.from_shar(fields=chosen) if shar_shards else CutSet()
+        else:
+            where = {"fields": spec.fields} if spec.fields is not None else {"in_dir": paths[0]}
+            cuts = CutSet.from_shar(**where, shuffle_shards=shuffle_shards,
+                                    split_for_dataloading=split_for_dataloading,
+                                    seed=seed + epoch, stateful_shuffle=False)
     else:  # pragma: no cover - __post_init__ resolves "auto"
         raise ValueError(spec.type)
     if transform is not None:
@@ -194,6 +202,26 @@ def open_source(
     if spec.tags:
         cuts = cuts.map(TagCuts(spec.tags))
     return cuts
+
+
+def shar_fields(spec: SourceSpec) -> Dict[str, List[str]]:
+    """``{field: [path or URL per shard]}`` of a Shar source: its ``fields``, or the
+    ``<field>.<index>.<ext>`` files of its directory, by shard index."""
+    if spec.fields is not None:
+        return {f: list(v) for f, v in spec.fields.items()}
+    found: Dict[str, Dict[int, str]] = {}
+    for p in Path(spec.paths[0]).iterdir():
+        parts = p.name.split(".")
+        if len(parts) >= 3 and parts[1].isdigit():
+            found.setdefault(parts[0], {})[int(parts[1])] = str(p)
+    if "cuts" not in found:
+        raise ValueError(f"{spec.paths[0]}: no cuts.*.jsonl* files: not a Shar directory")
+    n = len(found["cuts"])
+    for f, shards in found.items():
+        if sorted(shards) != list(range(n)):
+            raise ValueError(f"{spec.paths[0]}: field {f!r} has shards {sorted(shards)}, "
+                             f"cuts has {n}")
+    return {f: [shards[i] for i in range(n)] for f, shards in found.items()}
 
 
 def _chain(cutsets: Sequence[CutSet]) -> CutSet:
