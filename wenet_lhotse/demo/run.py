@@ -65,7 +65,7 @@ def demo_config(units: Path) -> Dict:
             "spec_aug_conf": {"num_t_mask": 1, "num_f_mask": 1, "max_t": 20, "max_f": 5},
             "shuffle": True,
             "batch_conf": {"batch_type": "dynamic", "max_frames_in_batch": 4000},
-            "lhotse_conf": {"num_buckets": 4},
+            "lhotse_conf": {"num_buckets": 10},
         },
         "tokenizer": "char",
         "tokenizer_conf": {"symbol_table_path": str(units), "split_with_space": False},
