@@ -29,3 +29,18 @@ def test_demo_quick_end_to_end(tmp_path):
         assert (out / "exp" / run / "final.pt").exists()
     # the table rows of both runs reached the user
     assert res.stdout.count("batches/rank") == 2
+
+
+@pytest.mark.parametrize("feats", [{"feats_type": "mfcc", "mfcc_conf": {"num_ceps": 13}},
+                                   {}])  # {}: WeNet's default fbank, 23 bins
+def test_trainer_follows_the_yamls_feature_dimension(tmp_path, corpus, feats):
+    from wenet_lhotse.demo.train import train
+
+    configs = {"dataset_conf": {**feats, "batch_conf": {"batch_type": "static",
+                                                        "batch_size": 8}},
+               "tokenizer_conf": {"symbol_table_path": str(corpus.units)},
+               "model_conf": {"hidden": 16, "num_layers": 1}}
+    hist = train(configs, str(corpus.data_list), None, tmp_path / "exp", num_workers=0,
+                 max_epoch=1)
+    assert len(hist) == 1 and hist[0].train_loss > 0 and hist[0].batches > 0
+    assert configs["vocab_size"] == len(corpus.units.read_text().splitlines())

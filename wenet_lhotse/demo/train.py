@@ -82,6 +82,7 @@ def train(
     :param num_workers: DataLoader worker processes per rank.
     :param on_epoch: called with each epoch's record on rank 0 (default: log a table row).
     """
+    from wenet_lhotse.features import extractor_from_wenet_conf
     from wenet_lhotse.loader import DataWaitMeter, build_dataloader, reduce_cv_loss
     from wenet_lhotse.text import tokenizer_from_wenet_conf
 
@@ -100,11 +101,9 @@ def train(
         _, cv_loader = build_dataloader(lconf.get("cv_sources") or cv_data, tokenizer, conf,
                                         "cv", num_workers=num_workers, seed=seed)
 
-    feats_conf = conf.get("fbank_conf") or conf.get("mfcc_conf") or {}
-    num_mel_bins = int(feats_conf.get("num_mel_bins", 80))
-    if conf.get("feats_type") == "mfcc":
-        num_mel_bins = int(feats_conf.get("num_ceps", 40))
-    model = TinyCtcModel(tokenizer.vocab_size(), num_mel_bins=num_mel_bins,
+    # The feature dimension the yaml's feats_type/*_conf give (WeNet's defaults included)
+    feat_dim = extractor_from_wenet_conf(conf).feature_dim(16000)
+    model = TinyCtcModel(tokenizer.vocab_size(), num_mel_bins=feat_dim,
                          **(configs.get("model_conf") or {}))
     wrapped = torch.nn.parallel.DistributedDataParallel(model) if world_size > 1 else model
     optim = torch.optim.Adam(model.parameters(), **(configs.get("optim_conf") or {"lr": 2e-3}))
