@@ -1,7 +1,9 @@
-"""Regenerate tests/data/features_reference.npz (int16 audio + torchaudio/librosa outputs).
+"""Regenerate tests/data/features_reference.npz (int16 audio + torchaudio/librosa outputs)
+and tests/data/speech_reference.npz (speech from the espeak-ng synthesizer, resampled to
+8/16/44.1 kHz, + torchaudio's kaldi fbank with WeNet's arguments).
 
 Needs torchaudio (or WENET_LHOTSE_KALDI_PY pointing at a standalone copy of
-torchaudio/compliance/kaldi.py) and librosa. Run from the repository root:
+torchaudio/compliance/kaldi.py), librosa and espeak-ng. Run from the repository root:
 
     WENET_LHOTSE_KALDI_PY=/tmp/ta/kaldi.py python tests/data/make_features_reference.py
 """
@@ -53,6 +55,35 @@ def main() -> None:
     target = Path(__file__).with_name("features_reference.npz")
     np.savez_compressed(target, origin=np.array(origin), **out)
     print(f"wrote {target} ({target.stat().st_size} bytes) from {origin}")
+    make_speech_reference(kaldi, origin)
+
+
+def make_speech_reference(kaldi, origin: str, seconds: float = 1.5) -> None:
+    """Synthesized speech (espeak-ng), the closest to real speech we can make here."""
+    import subprocess
+    import tempfile
+
+    import soundfile as sf
+
+    from wenet_lhotse.features.augment import resample
+
+    with tempfile.TemporaryDirectory() as d:
+        wav = f"{d}/speech.wav"
+        subprocess.run(["espeak-ng", "-w", wav, "Speech recognition with WeNet and Lhotse."],
+                       check=True)
+        speech, src_sr = sf.read(wav, dtype="float32")
+    out = {}
+    for sr in RATES:
+        audio = resample(speech, src_sr, sr)[: int(seconds * sr)]
+        pcm = np.round(np.clip(audio, -1, 1) * 32767).astype(np.int16)
+        wave = torch.from_numpy(pcm.astype(np.float32) / 32768).unsqueeze(0)
+        out[f"audio_{sr}"] = pcm
+        out[f"fbank80_{sr}"] = kaldi.fbank(
+            wave * 32768, num_mel_bins=80, frame_length=25, frame_shift=10, dither=0.0,
+            energy_floor=0.0, sample_frequency=sr).numpy()
+    target = Path(__file__).with_name("speech_reference.npz")
+    np.savez_compressed(target, origin=np.array(origin), **out)
+    print(f"wrote {target} ({target.stat().st_size} bytes) from {origin} and espeak-ng")
 
 
 if __name__ == "__main__":
