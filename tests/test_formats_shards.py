@@ -305,3 +305,28 @@ def test_raw_cuts_save_to_jsonl_and_load_back(sharded, tmp_path):
     back = CutSet.from_file(path)
     assert [c.to_dict() for c in back] == [c.to_dict() for c in cuts]
     np.testing.assert_array_equal(next(iter(back)).load_audio(), next(iter(cuts)).load_audio())
+
+
+def test_writer_copies_whole_files_like_make_shard_list(tmp_path):
+    """make_shard_list.py copies whole audio files byte for byte (a .flac stays .flac)
+    and re-encodes only segments; so do we."""
+    from wenet_lhotse.formats import read_raw_list, write_wenet_shards
+
+    rng = np.random.default_rng(0)
+    pcm = (rng.normal(0, 3000, 16000)).astype(np.int16)
+    sf.write(tmp_path / "a.wav", pcm, 16000, subtype="PCM_16")
+    sf.write(tmp_path / "b.flac", pcm, 16000, subtype="PCM_16")
+    lst = tmp_path / "data.list"
+    lst.write_text("\n".join(json.dumps(d) for d in [
+        {"key": "a", "wav": str(tmp_path / "a.wav"), "txt": "x"},
+        {"key": "b", "wav": str(tmp_path / "b.flac"), "txt": "y"},
+        {"key": "seg", "wav": str(tmp_path / "b.flac"), "txt": "z", "start": 0.25, "end": 0.5},
+    ]) + "\n", encoding="utf-8")
+    shard_list = write_wenet_shards(read_raw_list(lst), tmp_path / "shards", shard_size=10)
+    with tarfile.open(shard_list.read_text().split()[0]) as tar:
+        members = {m.name: tar.extractfile(m).read() for m in tar}
+    assert list(members) == ["a.txt", "a.wav", "b.txt", "b.flac", "seg.txt", "seg.wav"]
+    assert members["a.wav"] == (tmp_path / "a.wav").read_bytes()
+    assert members["b.flac"] == (tmp_path / "b.flac").read_bytes()
+    seg, sr = sf.read(io.BytesIO(members["seg.wav"]), dtype="int16")
+    assert sr == 16000 and (seg == pcm[4000:8000]).all()

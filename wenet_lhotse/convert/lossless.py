@@ -32,14 +32,13 @@ from lhotse.shar.utils import to_shar_placeholder
 from lhotse.shar.writers.audio import AudioTarWriter
 from lhotse.shar.writers.tar import TarWriter
 
+from wenet_lhotse.formats.common import whole_recording_bytes
+
 #: Audio formats accepted by :func:`wenet_lhotse.convert.wenet_to_shar`:
 #: ``"lossless"`` and ``"copy"`` (ours) and Lhotse's own Shar audio writers.
 AUDIO_FORMATS = ("lossless", "copy", "flac", "wav", "original", "opus", "mp3")
 
 # Containers whose bytes "copy" stores as they are (libsndfile decodes them exactly).
-_MAGIC = ((b"RIFF", 8, b"WAVE", "wav"), (b"fLaC", 0, b"", "flac"))
-
-
 def _on_grid(samples: np.ndarray, bits: int) -> bool:
     # Scaling by a power of two is exact in floating point, so this test is exact.
     scale = float(2 ** (bits - 1))
@@ -74,35 +73,6 @@ def encode_lossless(samples: np.ndarray, sampling_rate: int) -> Tuple[bytes, str
     sf.write(buf, samples.T.astype(np.float32, copy=False), sampling_rate, format=fmt,
              subtype=subtype)
     return buf.getvalue(), ext
-
-
-def sniff_container(data: bytes) -> Optional[str]:
-    """``"wav"`` or ``"flac"`` when ``data`` starts like such a file, else None."""
-    for magic, off, magic2, ext in _MAGIC:
-        if data[:4] == magic and data[off:off + len(magic2)] == magic2:
-            return ext
-    return None
-
-
-def whole_recording_bytes(cut) -> Optional[Tuple[bytes, str]]:
-    """``(encoded bytes, extension)`` of the cut's audio when the cut is exactly its
-    whole recording, stored in one WAV or FLAC file or in-memory blob, without
-    transforms; else None. These bytes can be stored as they are."""
-    rec = getattr(cut, "recording", None)
-    if (rec is None or len(rec.sources) != 1 or rec.transforms
-            or cut.start != 0 or cut.num_samples != rec.num_samples
-            or rec.num_channels != cut.num_channels):
-        return None
-    src = rec.sources[0]
-    if src.type == "memory":
-        data = bytes(src.source)
-    elif src.type == "file":
-        with open(src.source, "rb") as f:
-            data = f.read()
-    else:
-        return None
-    ext = sniff_container(data[:12])
-    return (data, ext) if ext else None
 
 
 class LosslessAudioTarWriter(AudioTarWriter):

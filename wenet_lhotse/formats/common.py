@@ -7,7 +7,7 @@ import hashlib
 import io
 import json
 from array import array
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -148,3 +148,35 @@ def json_value(cut_id: str, name: str, value: Any) -> Any:
     except (TypeError, ValueError) as e:
         raise ValueError(f"cut {cut_id!r}: custom field {name!r} is not JSON: {e}") from e
     return value
+
+
+_MAGIC = ((b"RIFF", 8, b"WAVE", "wav"), (b"fLaC", 0, b"", "flac"))
+
+
+def sniff_container(data: bytes) -> Optional[str]:
+    """``"wav"`` or ``"flac"`` when ``data`` starts like such a file, else None."""
+    for magic, off, magic2, ext in _MAGIC:
+        if data[:4] == magic and data[off:off + len(magic2)] == magic2:
+            return ext
+    return None
+
+
+def whole_recording_bytes(cut) -> Optional[Tuple[bytes, str]]:
+    """``(encoded bytes, extension)`` of the cut's audio when the cut is exactly its
+    whole recording, stored in one WAV or FLAC file or in-memory blob, without
+    transforms; else None. These bytes can be stored as they are."""
+    rec = getattr(cut, "recording", None)
+    if (rec is None or len(rec.sources) != 1 or rec.transforms
+            or cut.start != 0 or cut.num_samples != rec.num_samples
+            or rec.num_channels != cut.num_channels):
+        return None
+    src = rec.sources[0]
+    if src.type == "memory":
+        data = bytes(src.source)
+    elif src.type == "file":
+        with open(src.source, "rb") as f:
+            data = f.read()
+    else:
+        return None
+    ext = sniff_container(data[:12])
+    return (data, ext) if ext else None

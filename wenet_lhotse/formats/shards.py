@@ -48,6 +48,7 @@ from wenet_lhotse.formats.common import (
     cut_speaker_lang,
     cut_text,
     encode_pcm16_wav,
+    whole_recording_bytes,
 )
 from wenet_lhotse.formats.errors import SkipReport, WenetDataError
 from wenet_lhotse.formats.raw_list import Pathlike, as_path_list
@@ -471,17 +472,27 @@ def _write_one_shard(
     with atomic_output(tar_path, "wb") as f, tarfile.open(fileobj=f, mode="w") as tar:
         for cut in cuts:
             key = cut.id
-            samples, sr = cut.load_audio(), cut.sampling_rate
-            if resample_to is not None and sr != resample_to:
-                # The torch resampler our features use: Lhotse's cut.resample() needs
-                # torchaudio or scipy, neither of which the core depends on.
-                from wenet_lhotse.features.augment import resample
+            sr = cut.sampling_rate
+            # Like make_shard_list.py: a whole audio file goes in byte for byte (here
+            # WAV and FLAC); a segment, audio to resample, or audio held in memory (from
+            # shards or Shar) is encoded as 16-bit WAV.
+            from_file = cut.has_recording and cut.recording.sources[0].type == "file"
+            whole = (whole_recording_bytes(cut) if from_file and resample_to in (None, sr)
+                     else None)
+            if whole is not None:
+                audio, ext = whole
+            else:
+                samples = cut.load_audio()
+                if resample_to is not None and sr != resample_to:
+                    # The torch resampler our features use: Lhotse's cut.resample()
+                    # needs torchaudio or scipy, neither of which the core depends on.
+                    from wenet_lhotse.features.augment import resample
 
-                samples = np.stack([resample(ch, sr, resample_to) for ch in samples])
-                sr = resample_to
-            wav = encode_pcm16_wav(samples, sr)
+                    samples = np.stack([resample(ch, sr, resample_to) for ch in samples])
+                    sr = resample_to
+                audio, ext = encode_pcm16_wav(samples, sr), "wav"
             _add_member(tar, f"{key}.txt", (cut_text(cut) or "").encode("utf-8"))
-            _add_member(tar, f"{key}.wav", wav)
+            _add_member(tar, f"{key}.{ext}", audio)
             if not extras:
                 continue
             speaker, lang = cut_speaker_lang(cut)
@@ -521,14 +532,18 @@ def write_wenet_shards(
     does, and return the shard list file (one absolute tar path per line).
 
     Tars ``{out_dir}/{prefix}_000000000.tar``, ... of ``shard_size`` utterances; per
-    utterance ``key.txt`` (supervision texts joined by a space) then ``key.wav``
-    (16-bit PCM WAV of the cut's span, all channels), then ``key.speaker``,
+    utterance ``key.txt`` (supervision texts joined by a space) then the audio: a cut
+    that is a whole WAV or FLAC file is copied byte for byte (``key.wav`` /
+    ``key.flac``, as ``make_shard_list.py`` copies files), anything else (segments,
+    other formats, in-memory audio, resampling) becomes ``key.wav`` (16-bit PCM, all
+    channels); then ``key.speaker``,
     ``key.lang`` and ``key.<field>`` for each ``cut.custom`` field (str as UTF-8,
     bytes verbatim, other values as JSON text, so they read back as str); members
     have mtime 0. Each tar and the list are written atomically (temp + rename).
 
     :param resample_to: resample to this rate (Hz) first; None keeps each cut's rate
-        (``make_shard_list.py`` resamples to 16000 by default).
+        (``make_shard_list.py`` resamples segments to 16000 by default and copies whole
+        files as they are).
     :param extra_members: False writes only ``key.txt`` and ``key.wav``, nothing else.
     :param num_workers: processes encoding shards in parallel (1: in this process).
     :param progress: show a tqdm bar (shards written).
