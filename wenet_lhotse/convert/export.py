@@ -59,7 +59,8 @@ def materialize_audio(cut: Cut, audio_dir: Path) -> Cut:
     import soundfile as sf
 
     src = cut.recording.sources[0]
-    if _whole_recording(cut) and src.type == "memory":
+    whole_in_memory = _whole_recording(cut) and src.type == "memory"
+    if whole_in_memory:
         data = bytes(src.source)
         fmt = sf.info(io.BytesIO(data)).format.lower()
         ext = {"wav": "wav", "flac": "flac", "ogg": "ogg", "mp3": "mp3"}.get(fmt, fmt)
@@ -71,7 +72,7 @@ def materialize_audio(cut: Cut, audio_dir: Path) -> Cut:
     with atomic_output(path) as f:
         f.write(data)
     channels = cut.recording.channel_ids
-    if not (_whole_recording(cut) and src.type == "memory"):
+    if not whole_in_memory:
         channels = cut.channel if isinstance(cut.channel, list) else [cut.channel]
     recording = fastcopy(
         cut.recording,
