@@ -62,3 +62,14 @@ def http_serve():
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+@pytest.fixture(scope="session")
+def wenet_root():
+    """WeNet's source (``$WENET_ROOT``, default ``../shared/wenet``); skips when absent."""
+    from wenet_harness import wenet_missing, wenet_root
+
+    reason = wenet_missing()
+    if reason:
+        pytest.skip(reason)
+    return wenet_root()

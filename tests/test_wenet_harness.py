@@ -1,0 +1,69 @@
+"""The WeNet harness itself: WeNet's own data pipeline and tokenizer run here.
+
+Everything below is WeNet's code from ``$WENET_ROOT`` (torchaudio I/O and deepspeed
+stood in, see tests/wenet_harness/README.md); nothing of wenet-lhotse is involved
+except the generated corpus.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+from wenet_harness import STUBBED, import_wenet, wenet_env
+
+
+@pytest.fixture(scope="module")
+def wenet_mods(wenet_root):
+    dataset, init_tokenizer = import_wenet("wenet.dataset.dataset", "wenet.utils.init_tokenizer")
+    return dataset, init_tokenizer
+
+
+def test_import_wenet_leaves_no_stand_in_behind(wenet_mods):
+    import importlib.util
+
+    for name in STUBBED:  # Lhotse asks find_spec("torchaudio"): it must stay "absent"
+        assert importlib.util.find_spec(name) is None, name
+    assert wenet_mods[0].processor.torchaudio.__version__.endswith("standin")
+
+
+def test_wenet_dataset_reads_a_generated_corpus(wenet_mods, corpus, tmp_path):
+    dataset_mod, init_tokenizer_mod = wenet_mods
+    # The corpus' lines carry "speaker": WeNet then needs speaker_conf (without it its
+    # padding() fails on the string); the table maps S000.. to 0..
+    spk = tmp_path / "spk.txt"
+    spk.write_text("".join(f"S{i:03d} {i}\n" for i in range(4)))
+    configs = {"tokenizer": "char",
+               "tokenizer_conf": {"symbol_table_path": str(corpus.units),
+                                  "non_lang_syms_path": None, "split_with_space": False}}
+    tokenizer = init_tokenizer_mod.init_tokenizer(configs)
+    assert type(tokenizer).__name__ == "CharTokenizer"
+    assert tokenizer.vocab_size() == len(corpus.units.read_text().splitlines())
+    conf = {"fbank_conf": {"num_mel_bins": 40, "dither": 0.0}, "spec_aug": False,
+            "shuffle": False, "sort": False, "list_shuffle": False,
+            "speaker_conf": {"speaker_table_path": str(spk)},
+            "batch_conf": {"batch_type": "static", "batch_size": 4}}
+    ds = dataset_mod.Dataset("raw", str(corpus.data_list), tokenizer, conf, partition=False)
+    batches = list(ds)
+    # list order in groups of 4; WeNet's padding() sorts each batch longest first
+    assert [sorted(b["keys"]) for b in batches] == \
+        [sorted(corpus.keys[i:i + 4]) for i in range(0, len(corpus.keys), 4)]
+    b = batches[0]
+    assert b["feats"].shape[0] == 4 and b["feats"].shape[2] == 40
+    assert b["feats"].dtype == torch.float32
+    assert int(b["target_lengths"][0]) > 0
+    assert set(b["langs"]) <= {"zh", "en"}  # WeNet's langid, limited_langs default
+    assert b["pcm"].shape[0] == 4
+    assert sorted(b["speaker"].tolist()) == [0, 1, 2, 3]
+
+
+def test_wenet_train_py_parses_its_arguments_in_a_subprocess(wenet_root, tmp_path):
+    # The full import chain of train.py (every model, deepspeed/torchaudio stand-ins,
+    # torch 2.13 shim via sitecustomize) in a fresh interpreter.
+    res = subprocess.run([sys.executable, "-m", "wenet.bin.train", "--help"],
+                         env=wenet_env(), capture_output=True, text=True, timeout=300,
+                         cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "--train_data" in res.stdout and "--deepspeed_config" in res.stdout

@@ -1,0 +1,5 @@
+from . import kaldi
+
+__all__ = [
+    "kaldi",
+]
