@@ -130,7 +130,7 @@ def bench_shar(work: Path, utts: int, shard_size: int, jobs: int) -> None:
     t0 = time.perf_counter()
     _stream_tars(tars)
     rows.append(("tarfile stream members", time.perf_counter() - t0))
-    from wenet_lhotse.formats.shards import read_shard_list
+    from wenet_lhotse.formats import read_shard_list
 
     t0 = time.perf_counter()
     for cut in read_shard_list(corpus.shards_list):

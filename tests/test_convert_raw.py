@@ -11,9 +11,9 @@ import pytest
 from lhotse import CutSet
 
 from wenet_lhotse.convert import export_raw_list, import_raw, iter_raw_cuts, wenet_to_shar
-from wenet_lhotse.convert.inputs import detect_input_kind, open_cuts
-from wenet_lhotse.formats.errors import SkipReport, WenetDataError
+from wenet_lhotse.errors import SkipReport, WenetDataError
 from wenet_lhotse.formats.raw_list import read_raw_list
+from wenet_lhotse.sources import detect_input_kind, open_cuts
 
 
 @pytest.fixture()

@@ -15,7 +15,7 @@ from lhotse.utils import fastcopy
 
 from wenet_lhotse.dataset import WenetAsrDataset
 from wenet_lhotse.dataset.asr import _match_kept
-from wenet_lhotse.formats.errors import WenetDataError
+from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.text import CharTokenizer
 
 

@@ -19,6 +19,7 @@ import torch
 from lhotse import CutSet, Recording
 from torch.utils.data import DataLoader, Dataset
 
+from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.features import (
     PooledFeatures,
     WenetFbank,
@@ -27,7 +28,6 @@ from wenet_lhotse.features import (
     WenetMfccConfig,
     WhisperLogMel,
 )
-from wenet_lhotse.formats.errors import WenetDataError
 
 AUG = dict(speed_perturb=True, spec_aug=True, spec_sub=True, spec_trim=True,
            return_audio=True)

@@ -15,10 +15,10 @@ from wenet_lhotse.formats import (
     WenetDataError,
     read_raw_list,
     read_shard_list,
-    read_wenet_list,
     write_raw_list,
     write_wenet_shards,
 )
+from wenet_lhotse.sources import read_wenet_list
 
 
 def write_wav(path, seconds=1.0, sr=16000, seed=0, channels=1):
@@ -222,7 +222,7 @@ def test_write_path_is_returned_and_parent_created(corpus, tmp_path):
 
 
 def test_keyset_grows_and_stays_exact():
-    from wenet_lhotse.formats.common import KeySet
+    from wenet_lhotse.formats.keyset import KeySet
 
     keys = KeySet(capacity=4)
     names = [f"spk{i % 7}/utt.{i}" for i in range(5000)]

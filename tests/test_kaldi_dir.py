@@ -4,7 +4,7 @@ import pytest
 from click.testing import CliRunner
 
 from wenet_lhotse.cli import main
-from wenet_lhotse.formats.errors import WenetDataError
+from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.formats.kaldi import kaldi_dir_to_raw_list
 
 

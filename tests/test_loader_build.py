@@ -22,7 +22,7 @@ from wenet_lhotse.loader.resume import (
     ResumableBucketingSampler,
     ResumableMux,
 )
-from wenet_lhotse.loader.sources import SourceSpec, detect_source_type, mux_sources
+from wenet_lhotse.sources import SourceSpec, detect_source_type, mux_sources
 
 CONF = {"batch_conf": {"batch_type": "dynamic", "max_frames_in_batch": 1200},
         "lhotse_conf": {"num_buckets": 3, "buffer_size": 40}}
@@ -120,7 +120,7 @@ def test_mux_proportions_follow_weights(data, which):
         mux.start(0)
         draws = [next(mux) for _ in range(2000)]
     else:
-        from wenet_lhotse.loader.sources import open_source
+        from wenet_lhotse.sources import open_source
 
         cs = mux_sources([open_source(s) for s in specs], [s.weight for s in specs], seed=1)
         draws = list(cs.subset(first=2000))

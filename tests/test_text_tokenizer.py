@@ -7,7 +7,7 @@ import pickle
 
 import pytest
 
-from wenet_lhotse.formats.errors import WenetDataError
+from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.text import (
     BpeTokenizer,
     CharTokenizer,

@@ -20,16 +20,15 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Union
+from typing import List, Optional
 
 import numpy as np
+from lhotse.utils import Pathlike
 
 logger = logging.getLogger(__name__)
 
-Pathlike = Union[str, os.PathLike]
 
 #: The alphabet of the synthetic language. Spaces separate words.
 ALPHABET = "abcdefghijklmnop"
@@ -194,8 +193,8 @@ def generate_corpus(
 def _write_shards(paths: CorpusPaths, shard_size: int) -> Path:
     # Shards are written from the raw list by the same writer users call, so the
     # corpus exercises it and matches WeNet's make_shard_list.py layout.
+    from wenet_lhotse.formats import write_wenet_shards
     from wenet_lhotse.formats.raw_list import read_raw_list
-    from wenet_lhotse.formats.shards import write_wenet_shards
 
     cuts = read_raw_list(paths.data_list)
     return write_wenet_shards(

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Mapping, MutableMapping, Tuple
 
 from wenet_lhotse.loader.build import build_dataloader
 from wenet_lhotse.loader.distributed import world_info
-from wenet_lhotse.loader.sources import SourceSpec, detect_source_type
+from wenet_lhotse.sources import SourceSpec, detect_source_type
 
 logger = logging.getLogger(__name__)
 

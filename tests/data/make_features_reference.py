@@ -65,7 +65,7 @@ def make_speech_reference(kaldi, origin: str, seconds: float = 1.5) -> None:
 
     import soundfile as sf
 
-    from wenet_lhotse.features.augment import resample
+    from wenet_lhotse.formats.audio import resample
 
     with tempfile.TemporaryDirectory() as d:
         wav = f"{d}/speech.wav"

@@ -70,12 +70,12 @@ def import_cmd(data_list, out, data_type, shar_dir, shard_size, audio_format, wa
     Shar conversion is restartable: run the same command again after an
     interruption and only the unfinished shards are written.
     """
-    from wenet_lhotse.convert.inputs import detect_wenet_type
-    from wenet_lhotse.formats.errors import SkipReport, WenetDataError
+    from wenet_lhotse.errors import SkipReport, WenetDataError
+    from wenet_lhotse.sources import detect_data_type
 
     if data_type == "auto":
         try:
-            data_type = detect_wenet_type(data_list)
+            data_type = detect_data_type(data_list)
         except WenetDataError as err:
             raise click.ClickException(str(err)) from None
     report = SkipReport()
@@ -140,7 +140,7 @@ def export_cmd(source, out, shards_dir, shard_size, jobs, audio_dir):
     To WeNet tar shards plus their list:
       wenet-lhotse export data/cuts.jsonl.gz --shards data/shards -o data/shards.list
     """
-    from wenet_lhotse.formats.errors import WenetDataError
+    from wenet_lhotse.errors import WenetDataError
 
     try:
         if shards_dir is not None:

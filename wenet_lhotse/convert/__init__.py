@@ -1,10 +1,10 @@
 """Conversions between WeNet data and Lhotse: import (raw list -> cuts manifest,
 WeNet list -> Shar), export (cuts/Shar -> raw list or WeNet shards), and the
-readers behind ``wenet-lhotse validate`` and ``wenet-lhotse stats``.
+readers behind ``wenet-lhotse validate`` and ``wenet-lhotse stats``. Opening any input
+is :mod:`wenet_lhotse.sources`; these tools sit on top of it.
 
 Each submodule has one job:
 
-* :mod:`.inputs`   open any source (raw list, shard list, cuts manifest, Shar dir)
 * :mod:`.raw`      raw list -> ``cuts.jsonl.gz``, headers probed in parallel
 * :mod:`.shar`     WeNet list -> Shar, parallel over output shards, restartable
 * :mod:`.lossless` bit-exact audio encoding for Shar ("lossless" and "copy")
@@ -15,11 +15,11 @@ Each submodule has one job:
 
 from wenet_lhotse.convert.check import ValidationResult, validate
 from wenet_lhotse.convert.export import export_raw_list, export_shards
-from wenet_lhotse.convert.inputs import detect_input_kind, open_cuts
 from wenet_lhotse.convert.lossless import CopyingSharWriter, LosslessAudioTarWriter
 from wenet_lhotse.convert.raw import ImportResult, import_raw, iter_raw_cuts
-from wenet_lhotse.convert.shar import SharConversion, read_shar, shard_is_complete, wenet_to_shar
+from wenet_lhotse.convert.shar import SharConversion, shard_is_complete, wenet_to_shar
 from wenet_lhotse.convert.stats import CorpusStats, corpus_stats, plot_stats
+from wenet_lhotse.sources import detect_input_kind, open_cuts, read_shar
 
 __all__ = [
     "CopyingSharWriter",

@@ -12,21 +12,22 @@ from __future__ import annotations
 import gzip
 import json
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Optional, Union
+from typing import Dict, Optional
 
 from lhotse.cut import Cut
 from lhotse.serialization import deserialize_item
+from lhotse.utils import Pathlike
 
-from wenet_lhotse.convert.inputs import detect_input_kind, list_shard_paths, read_one_tar
-from wenet_lhotse.formats.common import KeySet
-from wenet_lhotse.formats.errors import SkipReport, WenetDataError
+from wenet_lhotse.errors import SkipReport, WenetDataError, short_error
+from wenet_lhotse.formats.keyset import KeySet
+from wenet_lhotse.formats.raw_list import read_raw_list
+from wenet_lhotse.formats.shard_reader import read_one_tar, read_shard_entries
+from wenet_lhotse.sources.detect import detect_input_kind
+from wenet_lhotse.sources.shar_dir import shar_files
 
 logger = logging.getLogger(__name__)
-
-Pathlike = Union[str, os.PathLike]
 
 
 @dataclass
@@ -42,18 +43,6 @@ class ValidationResult:
     @property
     def ok(self) -> bool:
         return len(self.problems) == 0
-
-
-def short_error(err: BaseException) -> str:
-    """One line for an audio loading error. Lhotse's ``AudioLoadingError`` lists every
-    backend it tried and the call chain; the first backend's own message is the
-    useful part (``Exception #0 (...): <class '...LibsndfileError'>: Error : ...``)."""
-    text = str(err).strip()
-    for line in text.splitlines():
-        if line.startswith("Exception #0"):
-            return line.rsplit(">: ", 1)[-1].strip() or type(err).__name__
-    first = text.splitlines()[0] if text else ""
-    return f"{type(err).__name__}: {first}" if first else type(err).__name__
 
 
 def _check_audio(cut: Cut) -> Optional[str]:
@@ -129,8 +118,6 @@ def validate(path: Pathlike, *, progress: bool = False) -> ValidationResult:
 
     try:
         if kind == "raw":
-            from wenet_lhotse.formats.raw_list import read_raw_list
-
             find = _LineFinder(path)
             for cut in read_raw_list([path], strict=False, skip_report=problems):
                 msg = _check_audio(cut)
@@ -143,7 +130,7 @@ def validate(path: Pathlike, *, progress: bool = False) -> ValidationResult:
                         line=find(cut.id), kind="bad_audio"), log=False)
                 bar.update(1)
         elif kind == "shard":
-            for tar in list_shard_paths(path):
+            for tar in read_shard_entries([path]):
                 for cut in read_one_tar(tar, strict=False, skip_report=problems):
                     check(cut, tar.url, member=cut.id)
         elif kind == "cuts":
@@ -187,14 +174,15 @@ def _validate_manifest(path: str, problems: SkipReport, check) -> None:
 def _validate_shar(in_dir: Path, problems: SkipReport, check) -> None:
     from lhotse import CutSet
 
-    cut_files = sorted(in_dir.glob("cuts.*.jsonl*"))
-    for cuts_path in cut_files:
-        index = cuts_path.name.split(".")[1]
-        fields = {"cuts": [str(cuts_path)]}
-        for tar in sorted(in_dir.glob(f"*.{index}.tar")):
-            fields[tar.name.split(".")[0]] = [str(tar)]
+    files = shar_files(in_dir)
+    tars = {f: {i: p for i, p in by_index.items() if p.endswith(".tar")}
+            for f, by_index in files.items() if f != "cuts"}
+    cut_files = {i: p for i, p in files.get("cuts", {}).items() if ".jsonl" in p}
+    for i, cuts_path in sorted(cut_files.items()):
+        fields = {"cuts": [cuts_path]}
+        fields.update({f: [by_index[i]] for f, by_index in tars.items() if i in by_index})
         if "recording" not in fields:
-            problems.add(WenetDataError(f"no recording.{index}.tar next to it", str(cuts_path),
+            problems.add(WenetDataError(f"no recording.{i:06d}.tar next to it", cuts_path,
                                         kind="unpaired"), log=False)
             continue
         tar_name = fields["recording"][0]
@@ -204,8 +192,7 @@ def _validate_shar(in_dir: Path, problems: SkipReport, check) -> None:
         except Exception as err:  # a broken tar or manifest ends this shard
             problems.add(WenetDataError(f"shard unreadable: {type(err).__name__}: {err}",
                                         tar_name, kind="truncated"), log=False)
-    others = {p.name.split(".")[1] for p in in_dir.glob("*.tar")} - {
-        c.name.split(".")[1] for c in cut_files}
-    for index in sorted(others):
+    others = {i for by_index in tars.values() for i in by_index} - set(cut_files)
+    for i in sorted(others):
         problems.add(WenetDataError("tar without its cuts manifest", str(in_dir),
-                                    member=f"*.{index}.tar", kind="unpaired"), log=False)
+                                    member=f"*.{i:06d}.tar", kind="unpaired"), log=False)

@@ -12,21 +12,22 @@ from __future__ import annotations
 
 import io
 import logging
-import os
 from pathlib import Path
-from typing import Iterator, Optional, Union
+from typing import Iterator, Optional
 from urllib.parse import quote
 
 from lhotse import AudioSource, fastcopy
 from lhotse.cut import Cut
+from lhotse.utils import Pathlike
 
-from wenet_lhotse.convert.inputs import open_cuts
 from wenet_lhotse.convert.lossless import encode_lossless
+from wenet_lhotse.formats.layout import is_whole_recording
+from wenet_lhotse.formats.raw_list import write_raw_list
+from wenet_lhotse.formats.shard_writer import write_wenet_shards
 from wenet_lhotse.formats.streams import atomic_output
+from wenet_lhotse.sources.open import open_cuts
 
 logger = logging.getLogger(__name__)
-
-Pathlike = Union[str, os.PathLike]
 
 
 def default_audio_dir(out_list: Pathlike) -> Path:
@@ -45,21 +46,13 @@ def _needs_file(cut: Cut) -> bool:
     return any(s.type != "file" for s in cut.recording.sources)
 
 
-def _whole_recording(cut: Cut) -> bool:
-    rec = cut.recording
-    return (len(rec.sources) == 1 and cut.start == 0
-            and cut.num_samples == rec.num_samples and rec.transforms is None
-            and cut.channel == (rec.channel_ids[0] if len(rec.channel_ids) == 1
-                                else rec.channel_ids))
-
-
 def materialize_audio(cut: Cut, audio_dir: Path) -> Cut:
     """Return ``cut`` with its audio in a local file under ``audio_dir`` (written
     atomically). In-memory whole recordings are copied byte for byte."""
     import soundfile as sf
 
     src = cut.recording.sources[0]
-    whole_in_memory = _whole_recording(cut) and src.type == "memory"
+    whole_in_memory = is_whole_recording(cut) and src.type == "memory"
     if whole_in_memory:
         data = bytes(src.source)
         fmt = sf.info(io.BytesIO(data)).format.lower()
@@ -95,15 +88,13 @@ def export_raw_list(
 ) -> Path:
     """Write a WeNet raw ``data.list`` from a cuts manifest, Shar directory or WeNet list.
 
-    :param src: anything :func:`~wenet_lhotse.convert.inputs.open_cuts` opens.
+    :param src: anything :func:`~wenet_lhotse.sources.open_cuts` opens.
     :param out_list: the list to write (atomically).
     :param audio_dir: where audio of in-memory/URL cuts is written
         (default :func:`default_audio_dir`; created only when needed).
     :param progress: show a tqdm bar (unit: utterances).
     """
     from tqdm.auto import tqdm
-
-    from wenet_lhotse.formats.raw_list import write_raw_list
 
     cuts, _ = open_cuts(src)
     adir = Path(audio_dir) if audio_dir is not None else default_audio_dir(out_list)
@@ -126,7 +117,7 @@ def export_shards(
 ) -> Path:
     """Write WeNet tar shards (``make_shard_list.py`` layout) and their list file.
 
-    :param src: anything :func:`~wenet_lhotse.convert.inputs.open_cuts` opens.
+    :param src: anything :func:`~wenet_lhotse.sources.open_cuts` opens.
     :param out_dir: directory for ``shards_*.tar``.
     :param shard_size: utterances per tar.
     :param list_path: the shard list to write (default ``out_dir/shards.list``).
@@ -134,8 +125,6 @@ def export_shards(
     :return: the shard list path.
     """
     from tqdm.auto import tqdm
-
-    from wenet_lhotse.formats.shards import write_wenet_shards
 
     cuts, _ = open_cuts(src)
     it = tqdm(cuts, desc="export", unit="utt", disable=not progress)

@@ -32,7 +32,7 @@ from lhotse.shar.utils import to_shar_placeholder
 from lhotse.shar.writers.audio import AudioTarWriter
 from lhotse.shar.writers.tar import TarWriter
 
-from wenet_lhotse.formats.common import whole_recording_bytes
+from wenet_lhotse.formats.layout import whole_recording_bytes
 
 #: Audio formats accepted by :func:`wenet_lhotse.convert.wenet_to_shar`:
 #: ``"lossless"`` and ``"copy"`` (ours) and Lhotse's own Shar audio writers.

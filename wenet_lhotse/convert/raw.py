@@ -18,22 +18,20 @@ import json
 import logging
 import os
 import time
-from collections import deque
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Deque, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
 from lhotse.cut import Cut, MonoCut
+from lhotse.utils import Pathlike
 
-from wenet_lhotse.formats.common import KeySet
-from wenet_lhotse.formats.errors import SkipReport, WenetDataError
-from wenet_lhotse.formats.raw_list import LazyWenetRawListIterator, as_path_list
-from wenet_lhotse.formats.streams import atomic_output
+from wenet_lhotse.errors import SkipReport, WenetDataError
+from wenet_lhotse.formats.keyset import KeySet
+from wenet_lhotse.formats.parallel import map_bounded
+from wenet_lhotse.formats.raw_list import LazyWenetRawListIterator
+from wenet_lhotse.formats.streams import as_path_list, atomic_output
 
 logger = logging.getLogger(__name__)
-
-Pathlike = Union[str, os.PathLike]
 
 #: Lines sent to a pool worker at a time.
 BLOCK_LINES = 256
@@ -126,10 +124,8 @@ def _blocks(paths: Sequence[str], strict: bool, report: SkipReport) -> Iterator[
         try:
             f = open(path, "rb")
         except OSError as e:
-            err = WenetDataError(f"cannot open list: {e}", path, kind="missing_file")
-            if strict:
-                raise err from e
-            report.add(err)
+            report.handle(WenetDataError(f"cannot open list: {e}", path, kind="missing_file"),
+                          strict)
             continue
         with f:
             block: List[Tuple[int, bytes]] = []
@@ -197,40 +193,20 @@ def iter_raw_cuts_with_lines(
             if res is None:
                 continue  # empty line
             if isinstance(res, WenetDataError):
-                if strict:
-                    raise res
-                report.add(res)
+                report.handle(res, strict)
                 continue
             key = res[0] if as_json else res.id
             if seen is not None and not seen.add(key):
-                err = WenetDataError(f"duplicate key {key!r} (first seen earlier in this "
-                                     "input)", path, line=lineno, kind="duplicate")
-                if strict:
-                    raise err
-                report.add(err)
+                report.handle(WenetDataError(f"duplicate key {key!r} (first seen earlier in "
+                                             "this input)", path, line=lineno, kind="duplicate"),
+                              strict)
                 continue
             yield res, path, lineno
 
-    if num_workers <= 1:
-        for block in _blocks(list_paths, strict, report):
-            yield from emit(_parse_block(block, root, as_json, probe), block)
-        return
-    pool_cls = ProcessPoolExecutor if executor == "process" else ThreadPoolExecutor
-    pool: Executor = pool_cls(num_workers)
-    queue: Deque[Tuple[Future, _Block]] = deque()
-    try:
-        for block in _blocks(list_paths, strict, report):
-            queue.append((pool.submit(_parse_block, block, root, as_json, probe), block))
-            if len(queue) >= 2 * num_workers:
-                fut, blk = queue.popleft()
-                yield from emit(fut.result(), blk)
-        while queue:
-            fut, blk = queue.popleft()
-            yield from emit(fut.result(), blk)
-    finally:
-        for fut, _ in queue:
-            fut.cancel()
-        pool.shutdown(wait=True, cancel_futures=True)
+    parse = functools.partial(_parse_block, wav_root=root, as_json=as_json, probe=probe)
+    for block, results in map_bounded(parse, _blocks(list_paths, strict, report), num_workers,
+                                      executor=executor):
+        yield from emit(results, block)
 
 
 def import_raw(

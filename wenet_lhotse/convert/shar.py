@@ -19,35 +19,35 @@ output directory: a run starts by clearing ``.OUT.partial/``.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import logging
 import os
 import shutil
 import tarfile
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
-from lhotse import CutSet
 from lhotse.cut import Cut
 from lhotse.shar import SharWriter
+from lhotse.utils import Pathlike
 
-from wenet_lhotse.convert.check import short_error
-from wenet_lhotse.convert.inputs import detect_wenet_type, list_shard_paths, read_one_tar
 from wenet_lhotse.convert.lossless import (
     AUDIO_FORMATS,
     CopyingSharWriter,
     LosslessAudioTarWriter,
 )
-from wenet_lhotse.formats.common import json_value
-from wenet_lhotse.formats.errors import SkipReport, WenetDataError
-from wenet_lhotse.formats.shards import ShardEntry
+from wenet_lhotse.errors import SkipReport, WenetDataError, short_error
+from wenet_lhotse.formats.layout import json_value
+from wenet_lhotse.formats.parallel import map_bounded
+from wenet_lhotse.formats.shard_reader import ShardEntry, read_one_tar, read_shard_entries
+from wenet_lhotse.sources.detect import detect_data_type
+from wenet_lhotse.sources.open import read_shar  # noqa: F401 - kept importable from here
+from wenet_lhotse.sources.shar_dir import shard_index, shard_paths
 
 logger = logging.getLogger(__name__)
-
-Pathlike = Union[str, os.PathLike]
 
 
 @dataclass
@@ -61,12 +61,6 @@ class SharConversion:
     num_cuts_written: int = 0
     skip_report: SkipReport = field(default_factory=SkipReport)
     seconds: float = 0.0  # wall-clock time of the conversion
-
-
-def shard_paths(out_dir: Pathlike, index: int, audio_field: str = "recording") -> Tuple[Path, Path]:
-    """``(cuts manifest, audio tar)`` of Shar shard ``index`` in ``out_dir``."""
-    out_dir = Path(out_dir)
-    return (out_dir / f"cuts.{index:06d}.jsonl.gz", out_dir / f"{audio_field}.{index:06d}.tar")
 
 
 def partial_dir(out_dir: Pathlike) -> Path:
@@ -158,9 +152,7 @@ def _write_shard(job: _Job, out_dir: str, audio_format: str, strict: bool) -> _J
                         err = WenetDataError(
                             f"cannot convert utterance {cut.id!r}: {short_error(err)}", **where,
                             kind="bad_audio" if not isinstance(err, ValueError) else "invalid")
-                    if strict:
-                        raise err from None
-                    report.add(err)
+                    report.handle(err, strict)
                     continue
                 num += 1
         if num:
@@ -200,7 +192,7 @@ def _iter_jobs(
     """Jobs for every output shard, and their number when known upfront."""
     if data_type == "shard":
         tars = [t for lst in data_lists
-                for t in list_shard_paths(lst, strict=strict, skip_report=skip_report)]
+                for t in read_shard_entries([str(lst)], strict=strict, skip_report=skip_report)]
         return (_Job(i, tar=t) for i, t in enumerate(tars)), len(tars)
     from wenet_lhotse.convert.raw import iter_raw_cuts_with_lines
 
@@ -247,7 +239,7 @@ def wenet_to_shar(
         raise ValueError(f"audio_format must be one of {AUDIO_FORMATS}, got {audio_format!r}")
     lists = [data_list] if isinstance(data_list, (str, os.PathLike)) else list(data_list)
     if data_type == "auto":
-        data_type = detect_wenet_type(lists[0])
+        data_type = detect_data_type(lists[0])
     if data_type not in ("raw", "shard"):
         raise ValueError(f"data_type must be 'raw', 'shard' or 'auto', got {data_type!r}")
     if data_type == "shard" and shard_size is not None:
@@ -274,38 +266,28 @@ def wenet_to_shar(
         bar.update(1)
         bar.set_postfix(utts=result.num_cuts_written, skipped=len(report))
 
-    pending: Dict[Future, int] = {}
-    pool = ProcessPoolExecutor(num_jobs) if num_jobs > 1 else None
-    try:
+    def todo() -> Iterator[_Job]:
         for job in jobs:
             result.num_shards += 1
             if shard_is_complete(out, job.index):
                 result.skipped_shards.append(job.index)
                 bar.update(1)
                 continue
-            if pool is None:
-                done(_write_shard(job, str(out), audio_format, strict))
-                continue
-            pending[pool.submit(_write_shard, job, str(out), audio_format, strict)] = job.index
-            if len(pending) >= 2 * num_jobs:  # bounded: the input is streamed, not loaded
-                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in finished:
-                    del pending[fut]
-                    done(fut.result())
-        for fut in list(pending):
-            done(fut.result())
-            del pending[fut]
+            yield job
+
+    write = functools.partial(_write_shard, out_dir=str(out), audio_format=audio_format,
+                              strict=strict)
+    try:
+        # bounded: the input is streamed, not loaded
+        for _, res in map_bounded(write, todo(), num_jobs):
+            done(res)
     finally:
-        for fut in pending:
-            fut.cancel()
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
         bar.close()
         _remove_partial_dir(out)
     result.written_shards.sort()
     result.seconds = time.perf_counter() - start
-    stale = sorted(p.name for p in out.glob("cuts.*.jsonl.gz")
-                   if _shard_index(p) >= result.num_shards)
+    indices = {p.name: shard_index(p) for p in out.glob("cuts.*.jsonl.gz")}
+    stale = sorted(n for n, i in indices.items() if i is not None and i >= result.num_shards)
     if stale:
         logger.warning("%s holds shards beyond this input's %d (%s...): left over from a "
                        "run with other input or shard size? CutSet.from_shar will read them",
@@ -316,26 +298,9 @@ def wenet_to_shar(
     return result
 
 
-def _shard_index(path: Path) -> int:
-    """``cuts.000012.jsonl.gz`` -> 12 (-1 when the name has no shard number)."""
-    part = path.name.split(".")[1] if path.name.count(".") >= 2 else ""
-    return int(part) if part.isdigit() else -1
-
-
 def _remove_partial_dir(out_dir: Path) -> None:
     tmp = partial_dir(out_dir)
     try:
         tmp.rmdir()  # only when empty: another run may still be writing there
     except OSError:
         pass
-
-
-def read_shar(in_dir: Pathlike, *, with_audio: bool = True) -> CutSet:
-    """Open a Shar directory lazily; ``with_audio=False`` reads only the cut manifests
-    (no tar is opened), which is what statistics need."""
-    if with_audio:
-        return CutSet.from_shar(in_dir=in_dir)
-    cuts = sorted(Path(in_dir).glob("cuts.*.jsonl*"))
-    if not cuts:
-        raise FileNotFoundError(f"{in_dir}: no cuts.*.jsonl.gz files: not a Lhotse Shar directory")
-    return CutSet.from_shar(fields={"cuts": [str(c) for c in cuts]})

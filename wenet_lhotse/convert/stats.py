@@ -4,20 +4,18 @@ hours, and the distributions of duration (seconds) and text length (characters).
 from __future__ import annotations
 
 import logging
-import os
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Union
+from typing import Dict
 
 import numpy as np
+from lhotse.utils import Pathlike
 
-from wenet_lhotse.convert.inputs import open_cuts
-from wenet_lhotse.formats.errors import SkipReport
+from wenet_lhotse.errors import SkipReport
+from wenet_lhotse.sources.open import open_cuts
 
 logger = logging.getLogger(__name__)
-
-Pathlike = Union[str, os.PathLike]
 
 #: Percentiles reported by :func:`describe`.
 PERCENTILES = (5, 25, 50, 75, 95, 99)

@@ -36,7 +36,7 @@ from lhotse.cut import Cut
 from lhotse.dataset.collation import collate_vectors
 
 from wenet_lhotse.dataset.collate import cut_lang, cut_speaker, cut_task, cut_text
-from wenet_lhotse.formats.errors import BATCH_SKIPS_KEY, SkipReport, WenetDataError
+from wenet_lhotse.errors import BATCH_SKIPS_KEY, SkipReport, WenetDataError
 from wenet_lhotse.text.tokenizer import CJK_PATTERN, read_symbol_table
 
 logger = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ class WenetAsrDataset(torch.utils.data.Dataset):
         ``speaker_conf.speaker_table_path``) or a dict; makes ``speaker`` an int32 tensor.
     :param fault_tolerant: a cut without the transcript its split needs is logged,
         recorded in :attr:`skip_report` and left out, instead of raising
-        :class:`~wenet_lhotse.formats.errors.WenetDataError`.
+        :class:`~wenet_lhotse.errors.WenetDataError`.
     :param return_cuts: add the batch's cuts under ``cuts`` (for debugging and statistics).
     """
 
@@ -138,7 +138,7 @@ class WenetAsrDataset(torch.utils.data.Dataset):
         texts: List[Optional[str]] = []
         for cut in cuts:
             try:
-                text = cut_text(cut, required=required)
+                text = cut_text(cut, single=True, required=required)
             except WenetDataError as err:
                 if not self.fault_tolerant:
                     raise

@@ -7,41 +7,11 @@ from typing import Any, Optional
 
 from lhotse.cut import Cut
 
-from wenet_lhotse.formats.errors import WenetDataError
+from wenet_lhotse.formats.layout import cut_source, cut_text  # noqa: F401 - re-exported
 
 #: Tag keys the loader's mixing writes into ``cut.custom``.
 LANG_TAG = "lang"
 TASK_TAG = "task"
-
-
-def cut_source(cut: Cut) -> str:
-    """Where a cut's audio lives (file path or URL), for error messages; else ``cut <id>``."""
-    rec = getattr(cut, "recording", None)
-    if rec is not None and rec.sources and rec.sources[0].type in ("file", "url"):
-        return str(rec.sources[0].source)
-    return f"cut {cut.id}"
-
-
-def cut_text(cut: Cut, required: bool) -> Optional[str]:
-    """The transcript of a WeNet-style cut: the text of its single supervision.
-
-    Returns ``None`` when the cut has no supervision or its text is ``None`` and
-    ``required`` is False. Raises :class:`WenetDataError` (naming the cut and its
-    audio) when text is required but missing, or when the cut has more than one
-    supervision (WeNet items have exactly one transcript).
-    """
-    sups = cut.supervisions
-    if len(sups) > 1:
-        raise WenetDataError(
-            f"cut {cut.id!r} has {len(sups)} supervisions; a WeNet utterance has exactly one "
-            "(split long cuts with cut.trim_to_supervisions() first)",
-            cut_source(cut), kind="supervisions")
-    text = sups[0].text if sups else None
-    if text is None and required:
-        raise WenetDataError(
-            f"cut {cut.id!r} has no transcript (supervision text); training and cv need one "
-            "(use split='infer' for unlabeled audio)", cut_source(cut), kind="missing_text")
-    return text
 
 
 def _custom(cut: Cut) -> dict:

@@ -83,7 +83,7 @@ def filter_reason(cut: Cut, tokenizer: Any, filter_conf: Union[FilterConf, Mappi
         return "too_short"
     if num_frames > conf.max_length:
         return "too_long"
-    text = cut_text(cut, required=False) if tokenizer is not None else None
+    text = cut_text(cut, single=True) if tokenizer is not None else None
     if text is None:
         return None
     n = len(tokenizer.tokenize(text)[1])

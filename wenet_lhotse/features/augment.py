@@ -34,6 +34,8 @@ from typing import Any, Dict, Optional, Sequence, Union
 import numpy as np
 import torch
 
+from wenet_lhotse.formats.audio import resample  # noqa: F401 - part of this module's API
+
 
 @dataclass(frozen=True)
 class SpecAugConfig:
@@ -81,20 +83,6 @@ def as_config(value: Union[None, bool, Dict[str, Any], Any], cls):
     if isinstance(value, cls):
         return value
     raise TypeError(f"expected None, bool, dict or {cls.__name__}, got {type(value).__name__}")
-
-
-def resample(samples: np.ndarray, orig_sr: int, new_sr: int) -> np.ndarray:
-    """Band-limited sinc resampling of a 1-D float32 signal (torchaudio's ``Resample``).
-
-    Output length is ``ceil(num_samples * new_sr / orig_sr)``.
-    """
-    if int(orig_sr) == int(new_sr):
-        return samples
-    from lhotse.augmentation.torchaudio import get_or_create_resampler
-
-    resampler = get_or_create_resampler(int(orig_sr), int(new_sr))
-    x = torch.from_numpy(np.ascontiguousarray(samples, dtype=np.float32))
-    return resampler(x.unsqueeze(0))[0].numpy()
 
 
 def speed_perturb(samples: np.ndarray, sampling_rate: int, factor: float) -> np.ndarray:

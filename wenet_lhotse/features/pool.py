@@ -50,6 +50,7 @@ import torch
 from lhotse import CutSet
 from lhotse.features.base import FeatureExtractor
 
+from wenet_lhotse.errors import SkipReport, WenetDataError
 from wenet_lhotse.features.augment import (
     SpecAugConfig,
     SpecSubConfig,
@@ -62,7 +63,7 @@ from wenet_lhotse.features.augment import (
     spec_trim,
     speed_perturb,
 )
-from wenet_lhotse.formats.errors import SkipReport, WenetDataError
+from wenet_lhotse.formats.layout import cut_source
 
 logger = logging.getLogger(__name__)
 
@@ -78,18 +79,6 @@ def cut_seed(seed: int, epoch: int, cut_id: str) -> int:
     (unlike ``hash()``, which is salted per process)."""
     digest = hashlib.blake2b(f"{seed}|{epoch}|{cut_id}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little")
-
-
-def cut_source(cut: Any) -> Tuple[str, Optional[str]]:
-    """``(source, member)`` naming where a cut's audio comes from, for error messages:
-    the recording's file path or URL, or its in-memory origin (shards, Shar)."""
-    rec = getattr(cut, "recording", None)
-    if rec is not None and rec.sources:
-        src = rec.sources[0]
-        if src.type == "memory":
-            return f"in-memory audio of recording {rec.id!r}", None
-        return str(src.source), None
-    return f"cut {cut.id!r}", None
 
 
 @dataclass
@@ -119,10 +108,9 @@ class CutPipeline:
         try:
             return self._process(cut, seed, augment)
         except Exception as err:
-            source, member = cut_source(cut)
             raise WenetDataError(
                 f"cut {cut.id!r}: cannot compute features: {type(err).__name__}: {err}",
-                source, member=member, kind="bad_audio",
+                cut_source(cut), kind="bad_audio",
             ) from err
 
     def _process(self, cut: Any, seed: int, augment: bool):
@@ -429,7 +417,7 @@ class PooledFeatures:
         :class:`SpecAugConfig`; likewise ``spec_sub`` and ``spec_trim``.
     :param seed: base seed; a cut's randomness depends only on (seed, epoch, cut id).
     :param fault_tolerant: drop a failing cut (logged, counted in :attr:`skip_report`)
-        instead of raising its :class:`~wenet_lhotse.formats.errors.WenetDataError`.
+        instead of raising its :class:`~wenet_lhotse.errors.WenetDataError`.
     :param return_audio: also return the waveform the features were computed from.
     :param start_method: multiprocessing start method; default ``fork`` where
         available (cheap; workers set 1 torch thread), else ``spawn``.

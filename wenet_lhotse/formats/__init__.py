@@ -1,21 +1,23 @@
-"""WeNet data formats <-> Lhotse: raw ``data.list`` and tar shards, readers
-(lazy CutSets) and writers, with errors that name file and line or tar and member."""
+"""WeNet's on-disk data formats <-> Lhotse: raw ``data.list`` and tar shards, readers
+(lazy CutSets) and writers, Kaldi data dirs, input streams, and the WeNet item layout
+on a cut. Errors name file and line or tar and member (:mod:`wenet_lhotse.errors`).
+Telling input kinds apart and opening any of them is :mod:`wenet_lhotse.sources`."""
 
-from wenet_lhotse.formats.errors import SkippedItem, SkipReport, WenetDataError
+from wenet_lhotse.errors import SkippedItem, SkipReport, WenetDataError
 from wenet_lhotse.formats.raw_list import (
     LazyWenetRawListIterator,
     read_raw_list,
     write_raw_list,
 )
-from wenet_lhotse.formats.shards import (
+from wenet_lhotse.formats.shard_reader import (
     LazyWenetShardIterator,
     ShardEntry,
+    read_one_tar,
     read_shard_entries,
     read_shard_list,
-    write_wenet_shards,
 )
+from wenet_lhotse.formats.shard_writer import write_wenet_shards
 from wenet_lhotse.formats.streams import atomic_output, open_input
-from wenet_lhotse.formats.wenet_list import detect_data_type, read_wenet_list
 
 __all__ = [
     "LazyWenetRawListIterator",
@@ -25,12 +27,11 @@ __all__ = [
     "SkippedItem",
     "WenetDataError",
     "atomic_output",
-    "detect_data_type",
     "open_input",
+    "read_one_tar",
     "read_raw_list",
     "read_shard_entries",
     "read_shard_list",
-    "read_wenet_list",
     "write_raw_list",
     "write_wenet_shards",
 ]

@@ -9,14 +9,13 @@ and line instead of an ``assert``, and the list is written atomically.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
-from typing import Dict, Optional, Tuple, Union
+from typing import Dict, Optional, Tuple
 
-from wenet_lhotse.formats.errors import WenetDataError
+from lhotse.utils import Pathlike
+
+from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.formats.streams import atomic_output
-
-Pathlike = Union[str, os.PathLike]
 
 
 def _read_table(path: Pathlike, num_fields: int) -> Dict[str, Tuple[str, ...]]:

@@ -25,40 +25,31 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Iterable, Iterator, List, Optional, Sequence, Union
+from typing import Iterable, Iterator, Optional, Sequence, Union
 
 from lhotse import CutSet, Recording, SupervisionSegment
 from lhotse.audio import AudioSource
 from lhotse.lazy import Dillable
-from lhotse.utils import compute_num_samples, fastcopy
+from lhotse.utils import Pathlike, compute_num_samples, fastcopy
 
-from wenet_lhotse.formats.common import (
+from wenet_lhotse.errors import SkipReport, WenetDataError, short_error
+from wenet_lhotse.formats.audio import encode_pcm16_wav
+from wenet_lhotse.formats.keyset import KeySet
+from wenet_lhotse.formats.layout import (
     CORE_FIELDS,
-    KeySet,
-    audio_error_message,
     cut_extra_fields,
     cut_speaker_lang,
     cut_text,
-    encode_pcm16_wav,
+    is_whole_recording,
     json_value,
 )
-from wenet_lhotse.formats.errors import SkipReport, WenetDataError
-from wenet_lhotse.formats.streams import atomic_output
+from wenet_lhotse.formats.streams import as_path_list, atomic_output
 
 logger = logging.getLogger(__name__)
-
-Pathlike = Union[str, os.PathLike]
 
 #: An ``end`` this far (seconds) past the end of the audio is clamped, not an error
 #: (segments files round times; WeNet just reads fewer samples).
 END_TOLERANCE = 0.01
-
-
-def as_path_list(paths: Union[Pathlike, Iterable[Pathlike]]) -> List[str]:
-    """One path or an iterable of paths -> list of str."""
-    if isinstance(paths, (str, os.PathLike)):
-        return [str(paths)]
-    return [str(p) for p in paths]
 
 
 def _is_number(x) -> bool:
@@ -69,7 +60,7 @@ class LazyWenetRawListIterator(Dillable):
     """Iterates the cuts of one or more WeNet raw lists, streaming line by line.
 
     Memory does not grow with the list, except for the duplicate-key set
-    (:class:`~wenet_lhotse.formats.common.KeySet`, 32-64 bytes per key) when
+    (:class:`~wenet_lhotse.formats.keyset.KeySet`, 32-64 bytes per key) when
     ``check_duplicates`` is on. Picklable (DataLoader workers); ``len()`` is not
     offered, since it would need a full pass with header reads.
 
@@ -100,19 +91,16 @@ class LazyWenetRawListIterator(Dillable):
             try:
                 f = open(path, "rb")
             except OSError as e:
-                err = WenetDataError(f"cannot open list: {e}", path, kind="missing_file")
-                if self.strict:
-                    raise err from e
-                self.skip_report.add(err)
+                self.skip_report.handle(
+                    WenetDataError(f"cannot open list: {e}", path, kind="missing_file"),
+                    self.strict)
                 continue
             with f:
                 for lineno, raw in enumerate(f, 1):
                     try:
                         cut = self._parse(raw, path, lineno, seen)
                     except WenetDataError as err:
-                        if self.strict:
-                            raise
-                        self.skip_report.add(err)
+                        self.skip_report.handle(err, self.strict)
                         continue
                     if cut is not None:
                         yield cut
@@ -209,7 +197,7 @@ class LazyWenetRawListIterator(Dillable):
         try:
             recording = _probe(audio_path, key)
         except Exception as e:  # lhotse wraps every backend's failure
-            why = audio_error_message(e, audio_path)
+            why = short_error(e, audio=audio_path)
             raise fail(f"cannot read audio header of {audio_path}: {why}", "bad_audio") from None
         if recording.num_samples == 0:
             raise fail(f"audio file has no samples: {audio_path}", "bad_audio")
@@ -272,8 +260,7 @@ def _raw_wav_and_span(cut, audio_dir: Optional[Path], key: str):
         and (rec.num_channels == 1 or cut.num_channels == rec.num_channels)
     )
     if simple:
-        whole = abs(cut.start) < 1e-6 and abs(cut.duration - rec.duration) < 1e-6
-        if whole:
+        if is_whole_recording(cut):
             return rec.sources[0].source, None, None
         return rec.sources[0].source, round(cut.start, 6), round(cut.start + cut.duration, 6)
     if audio_dir is None:

@@ -12,6 +12,7 @@ streamed from anywhere), one of:
   end is an error naming the command and the tail of its stderr.
 
 :func:`atomic_output` writes a file so that a reader never sees it half written.
+:class:`TailReader` wraps a stream so that where ``tarfile`` stopped can be checked.
 """
 
 from __future__ import annotations
@@ -24,16 +25,26 @@ import subprocess
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO, Iterator, Optional, Union
+from typing import BinaryIO, Iterable, Iterator, List, Optional, Tuple, Union
 
-from wenet_lhotse.formats.errors import WenetDataError
+from lhotse.utils import Pathlike
+
+from wenet_lhotse.errors import WenetDataError
 
 logger = logging.getLogger(__name__)
 
-Pathlike = Union[str, os.PathLike]
+#: Tar block size (bytes).
+BLOCK = 512
 
 #: Bytes requested per read from HTTP and pipe streams.
 _CHUNK = 1 << 16
+
+
+def as_path_list(paths: Union[Pathlike, Iterable[Pathlike]]) -> List[str]:
+    """One path or an iterable of paths -> list of str."""
+    if isinstance(paths, (str, os.PathLike)):
+        return [str(paths)]
+    return [str(p) for p in paths]
 
 
 def is_url(name: str) -> bool:
@@ -191,3 +202,59 @@ def atomic_output(path: Pathlike, mode: str = "wb", encoding: Optional[str] = No
         except FileNotFoundError:
             pass
         raise
+
+
+class TailReader(io.RawIOBase):
+    """Counts the bytes read through it and keeps the last few reads, so that the
+    block where ``tarfile`` stopped can be inspected afterwards (``tarfile`` ends
+    silently on a truncated or invalid header)."""
+
+    def __init__(self, raw) -> None:
+        super().__init__()
+        self._raw = raw
+        self.pos = 0
+        self._chunks: List[Tuple[int, bytes]] = []
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._raw.read(n)
+        if data:
+            self._chunks.append((self.pos, data))
+            del self._chunks[:-3]
+            self.pos += len(data)
+        return data
+
+    def readinto(self, b) -> int:
+        data = self.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+    def block_at(self, offset: int) -> Optional[bytes]:
+        """The bytes at [offset, offset + 512) (fewer at EOF), then read to the end
+        (so that a pipe's exit status can be checked); None if no longer kept."""
+        while self.pos < offset + BLOCK and self.read(BLOCK * 20):
+            pass
+        start = self._chunks[0][0] if self._chunks else self.pos
+        block = None
+        if offset >= start:
+            block = b"".join(c for _, c in self._chunks)[offset - start: offset - start + BLOCK]
+        while self.read(1 << 16):  # end-of-archive padding: usually < 10 KiB
+            pass
+        return block
+
+    def close(self) -> None:
+        if not self.closed:
+            try:
+                self._raw.close()  # a pipe reports its command's failure here
+            finally:
+                super().close()
+
+    def close_error(self) -> Optional[WenetDataError]:
+        """Close, returning (not raising) the error a failed command/download reports."""
+        try:
+            self.close()
+        except WenetDataError as e:
+            return e
+        return None

@@ -25,7 +25,7 @@ from wenet_lhotse.loader.resume import (
     SharAudioAttacher,
     shar_reader,
 )
-from wenet_lhotse.loader.sources import (
+from wenet_lhotse.sources import (
     SourceSpec,
     TagCuts,
     detect_source_type,

@@ -34,7 +34,8 @@ from lhotse.dataset.sampling.dynamic_bucketing import (
     estimate_duration_buckets,
 )
 
-from wenet_lhotse.formats.errors import BATCH_SKIPS_KEY, SkipReport
+from wenet_lhotse.errors import BATCH_SKIPS_KEY, SkipReport
+from wenet_lhotse.formats.split import reader_share
 from wenet_lhotse.loader.config import LoaderConfig
 from wenet_lhotse.loader.distributed import (
     EqualStepsIterator,
@@ -51,13 +52,13 @@ from wenet_lhotse.loader.resume import (
     SharAudioAttacher,
     shar_reader,
 )
-from wenet_lhotse.loader.sources import (
+from wenet_lhotse.sources import (
     SourceSpec,
     TagCuts,
     mux_sources,
     open_source,
     parse_sources,
-    shar_fields,
+    spec_shar_fields,
 )
 
 logger = logging.getLogger(__name__)
@@ -185,10 +186,11 @@ class StreamedEpochDataset(torch.utils.data.IterableDataset):
                 kw = {"rank": self.rank, "world_size": self.world_size, "worker_id": worker,
                       "num_workers": num_workers}
             else:  # Shar: the same split, done here so that the worker id is ours
-                order = list(range(len(shar_fields(spec)["cuts"])))
+                order = list(range(len(spec_shar_fields(spec)["cuts"])))
                 if self.shuffle:
                     random.Random(self.seed + epoch).shuffle(order)
-                kw = {"shar_shards": order[self.rank::self.world_size][worker::num_workers]}
+                kw = {"shar_shards": reader_share(order, self.rank, self.world_size, worker,
+                                                  num_workers)}
             cutsets.append(open_source(spec, strict=self.strict, shuffle_shards=self.shuffle,
                                        seed=self.seed, epoch=epoch, split_for_dataloading=True,
                                        transform=tf, skip_report=self.skip_report, **kw))

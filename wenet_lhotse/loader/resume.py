@@ -52,6 +52,9 @@ from lhotse.dataset.sampling.dynamic_bucketing import (
 from lhotse.lazy import Dillable
 from lhotse.serialization import decode_json_line, deserialize_item, open_best
 
+from wenet_lhotse.errors import WenetDataError
+from wenet_lhotse.sources.shar_dir import shar_files
+
 logger = logging.getLogger(__name__)
 
 Transform = Optional[Callable[[CutSet], CutSet]]
@@ -238,17 +241,13 @@ def _open_lines(path: str):
 
 def shar_reader(in_dir: str, shuffle_files: bool = False, seed: int = 0) -> JsonlReader:
     """A :class:`JsonlReader` over a Shar directory's ``cuts.*.jsonl*`` (metadata only)."""
-    d = Path(in_dir)
-    cuts = sorted(p for p in d.glob("cuts.*.jsonl*"))
+    files = shar_files(in_dir)
+    cuts = {i: p for i, p in files.get("cuts", {}).items() if ".jsonl" in p}
     if not cuts:
-        raise ValueError(f"{d}: no Shar cuts.*.jsonl* files")
-    tars = []
-    for p in cuts:
-        idx = p.name.split(".")[1]
-        rec = sorted(d.glob(f"recording.{idx}.tar*"))
-        tars.append(str(rec[0]) if rec else None)
-    return JsonlReader([str(p) for p in cuts], shuffle_files=shuffle_files, seed=seed,
-                       shar_tars=tars)
+        raise ValueError(f"{Path(in_dir)}: no Shar cuts.*.jsonl* files")
+    recordings = {i: p for i, p in files.get("recording", {}).items() if ".tar" in p}
+    return JsonlReader([cuts[i] for i in sorted(cuts)], shuffle_files=shuffle_files, seed=seed,
+                       shar_tars=[recordings.get(i) for i in sorted(cuts)])
 
 
 class _TarScan:
@@ -336,8 +335,6 @@ class SharAudioAttacher:
                 scan = self._scans[tar] = _TarScan(tar)
             found = scan.find(cut_id)
         if found is None:
-            from wenet_lhotse.formats.errors import WenetDataError
-
             raise WenetDataError(f"no audio member for cut {cut_id!r}", tar, member=cut_id,
                                  kind="missing_audio")
         return found

@@ -34,11 +34,12 @@ import re
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from wenet_lhotse.formats.errors import WenetDataError
+from lhotse.utils import Pathlike
+
+from wenet_lhotse.errors import WenetDataError
 
 logger = logging.getLogger(__name__)
 
-Pathlike = Union[str, os.PathLike]
 
 #: WeNet's pattern for non-linguistic symbols: ``[...]``, ``<...>`` or ``{...}`` spans.
 NON_LANG_SYMS_PATTERN = re.compile(r"(\[[^\[\]]+\]|<[^<>]+>|{[^{}]+})")

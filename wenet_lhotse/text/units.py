@@ -6,13 +6,12 @@ Both write WeNet's layout: ``<blank> 0``, ``<unk> 1``, the sorted units from 2 o
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import Iterator, List, Optional, Tuple, Union
+from typing import Iterator, List, Optional, Tuple
+
+from lhotse.utils import Pathlike
 
 from wenet_lhotse.formats.streams import atomic_output
-
-Pathlike = Union[str, os.PathLike]
 
 
 def _transcripts(text: Pathlike) -> Iterator[str]:

@@ -1,15 +1,20 @@
-"""Errors that name where bad data lives, and the report of skipped items.
+"""Errors that name where bad data lives, the report of skipped items, and the
+one-line summary of a decoder's error.
 
-Every reader in :mod:`wenet_lhotse.formats` has two modes:
+Every reader has two modes, chosen by ``strict`` and applied in one place,
+:meth:`SkipReport.handle`:
 
 * strict (default): the first bad item raises :class:`WenetDataError`, whose
   message names the list file and 1-based line number, or the tar and member;
 * fault-tolerant: the bad item is logged, recorded in a :class:`SkipReport`
   and skipped; valid items are never dropped.
+
+This module is the bottom of the package: it imports nothing from it.
 """
 
 from __future__ import annotations
 
+import io
 import logging
 import threading
 from collections import Counter
@@ -109,6 +114,13 @@ class SkipReport:
         if self.log if log is None else log:
             logger.warning("skipped %s", item)
 
+    def handle(self, err: WenetDataError, strict: bool) -> None:
+        """The one "strict or fault-tolerant" decision: raise ``err`` when ``strict``,
+        else record (and log) it and let the caller skip the item."""
+        if strict:
+            raise err
+        self.add(err)
+
     def merge(self, other: SkipReport) -> SkipReport:
         return self.extend(other.items)
 
@@ -152,3 +164,28 @@ class SkipReport:
         self.log = state.get("log", True)
         self._taken = state.get("taken", 0)
         self._lock = threading.Lock()
+
+
+def short_error(err: BaseException, audio=None) -> str:
+    """One line saying why audio could not be read, without Lhotse's backend list.
+
+    With ``audio`` (a path, or the encoded bytes), libsndfile is asked for the cause
+    first (Lhotse's own message ends with a hint, not the cause). Otherwise the first
+    backend's message of Lhotse's ``AudioLoadingError`` is used (``Exception #0 (...):
+    <class '...LibsndfileError'>: Error : ...``), else ``Type: first line``.
+    """
+    text = str(err).strip()
+    if audio is not None:
+        import soundfile as sf
+
+        try:
+            sf.info(io.BytesIO(audio) if isinstance(audio, (bytes, bytearray)) else audio)
+        except Exception as e:  # libsndfile's reason, e.g. "Format not recognised."
+            return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        lines = [x.strip() for x in text.splitlines() if x.strip()]
+        return lines[0] if lines else type(err).__name__
+    for line in text.splitlines():
+        if line.startswith("Exception #0"):
+            return line.rsplit(">: ", 1)[-1].strip() or type(err).__name__
+    first = text.splitlines()[0] if text else ""
+    return f"{type(err).__name__}: {first}" if first else type(err).__name__

@@ -1,0 +1,90 @@
+"""The package as users and contributors meet it: the public API, old import paths,
+packaging, and the layer rule of docs/architecture.md."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import wenet_lhotse
+
+ROOT = Path(wenet_lhotse.__file__).parent
+
+#: Every public name ``wenet_lhotse`` has offered; a name may move, never disappear.
+PUBLIC = {
+    "BpeTokenizer", "CharTokenizer", "CorpusPaths", "CorpusStats", "DataWaitMeter",
+    "FilterConf", "IGNORE_ID", "ImportResult", "LazyWenetRawListIterator",
+    "LazyWenetShardIterator", "LhotseConf", "LhotseDataLoader", "LoaderConfig",
+    "PooledFeatures", "ResumableBucketingSampler", "SharConversion", "SkipReport",
+    "SkippedItem", "SourceSpec", "SpecAugConfig", "SpecSubConfig", "SpecTrimConfig",
+    "ValidationResult", "WenetAsrDataset", "WenetDataError", "WenetFbank", "WenetFbankConfig",
+    "WenetMfcc", "WenetMfccConfig", "WhisperLogMel", "WhisperLogMelConfig", "build_dataloader",
+    "corpus_stats", "detect_data_type", "export_raw_list", "export_shards",
+    "extractor_from_wenet_conf", "filter_reason", "filter_stats", "generate_corpus",
+    "import_raw", "init_dataset_and_dataloader", "kaldi_dir_to_raw_list", "make_wenet_dataset",
+    "mux_sources", "open_cuts", "open_source", "plot_stats", "read_raw_list", "read_shar",
+    "read_shard_list", "read_symbol_table", "read_wenet_list", "reduce_cv_loss",
+    "tokenizer_from_wenet_conf", "train_bpe_units", "wenet_filter", "wenet_to_shar",
+    "world_info", "write_char_units", "write_raw_list", "write_wenet_shards",
+}
+
+#: Layers, bottom up: a module imports only from its own layer or those below.
+LAYERS = {"errors": 0, "formats": 1, "sources": 2, "text": 3, "features": 3, "dataset": 3,
+          "convert": 3, "loader": 4}
+TOP = 5  # wenet_compat, wenet_train, cli, demo, corpus
+
+#: Old import paths kept as one-line re-exports, with a name each must still give.
+OLD_PATHS = {
+    "wenet_lhotse.formats.shards": "read_shard_list",
+    "wenet_lhotse.convert.inputs": "open_cuts",
+    "wenet_lhotse.loader.sources": "SourceSpec",
+}
+
+
+def test_public_api_resolves_and_import_is_light():
+    assert PUBLIC <= set(wenet_lhotse.__all__), PUBLIC - set(wenet_lhotse.__all__)
+    for name in wenet_lhotse.__all__:
+        assert getattr(wenet_lhotse, name) is not None, name
+    # `import wenet_lhotse` must not pull in optional packages or the heavy submodules
+    code = ("import sys, wenet_lhotse; "
+            "bad = [m for m in ('torchaudio', 'sentencepiece', 'matplotlib', 'lhotse') "
+            "if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_every_subpackage_is_a_regular_package():
+    """A directory of modules without __init__.py is left out of a (non-editable) wheel."""
+    missing = [str(d.relative_to(ROOT)) for d in ROOT.rglob("*")
+               if d.is_dir() and any(d.glob("*.py")) and not (d / "__init__.py").exists()]
+    assert not missing, missing
+
+
+@pytest.mark.parametrize("module,name", sorted(OLD_PATHS.items()))
+def test_old_import_paths_still_work(module, name):
+    assert getattr(importlib.import_module(module), name) is getattr(wenet_lhotse, name)
+
+
+def _layer(module: str) -> int:
+    parts = module.split(".")
+    return LAYERS.get(parts[1], TOP) if len(parts) > 1 else TOP
+
+
+def _imports():
+    """``(importing module, imported module)`` for every ``from wenet_lhotse... import``,
+    function-level imports included."""
+    for path in ROOT.rglob("*.py"):
+        module = ".".join(path.relative_to(ROOT.parent).with_suffix("").parts)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("wenet_lhotse"):
+                yield module, node.module
+
+
+def test_no_module_imports_from_a_higher_layer():
+    upward = sorted({(m, t) for m, t in _imports()
+                     if not m.endswith("__init__") and _layer(t) > _layer(m)})
+    assert not upward, upward

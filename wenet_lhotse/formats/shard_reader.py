@@ -1,0 +1,382 @@
+"""WeNet tar shards -> lazy Lhotse ``CutSet`` (the writer is :mod:`.shard_writer`).
+
+A shard list holds one tar per line: a local path (relative paths resolve
+against the working directory when :func:`read_shard_list` is called), an
+``http(s)://`` URL or ``pipe:CMD`` (see :mod:`wenet_lhotse.formats.streams`).
+Each tar is streamed once, front to back (``tarfile`` mode ``r|*``: any
+compression, no seeking). Members are grouped by key, the member name up to
+its LAST dot (``a/b.c.wav`` -> key ``a/b.c``); one utterance's members are
+contiguous:
+
+* ``key.<audio>`` (flac, mp3, m4a, ogg, opus, wav, wma) -> an in-memory
+  recording (``Recording.from_bytes``; only the header is parsed when reading);
+* ``key.txt`` -> supervision text (UTF-8, stripped);
+* ``key.speaker`` / ``key.lang`` -> supervision speaker / language (UTF-8, stripped);
+* any other ``key.<field>`` -> ``cut.custom[field]``: a ``str`` when the bytes are
+  UTF-8 (kept verbatim, not stripped), else the raw ``bytes`` (WeNet keeps bytes too).
+  Bytes cannot go into a JSONL manifest or a raw list: decode or drop such fields
+  before saving; :func:`~wenet_lhotse.formats.shard_writer.write_wenet_shards` writes
+  them back verbatim.
+"""
+
+from __future__ import annotations
+
+import codecs
+import logging
+import os
+import random
+import tarfile
+import zlib
+from dataclasses import dataclass
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+from lhotse import CutSet, Recording, SupervisionSegment
+from lhotse.lazy import Dillable
+from lhotse.utils import Pathlike, fastcopy
+
+from wenet_lhotse.errors import SkipReport, WenetDataError, short_error
+from wenet_lhotse.formats.keyset import KeySet
+from wenet_lhotse.formats.layout import AUDIO_SUFFIXES
+from wenet_lhotse.formats.split import reader_share
+from wenet_lhotse.formats.streams import (
+    BLOCK,
+    TailReader,
+    as_path_list,
+    is_local,
+    local_path,
+    open_input,
+)
+
+logger = logging.getLogger(__name__)
+
+@dataclass(frozen=True)
+class ShardEntry:
+    """One tar of a shard list: its path/URL/pipe and where it was listed."""
+
+    url: str
+    list_file: Optional[str] = None
+    line: Optional[int] = None
+
+    @property
+    def listed_at(self) -> str:
+        return f" (listed at {self.list_file}:{self.line})" if self.list_file else ""
+
+
+def read_shard_entries(
+    paths: Union[Pathlike, Sequence[Pathlike]],
+    strict: bool = True,
+    skip_report: Optional[SkipReport] = None,
+) -> List[ShardEntry]:
+    """Read shard list file(s): one tar per non-empty line (LF or CRLF). Relative
+    local paths are made absolute against the working directory."""
+    entries = []
+    for path in as_path_list(paths):
+        try:
+            with open(path, "rb") as f:
+                lines = f.read().split(b"\n")
+        except OSError as e:
+            raise WenetDataError(f"cannot open shard list: {e}", path, kind="missing_file") from e
+        for lineno, raw in enumerate(lines, 1):
+            raw = raw.strip()
+            if lineno == 1 and raw.startswith(codecs.BOM_UTF8):
+                raw = raw[len(codecs.BOM_UTF8):]
+            if not raw:
+                continue
+            try:
+                name = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                (skip_report if skip_report is not None else SkipReport()).handle(
+                    WenetDataError("line is not valid UTF-8", path, line=lineno,
+                                   kind="encoding"), strict)
+                continue
+            if is_local(name):
+                name = os.path.abspath(local_path(name))
+            entries.append(ShardEntry(name, str(path), lineno))
+    return entries
+
+
+class LazyWenetShardIterator(Dillable):
+    """Iterates the cuts of WeNet tar shards, each tar streamed once, in order or
+    shuffled per epoch, optionally split across (rank, worker) so that every shard
+    is read exactly once by all readers together. Picklable; no ``len()``.
+
+    ``set_epoch(e)`` changes the shuffling (seed + epoch); with ``stateful_shuffle``
+    the epoch also advances by one after each complete pass.
+    """
+
+    def __init__(
+        self,
+        shards: Sequence[Union[str, ShardEntry]],
+        shuffle_shards: bool = False,
+        seed: int = 0,
+        epoch: int = 0,
+        split_for_dataloading: bool = False,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        worker_id: Optional[int] = None,
+        num_workers: Optional[int] = None,
+        strict: bool = True,
+        skip_report: Optional[SkipReport] = None,
+        check_duplicates: bool = True,
+        stateful_shuffle: bool = False,
+    ) -> None:
+        explicit = (rank, world_size, worker_id, num_workers)
+        if not split_for_dataloading and any(v is not None for v in explicit):
+            raise ValueError(
+                "rank/world_size/worker_id/num_workers need split_for_dataloading=True"
+            )
+        if not isinstance(seed, int):
+            raise ValueError("seed must be an int: every reader must shuffle the same way")
+        self.shards = [s if isinstance(s, ShardEntry) else ShardEntry(str(s)) for s in shards]
+        self.shuffle_shards = shuffle_shards
+        self.seed = seed
+        self.epoch = epoch
+        self.split_for_dataloading = split_for_dataloading
+        self.rank, self.world_size = rank, world_size
+        self.worker_id, self.num_workers = worker_id, num_workers
+        self.strict = strict
+        self.skip_report = skip_report if skip_report is not None else SkipReport()
+        self.check_duplicates = check_duplicates
+        self.stateful_shuffle = stateful_shuffle
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def assigned_shards(self) -> List[ShardEntry]:
+        """The shards this reader reads now, in order: shuffled with ``seed + epoch``
+        (the same permutation everywhere), then ``[rank::world_size][worker::num_workers]``.
+        Rank/world size come from ``RANK``/``WORLD_SIZE`` or ``torch.distributed``, the
+        worker from ``torch.utils.data.get_worker_info()``, unless given explicitly."""
+        shards = list(self.shards)
+        if self.shuffle_shards:
+            random.Random(self.seed + self.epoch).shuffle(shards)
+        if not self.split_for_dataloading:
+            return shards
+        from lhotse.shar.readers.utils import pytorch_worker_info
+
+        rank, world, worker, nworkers = pytorch_worker_info()
+        rank = rank if self.rank is None else self.rank
+        world = world if self.world_size is None else self.world_size
+        worker = worker if self.worker_id is None else self.worker_id
+        nworkers = nworkers if self.num_workers is None else self.num_workers
+        return reader_share(shards, rank, world, worker, nworkers)
+
+    def __iter__(self) -> Iterator:
+        seen = KeySet() if self.check_duplicates else None
+        for entry in self.assigned_shards():
+            yield from self._read_tar(entry, seen)
+        if self.stateful_shuffle:
+            self.epoch += 1  # next full pass reshuffles, as Lhotse's Shar reader does
+
+    def _handle(self, err: WenetDataError) -> None:
+        self.skip_report.handle(err, self.strict)
+
+    def _read_tar(self, entry: ShardEntry, seen: Optional[KeySet]) -> Iterator:
+        name = entry.url
+        try:
+            stream = TailReader(open_input(name))
+        except WenetDataError as e:
+            self._handle(WenetDataError(e.message + entry.listed_at, name, kind=e.kind))
+            return
+        key: Optional[str] = None
+        group: Dict[str, Tuple[str, bytes]] = {}
+        member: Optional[str] = None
+        with stream:
+            try:
+                with tarfile.open(fileobj=stream, mode="r|*") as tar:
+                    for info in tar:
+                        if not info.isfile():
+                            continue
+                        member = info.name
+                        data = tar.extractfile(info).read()
+                        k, dot, suffix = member.rpartition(".")
+                        if not dot or not k or "/" in suffix:
+                            self._handle(WenetDataError(
+                                "member name has no .suffix", name, member=member, kind="invalid"
+                            ))
+                            continue
+                        if k != key:
+                            if key is not None:
+                                yield from self._emit(name, key, group, seen)
+                            key, group = k, {}
+                        if suffix in group:
+                            self._handle(WenetDataError(
+                                f"second member for key {k!r} with suffix .{suffix}",
+                                name, member=member, kind="duplicate",
+                            ))
+                            continue
+                        group[suffix] = (member, data)
+                    problem = self._end_problem(tar, stream)
+            except (tarfile.TarError, EOFError, zlib.error) as e:
+                truncated = isinstance(e, EOFError) or "unexpected end" in str(e)
+                what = "truncated tar" if truncated else f"unreadable tar ({e})"
+                at = f" while reading member {member}" if member else ""
+                # A failed command/download explains a broken tar better than tarfile does.
+                self._handle(
+                    stream.close_error()
+                    or WenetDataError(
+                        what + at, name, member=member, kind="truncated" if truncated else "bad_tar"
+                    )
+                )
+                return  # the pending group is incomplete; nothing after it is reachable
+            except WenetDataError as e:  # a download or command failed mid-stream
+                stream.close_error()
+                self._handle(e)
+                return
+            err = stream.close_error()
+            if err is None and problem is not None:
+                err = WenetDataError(problem[0], name, member=member, kind=problem[1])
+            if err is not None:
+                # The pending group may be complete (the tar was cut at a member
+                # boundary): keep it when valid, and still report the tar.
+                if key is not None and not self.strict:
+                    yield from self._emit(name, key, group, seen)
+                self._handle(err)
+                return
+            if key is not None:
+                yield from self._emit(name, key, group, seen)
+
+    @staticmethod
+    def _end_problem(tar: tarfile.TarFile, stream: TailReader) -> Optional[Tuple[str, str]]:
+        """``(message, kind)`` when the archive did not end with an end-of-archive
+        (zero) block: ``tarfile`` stops silently at a truncated or invalid header."""
+        if getattr(tar.fileobj, "comptype", "tar") != "tar":
+            return None  # compressed: a cut stream raises EOFError instead
+        block = stream.block_at(tar.offset)
+        if block is None or block == bytes(BLOCK):
+            return None
+        if len(block) < BLOCK:
+            return "truncated tar (no end-of-archive block after the last member)", "truncated"
+        return "invalid tar header after the last member read (corrupt tar)", "bad_tar"
+
+    def _emit(
+        self, tar: str, key: str, group: Dict[str, Tuple[str, bytes]], seen: Optional[KeySet]
+    ) -> Iterator:
+        try:
+            yield self._make_cut(tar, key, group, seen)
+        except WenetDataError as err:
+            self._handle(err)
+
+    @staticmethod
+    def _decode(tar: str, member: str, data: bytes) -> str:
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise WenetDataError(
+                f"not valid UTF-8 (byte {e.start})", tar, member=member, kind="encoding"
+            ) from None
+
+    def _make_cut(self, tar: str, key: str, group: Dict[str, Tuple[str, bytes]], seen):
+        audio = [s for s in group if s in AUDIO_SUFFIXES]
+        if not audio:
+            member = next(iter(group.values()))[0]
+            raise WenetDataError("no audio member for this key", tar, member=member,
+                                 kind="unpaired")
+        if "txt" not in group:
+            raise WenetDataError("no .txt member for this key", tar, member=group[audio[0]][0],
+                                 kind="unpaired")
+        if len(audio) > 1:
+            names = ", ".join(group[s][0] for s in audio)
+            raise WenetDataError(f"several audio members: {names}", tar,
+                                 member=group[audio[0]][0], kind="invalid")
+        audio_member, audio_bytes = group[audio[0]]
+        text = self._decode(tar, group["txt"][0], group["txt"][1]).strip()
+        meta = {}
+        custom = {}
+        for suffix, (member, data) in group.items():
+            if suffix in ("speaker", "lang"):
+                meta[suffix] = self._decode(tar, member, data).strip()
+            elif suffix != "txt" and suffix not in AUDIO_SUFFIXES:
+                try:
+                    custom[suffix] = data.decode("utf-8")
+                except UnicodeDecodeError:
+                    custom[suffix] = data
+        try:
+            recording = Recording.from_bytes(audio_bytes, recording_id=key)
+        except Exception as e:
+            why = short_error(e, audio=audio_bytes)
+            raise WenetDataError(f"cannot read audio: {why}", tar, member=audio_member,
+                                 kind="bad_audio") from None
+        if recording.num_samples == 0:
+            raise WenetDataError("audio has no samples", tar, member=audio_member,
+                                 kind="bad_audio")
+        if seen is not None and not seen.add(key):
+            raise WenetDataError(f"duplicate key {key!r} (seen earlier in this input)", tar,
+                                 member=audio_member, kind="duplicate")
+        cut = recording.to_cut()
+        sup = SupervisionSegment(
+            id=key,
+            recording_id=key,
+            start=0.0,
+            duration=cut.duration,
+            channel=cut.channel,
+            text=text,
+            speaker=meta.get("speaker"),
+            language=meta.get("lang"),
+        )
+        return fastcopy(cut, supervisions=[sup], custom=custom or None)
+
+
+def read_shard_list(
+    paths: Union[Pathlike, Sequence[Pathlike]],
+    *,
+    shuffle_shards: bool = False,
+    seed: int = 0,
+    epoch: int = 0,
+    split_for_dataloading: bool = False,
+    strict: bool = True,
+    skip_report: Optional[SkipReport] = None,
+    rank: Optional[int] = None,
+    world_size: Optional[int] = None,
+    worker_id: Optional[int] = None,
+    num_workers: Optional[int] = None,
+    check_duplicates: bool = True,
+    stateful_shuffle: bool = False,
+) -> CutSet:
+    """Open WeNet shard list(s) as a lazy :class:`~lhotse.CutSet` of cuts with
+    in-memory audio (see the module doc for the layout). The list files are read
+    now; the tars when iterating.
+
+    :param shuffle_shards: shuffle the tar order with ``random.Random(seed + epoch)``
+        (change the epoch with ``cuts.data.set_epoch(e)``); cuts within a tar keep
+        their order.
+    :param split_for_dataloading: read only this reader's share of the tars:
+        ``[rank::world_size][worker::num_workers]`` of the (shuffled) list, so all
+        ranks x DataLoader workers together read every tar exactly once. Detected from
+        ``RANK``/``WORLD_SIZE`` / ``torch.distributed`` and the DataLoader worker info;
+        ``rank``, ``world_size``, ``worker_id``, ``num_workers`` override.
+    :param strict: raise :class:`WenetDataError` naming tar and member on the first
+        bad item; with False, log it, record it in ``skip_report`` and go on
+        (a tar that cannot be opened or is cut short counts as one skipped item).
+    :param check_duplicates: detect repeated keys among the tars this reader reads
+        (32-64 bytes per key).
+    :param stateful_shuffle: advance the epoch after each complete pass, so a loader
+        that never calls ``set_epoch`` (WeNet's ``train.py``) still reshuffles (each
+        DataLoader worker holds its own copy; all advance together).
+    """
+    report = skip_report if skip_report is not None else SkipReport()
+    entries = read_shard_entries(paths, strict=strict, skip_report=report)
+    return CutSet(
+        LazyWenetShardIterator(
+            entries,
+            shuffle_shards=shuffle_shards,
+            seed=seed,
+            epoch=epoch,
+            split_for_dataloading=split_for_dataloading,
+            rank=rank,
+            world_size=world_size,
+            worker_id=worker_id,
+            num_workers=num_workers,
+            strict=strict,
+            skip_report=report,
+            check_duplicates=check_duplicates,
+            stateful_shuffle=stateful_shuffle,
+        )
+    )
+
+
+def read_one_tar(tar: Union[str, ShardEntry], *, strict: bool = True,
+                 skip_report: Optional[SkipReport] = None) -> CutSet:
+    """Lazy cuts (in-memory audio) of one WeNet tar shard (path, URL or ``pipe:``),
+    streamed once."""
+    return CutSet(LazyWenetShardIterator([tar], strict=strict, skip_report=skip_report))

@@ -1,0 +1,44 @@
+"""Every input kind, once: detect what a path is (:mod:`.detect`), the Shar directory
+layout (:mod:`.shar_dir`), yaml source specs (:mod:`.spec`) and opening any of them as
+a lazy ``CutSet``, with tags and weighted mixing (:mod:`.open`)."""
+
+from wenet_lhotse.sources.detect import (
+    KINDS,
+    detect_data_type,
+    detect_input_kind,
+    detect_source_type,
+)
+from wenet_lhotse.sources.open import (
+    TagCuts,
+    mux_sources,
+    open_cuts,
+    open_kind,
+    open_source,
+    read_shar,
+    read_wenet_list,
+    spec_shar_fields,
+)
+from wenet_lhotse.sources.shar_dir import shar_fields, shar_files, shard_index, shard_paths
+from wenet_lhotse.sources.spec import SOURCE_TYPES, SourceSpec, parse_sources
+
+__all__ = [
+    "KINDS",
+    "SOURCE_TYPES",
+    "SourceSpec",
+    "TagCuts",
+    "detect_data_type",
+    "detect_input_kind",
+    "detect_source_type",
+    "mux_sources",
+    "open_cuts",
+    "open_kind",
+    "open_source",
+    "parse_sources",
+    "read_shar",
+    "read_wenet_list",
+    "shar_fields",
+    "shar_files",
+    "shard_index",
+    "shard_paths",
+    "spec_shar_fields",
+]

@@ -1,0 +1,89 @@
+"""What kind of input a path is: the one detector and the one kind table.
+
+The kind is told from the content, never from the name alone: a directory with
+``cuts.*.jsonl*`` is Lhotse Shar; a JSON-lines file whose first record has ``"key"``
+is a WeNet raw list, one with ``"id"`` (and no ``"key"``) a Lhotse cuts manifest; a
+gzipped file that is not JSON lines a manifest too; any other text file a WeNet
+shard list (one tar path/URL per line). An empty file is an (empty) raw list.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Dict
+
+from lhotse.utils import Pathlike
+
+from wenet_lhotse.errors import WenetDataError
+from wenet_lhotse.sources.shar_dir import is_shar_dir
+
+#: Every input kind, and what it is.
+KINDS: Dict[str, str] = {
+    "raw": "WeNet raw data.list (JSON lines with key, wav, txt)",
+    "shard": "WeNet shard list (one tar path, URL or pipe: per line)",
+    "cuts": "Lhotse cuts manifest (cuts.jsonl / cuts.jsonl.gz)",
+    "shar": "Lhotse Shar directory (cuts.*.jsonl.gz + recording.*.tar)",
+}
+#: The kinds WeNet itself reads (its ``data_type``).
+WENET_KINDS = ("raw", "shard")
+#: Kinds that can only be read as a stream of tars.
+STREAMED_KINDS = ("shard",)
+
+
+def _first_line(path: Path) -> str:
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rt", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                line = line.lstrip("\ufeff").strip()  # a UTF-8 BOM is not whitespace
+                if line:
+                    return line
+    except (OSError, EOFError) as err:
+        raise WenetDataError(f"cannot read: {err}", str(path), kind="io") from err
+    return ""
+
+
+def detect_input_kind(path: Pathlike, wenet_only: bool = False) -> str:
+    """One of :data:`KINDS` for ``path`` (see the module doc). Raises
+    :class:`WenetDataError` for a missing path, and with ``wenet_only`` for anything
+    but a WeNet list (``raw``/``shard``)."""
+    kind = _detect(Path(path))
+    if wenet_only and kind not in WENET_KINDS:
+        raise WenetDataError(f"expected a WeNet data.list, found a Lhotse {kind} input",
+                             str(path), kind="format")
+    return kind
+
+
+def _detect(p: Path) -> str:
+    if p.is_dir():
+        if not is_shar_dir(p):
+            raise WenetDataError("directory without cuts.*.jsonl.gz: not a Lhotse Shar "
+                                 "directory", str(p), kind="format")
+        return "shar"
+    if not p.exists():
+        raise WenetDataError("no such file or directory", str(p), kind="missing_file")
+    line = _first_line(p)
+    if not line:
+        return "raw"  # an empty list
+    if line.startswith("{"):
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            return "raw"  # a WeNet list with a bad first line: its reader names the line
+        if isinstance(obj, dict) and "key" not in obj and "id" in obj:
+            return "cuts"
+        return "raw"
+    if p.suffix == ".gz":
+        return "cuts"
+    return "shard"
+
+
+def detect_data_type(path: Pathlike) -> str:
+    """WeNet's ``data_type`` of a list file: ``"raw"`` or ``"shard"``."""
+    return detect_input_kind(path, wenet_only=True)
+
+
+#: The loader's name for the same detector.
+detect_source_type = detect_input_kind

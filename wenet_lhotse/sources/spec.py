@@ -1,0 +1,107 @@
+"""A data source as the yaml describes it: :class:`SourceSpec` and :func:`parse_sources`.
+
+A source is one of the kinds of :data:`~wenet_lhotse.sources.detect.KINDS` (or
+``auto``: detected from the path), with a mixing ``weight`` and ``tags`` (``task``,
+``lang`` or any key) that are written to ``cut.custom`` of each of its cuts, where
+the dataset reads ``task``/``lang`` into the batch's ``tasks``/``langs``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Union
+
+from wenet_lhotse.sources.detect import KINDS, STREAMED_KINDS, detect_input_kind
+
+SOURCE_TYPES = (*KINDS, "auto")
+#: Source types read as a stream of tar files inside DataLoader workers.
+STREAMED_TYPES = STREAMED_KINDS
+
+
+@dataclass
+class SourceSpec:
+    """One data source.
+
+    :param path: list file, manifest, Shar directory, or a list of them (same type).
+    :param type: ``raw`` | ``shard`` | ``cuts`` | ``shar`` | ``auto``.
+    :param weight: relative mixing weight (only used with several sources).
+    :param tags: written to ``cut.custom`` of every cut; ``task`` and ``lang`` reach
+        the batch as ``tasks``/``langs``.
+    :param name: a label for logs and bench output (default: the file name).
+    :param fields: a Shar source on object storage, as Lhotse's ``CutSet.from_shar(fields=)``
+        takes it: ``{"cuts": [url, ...], "recording": [url, ...]}``, one entry per shard,
+        in the same order; URLs are anything Lhotse opens (``pipe:aws s3 cp s3://... -``,
+        ``pipe:curl -s https://...``, or ``s3://``/``https://`` with smart_open). Instead
+        of ``path``; such a source is always streamed.
+    """
+
+    path: Union[str, List[str], None] = None
+    type: str = "auto"
+    weight: float = 1.0
+    tags: Dict[str, Any] = field(default_factory=dict)
+    name: Optional[str] = None
+    fields: Optional[Dict[str, List[str]]] = None
+
+    def __post_init__(self) -> None:
+        what = self.path if self.path is not None else "shar fields"
+        if self.type not in SOURCE_TYPES:
+            raise ValueError(f"source {what!r}: unknown type {self.type!r}; use one of "
+                             f"{', '.join(SOURCE_TYPES)}")
+        if not self.weight > 0:
+            raise ValueError(f"source {what!r}: weight must be > 0, got {self.weight}")
+        if self.fields is not None:
+            if self.type not in ("auto", "shar") or self.path is not None:
+                raise ValueError(f"source {what!r}: 'fields' describes a Shar source; give "
+                                 "either 'path' or 'fields'")
+            if "cuts" not in self.fields or any(
+                    len(v) != len(self.fields["cuts"]) for v in self.fields.values()):
+                raise ValueError("Shar 'fields' need a 'cuts' list and lists of the same "
+                                 "length for every field (one entry per shard)")
+            self.type = "shar"
+            self.name = self.name or "shar"
+            return
+        if self.path is None:
+            raise ValueError("a source needs 'path' (or 'fields' for Shar on object storage)")
+        if self.type == "auto":
+            self.type = detect_input_kind(self.paths[0])
+        if self.name is None:
+            self.name = Path(self.paths[0]).name
+
+    @property
+    def paths(self) -> List[str]:
+        if self.path is None:
+            return []
+        paths = self.path if isinstance(self.path, (list, tuple)) else [self.path]
+        return [str(p) for p in paths]
+
+    @property
+    def streamed(self) -> bool:
+        """True when the source can only be read as a stream of tars (WeNet shards, and
+        Shar given by URLs)."""
+        return self.type in STREAMED_TYPES or self.fields is not None
+
+    @classmethod
+    def from_any(cls, obj: Union[SourceSpec, Mapping[str, Any], str, os.PathLike]) -> SourceSpec:
+        """Build a spec from a spec, a yaml dict, or a bare path (type ``auto``)."""
+        if isinstance(obj, SourceSpec):
+            return obj
+        if isinstance(obj, Mapping):
+            unknown = set(obj) - {"path", "type", "weight", "tags", "name", "fields"}
+            if unknown:
+                raise ValueError(f"source {dict(obj)!r}: unknown keys {sorted(unknown)}")
+            if "path" not in obj and "fields" not in obj:
+                raise ValueError(f"source {dict(obj)!r}: missing 'path'")
+            return cls(**dict(obj))
+        return cls(path=str(obj))
+
+
+def parse_sources(sources: Any) -> List[SourceSpec]:
+    """A list of :class:`SourceSpec` from a spec, a path, or a list of either."""
+    if isinstance(sources, (str, os.PathLike, SourceSpec, Mapping)):
+        sources = [sources]
+    specs = [SourceSpec.from_any(s) for s in sources]
+    if not specs:
+        raise ValueError("no data sources given")
+    return specs
