@@ -73,3 +73,6 @@ def wenet_root():
     if reason:
         pytest.skip(reason)
     return wenet_root()
+
+
+from servers import dask_cluster, moto_endpoint, s3, s3_auth, s3_proxy  # noqa: E402,F401

@@ -1,0 +1,138 @@
+"""Object storage through fsspec against moto's real S3 server (a separate process on
+127.0.0.1), with a TCP proxy that cuts a connection or answers 503 once."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from servers import DUMMY_CREDENTIALS
+
+from wenet_lhotse.errors import WenetDataError
+from wenet_lhotse.formats.remote import (
+    RetryingReader,
+    install_lhotse_io_backend,
+    is_remote,
+    open_remote,
+    remote_glob,
+    remote_output,
+)
+
+MB = 1 << 20
+
+
+def test_is_remote():
+    assert is_remote("s3://b/k.tar") and is_remote("gs://b/k") and is_remote("az://c/k")
+    assert not any(is_remote(n) for n in ("/a/b.tar", "b.tar", "file:///a", "http://h/a",
+                                          "https://h/a", "pipe:cat a.tar"))
+
+
+def test_write_read_list(s3):
+    data = os.urandom(3 * MB + 17)
+    with remote_output(s3.url("d/a.bin")) as f:
+        f.write(data)
+    with remote_output(s3.url("d/b.txt"), "w") as f:
+        f.write("héllo\n")
+    with open_remote(s3.url("d/a.bin")) as f:
+        assert f.read() == data
+    assert s3.fs().cat_file(f"{s3.bucket}/d/b.txt") == "héllo\n".encode()
+    assert remote_glob(s3.url("d"), "*.bin") == [s3.url("d/a.bin")]
+
+
+def test_failed_write_leaves_nothing(s3):
+    with pytest.raises(RuntimeError):
+        with remote_output(s3.url("half.bin")) as f:
+            f.write(os.urandom(MB))
+            raise RuntimeError("writer died")
+    assert not s3.fs().exists(f"{s3.bucket}/half.bin")
+
+
+def test_connection_cut_mid_object_loses_nothing(s3_proxy):
+    """Cut once: s3fs re-requests the range; the bytes are the object's."""
+    s3, proxy = s3_proxy
+    data = os.urandom(3 * MB)
+    s3.fs().pipe_file(f"{s3.bucket}/x.bin", data)
+    proxy.arm(cut_after=MB)
+    with open_remote(s3.url("x.bin")) as f:
+        assert f.read() == data
+    assert proxy.faults_done == 1
+
+
+def test_retry_resumes_at_offset_reached(s3_proxy):
+    """More cuts in a row than s3fs retries by itself (5): our reader reopens with
+    backoff and continues with a range request from the offset it had reached."""
+    s3, proxy = s3_proxy
+    data = os.urandom(4 * MB)
+    s3.fs().pipe_file(f"{s3.bucket}/y.bin", data)
+    reader = RetryingReader(s3.url("y.bin"), retries=3, backoff=0.01, block_size=MB)
+    head = reader.read(MB + 5)
+    proxy.arm(cut_after=100_000, times=7)
+    before = len(proxy.ranges)
+    rest = b""
+    while chunk := reader.read(MB):
+        rest += chunk
+    reader.close()
+    assert head + rest == data
+    assert proxy.faults_done == 7 and reader.num_retries == 1
+    starts = [int(r.split("=")[1].split("-")[0]) for r in proxy.ranges[before:]]
+    assert min(starts) >= MB + 5  # never re-read from the start
+
+
+def test_5xx_is_retried(s3_proxy):
+    s3, proxy = s3_proxy
+    s3.fs().pipe_file(f"{s3.bucket}/z.bin", b"abc" * 1000)
+    proxy.arm(status_503=True)
+    with open_remote(s3.url("z.bin")) as f:
+        assert f.read() == b"abc" * 1000
+    assert proxy.faults_done == 1
+
+
+def test_permanent_failure_is_named_after_retries(s3_proxy):
+    s3, proxy = s3_proxy
+    s3.fs().pipe_file(f"{s3.bucket}/w.bin", os.urandom(2 * MB))
+    reader = RetryingReader(s3.url("w.bin"), retries=1, backoff=0.01)
+    proxy.arm(cut_after=100_000, times=100)
+    with pytest.raises(WenetDataError) as e:
+        reader.read(2 * MB)
+    assert str(e.value).startswith(s3.url("w.bin") + ": ") and e.value.kind == "io"
+    assert "\n" not in str(e.value)
+
+
+def test_missing_bucket_and_object(s3):
+    with pytest.raises(WenetDataError, match=r"^s3://no-such-bucket-x/a\.tar: no such bucket"):
+        open_remote("s3://no-such-bucket-x/a.tar")
+    with pytest.raises(WenetDataError, match=r"/nope\.tar: no such object$") as e:
+        open_remote(s3.url("nope.tar"))
+    assert e.value.kind == "missing_file"
+
+
+def test_wrong_credentials_one_clear_line(s3_auth):
+    with pytest.raises(WenetDataError) as e:
+        open_remote("s3://some-bucket/a.tar")
+    msg = str(e.value)
+    assert msg.startswith("s3://some-bucket/a.tar: access denied")
+    assert "check the credentials" in msg and "\n" not in msg
+    assert DUMMY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"] not in msg
+
+
+def test_lhotse_reads_and_writes_s3(s3, corpus_cuts):
+    """Lhotse's own IO (cuts manifests, Shar writer and reader) on s3:// URLs."""
+    from lhotse import CutSet
+    from lhotse.shar import SharWriter
+
+    install_lhotse_io_backend()
+    cuts = corpus_cuts.subset(first=4)
+    cuts.to_file(s3.url("cuts.jsonl.gz"))
+    back = CutSet.from_file(s3.url("cuts.jsonl.gz"))
+    assert [c.to_dict() for c in back] == [c.to_dict() for c in cuts]
+
+    with SharWriter(s3.url("shar"), fields={"recording": "flac"}, shard_size=2) as w:
+        for c in cuts:
+            w.write(c)
+    fields = {"cuts": remote_glob(s3.url("shar"), "cuts.*.jsonl.gz"),
+              "recording": remote_glob(s3.url("shar"), "recording.*.tar")}
+    assert len(fields["cuts"]) == 2
+    got = list(CutSet.from_shar(fields=fields))
+    assert [c.id for c in got] == [c.id for c in cuts]
+    for a, b in zip(got, cuts):
+        assert (a.load_audio() == b.load_audio()).all()
