@@ -266,7 +266,10 @@ def dask_cluster(tmp_path):
     """A ``dask scheduler`` and two ``dask worker --nthreads 1`` processes on
     127.0.0.1 (separate processes, not in-process threads); stopped afterwards."""
     port = free_port()
-    env = {**os.environ, "DASK_DISTRIBUTED__WORKER__DAEMON": "False"}
+    here = os.path.dirname(os.path.abspath(__file__))
+    # Workers import this checkout's wenet_lhotse and the tests' task functions.
+    path = os.pathsep.join([os.path.dirname(here), here, os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path, "DASK_DISTRIBUTED__WORKER__DAEMON": "False"}
     log = open(tmp_path / "dask.log", "wb")
     sched = subprocess.Popen(
         _dask_cmd("dask_scheduler", "--host", "127.0.0.1", "--port", str(port),
