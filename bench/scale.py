@@ -1,0 +1,276 @@
+"""The sampler at corpus scale (metadata only, no audio): 10M cuts by default.
+
+Generates on disk (streaming, under --workdir, reused when present):
+
+* a metadata-only Shar directory: ``cuts.NNNNNN.jsonl.gz``, 10,000 cuts each, no
+  audio tars (AISHELL-like durations 1-15 s, mean ~5 s; each cut names a WAV path
+  that is never opened);
+* a WeNet raw list of the same utterances carrying ``duration``/``sample_rate``.
+
+Then, each measurement in a fresh process (so peak RSS is its own), as rank 0 of
+``--world-size`` (``RANK``/``WORLD_SIZE`` set, no process group: the sampler's
+rank split is the same), the training loader of ``build_dataloader`` with WeNet's
+dynamic batch (12,000 frames), 30 duration buckets, and a dataset that returns the
+batch's cut ids (no audio, no features: the sampler alone):
+
+* map mode: seconds from building the loader to its first batch, batches/s over
+  ``--seconds``, peak RSS;
+* streamed mode: the same, the sampler running in the training process
+  (``num_workers=0``; with workers it runs once per worker);
+* resume at 90% of the epoch (map mode): seconds to build a fresh loader, load the
+  state dict and get the next batch (checked equal to the batch the first loader gave);
+* raw list: building a loader from the list (parsing every line into a cut; headers
+  are not read since the lines carry durations) vs from the probe cache written by the
+  first run; at ``--raw-lines`` lines (the uncached raw list is held in memory);
+* the training step of the smallest recipe model (``recipes/aishell/conf/
+  train_tiny.yaml``: ``TinyCtcModel`` hidden 256, 3 layers) on a 12,000-frame batch on
+  this CPU, to compare with the sampler's rate.
+
+Run: ``python bench/scale.py [--num-cuts 10000000] [--raw-lines 1000000]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SHARD = 10_000
+CONF = {"batch_conf": {"batch_type": "dynamic", "max_frames_in_batch": 12000},
+        "shuffle": True, "lhotse_conf": {"num_buckets": 30}}
+
+
+def _durations(n: int, seed: int):
+    rng = random.Random(seed)
+    for _ in range(n):
+        yield min(15.0, max(1.0, rng.lognormvariate(1.5, 0.45)))
+
+
+def generate(workdir: Path, n: int, raw_lines: int) -> None:
+    """The metadata Shar dir and raw list (skipped when a previous run made them)."""
+    shar = workdir / f"shar_{n}"
+    done = shar / "DONE"
+    if not done.exists():
+        shar.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        tpl = ('{{"id":"u{i:09d}","start":0,"duration":{d},"channel":0,"supervisions":'
+               '[{{"id":"u{i:09d}","recording_id":"u{i:09d}","start":0,"duration":{d},'
+               '"channel":0,"text":"{t}"}}],"recording":{{"id":"u{i:09d}","sources":'
+               '[{{"type":"file","channels":[0],"source":"/data/wav/u{i:09d}.wav"}}],'
+               '"sampling_rate":16000,"num_samples":{s},"duration":{d}}},"type":"MonoCut"}}\n')
+        text = "我们今天去公园散步然后回家吃饭" * 2
+        f = None
+        for i, d in enumerate(_durations(n, 1)):
+            if i % SHARD == 0:
+                if f is not None:
+                    f.close()
+                f = gzip.open(shar / f"cuts.{i // SHARD:06d}.jsonl.gz", "wt", compresslevel=1,
+                              encoding="utf-8")
+            s = int(round(d * 16000))
+            d = s / 16000
+            f.write(tpl.format(i=i, d=d, s=s, t=text[: 5 + i % 20]))
+        f.close()
+        done.write_text("ok\n")
+        print(f"generated {n} cuts in {shar} in {time.perf_counter() - t0:.0f} s", flush=True)
+    raw = workdir / f"raw_{raw_lines}.list"
+    if not raw.exists():
+        tmp = raw.with_suffix(".tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            for i, d in enumerate(_durations(raw_lines, 1)):
+                f.write(json.dumps({"key": f"u{i:09d}", "wav": f"/data/wav/u{i:09d}.wav",
+                                    "txt": "我们今天去公园散步", "duration": round(d, 4),
+                                    "sample_rate": 16000}, ensure_ascii=False) + "\n")
+        tmp.rename(raw)
+
+
+class Ids:
+    def __getitem__(self, cuts):
+        return [c.id for c in cuts]
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def measure(source: str, mode: str, seconds: float, extra: dict) -> dict:
+    """In this (fresh) process: first batch, batches/s, peak RSS."""
+    from wenet_lhotse.loader.build import build_dataloader
+
+    conf = {**CONF, "lhotse_conf": {**CONF["lhotse_conf"], "mode": mode, **extra}}
+    t0 = time.perf_counter()
+    _, loader = build_dataloader(source, None, conf, "train", dataset=Ids(), seed=1,
+                                 num_workers=0)
+    it = iter(loader)
+    next(it)
+    first = time.perf_counter() - t0
+    n, t1 = 0, time.perf_counter()
+    while time.perf_counter() - t1 < seconds:
+        next(it)
+        n += 1
+    return {"first_batch_s": first, "batches_per_s": n / (time.perf_counter() - t1),
+            "peak_rss_mb": peak_rss_mb()}
+
+
+def measure_resume(source: str, fraction: float) -> dict:
+    """Restore at ``fraction`` of the epoch (map mode), timed from building the loader."""
+    from wenet_lhotse.loader.build import build_dataloader
+
+    def build():
+        return build_dataloader(source, None, CONF, "train", dataset=Ids(), seed=1,
+                                num_workers=0)[1]
+
+    loader = build()
+    it = iter(loader)
+    t0 = time.perf_counter()
+    total = sum(1 for _ in it)
+    epoch_s = time.perf_counter() - t0
+    loader = build()
+    it = iter(loader)
+    k = int(total * fraction)
+    for _ in range(k):
+        next(it)
+    sd = loader.state_dict()
+    expected = next(it)
+    t0 = time.perf_counter()
+    fresh = build()
+    fresh.load_state_dict(sd)
+    got = next(iter(fresh))
+    restore = time.perf_counter() - t0
+    assert got == expected, "restored loader did not continue with the next batch"
+    return {"restore_s": restore, "batch": k, "total": total, "epoch_s": epoch_s,
+            "peak_rss_mb": peak_rss_mb()}
+
+
+def measure_raw(raw_list: str) -> dict:
+    """Building + first batch from a raw list: no cache, then the cache the first
+    build wrote (second process)."""
+    from wenet_lhotse.loader.build import build_dataloader
+
+    conf = {**CONF, "lhotse_conf": {**CONF["lhotse_conf"], "mode": "map"}}
+    t0 = time.perf_counter()
+    _, loader = build_dataloader(raw_list, None, conf, "train", dataset=Ids(), seed=1,
+                                 num_workers=0)
+    next(iter(loader))
+    return {"first_batch_s": time.perf_counter() - t0, "peak_rss_mb": peak_rss_mb()}
+
+
+def measure_step() -> dict:
+    """One training step of the smallest recipe model on a 12,000-frame batch."""
+    import torch
+
+    from wenet_lhotse.demo.model import TinyCtcModel
+
+    torch.manual_seed(0)
+    model = TinyCtcModel(4233, num_mel_bins=80, hidden=256, num_layers=3)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    b, t = 24, 500  # 12,000 frames: ~5 s utterances at a 10 ms shift
+    batch = {"feats": torch.randn(b, t, 80), "feats_lengths": torch.full((b,), t),
+             "target": torch.randint(1, 4233, (b, 20)), "target_lengths": torch.full((b,), 20)}
+    times = []
+    for _ in range(4):
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        model(batch)["loss"].backward()
+        opt.step()
+        times.append(time.perf_counter() - t0)
+    return {"step_s": min(times[1:]), "threads": torch.get_num_threads()}
+
+
+def child(args) -> None:
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    logging.disable(logging.WARNING)
+    what = args.child
+    if what == "map":
+        out = measure(args.source, "map", args.seconds, {})
+    elif what == "streamed":
+        out = measure(args.source, "streamed", args.seconds, {})
+    elif what == "resume":
+        out = measure_resume(args.source, 0.9)
+    elif what == "raw":
+        out = measure_raw(args.source)
+    elif what == "step":
+        out = measure_step()
+    else:
+        raise ValueError(what)
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def run_child(what: str, source: str, args, env_extra: dict) -> dict:
+    env = {**os.environ, **env_extra}
+    cmd = [sys.executable, __file__, "--child", what, "--source", source,
+           "--seconds", str(args.seconds)]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    for line in out.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    raise RuntimeError(f"{what} failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--num-cuts", type=int, default=10_000_000)
+    ap.add_argument("--raw-lines", type=int, default=1_000_000)
+    ap.add_argument("--world-size", type=int, default=2)
+    ap.add_argument("--seconds", type=float, default=10.0, help="batches/s measured over this")
+    ap.add_argument("--workdir", default="/tmp/wenet_lhotse_scale")
+    ap.add_argument("--skip", default="", help="comma-separated: map,streamed,resume,raw,step")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--source", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args)
+        return
+    root = Path(__file__).resolve().parent.parent
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])
+    workdir = Path(args.workdir)
+    generate(workdir, args.num_cuts, args.raw_lines)
+    shar = str(workdir / f"shar_{args.num_cuts}")
+    rank0 = {"RANK": "0", "WORLD_SIZE": str(args.world_size)}
+    skip = set(args.skip.split(","))
+    print(f"corpus: {args.num_cuts} cuts (metadata-only Shar, {SHARD} per file), rank 0 of "
+          f"{args.world_size}, cpu count {os.cpu_count()}, load {os.getloadavg()[0]:.1f}",
+          flush=True)
+    rate = {}
+    for mode in ("map", "streamed"):
+        if mode in skip:
+            continue
+        r = run_child(mode, shar, args, rank0)
+        rate[mode] = r["batches_per_s"]
+        print(f"{mode:>8}: first batch {r['first_batch_s']:.2f} s, "
+              f"{r['batches_per_s']:.0f} batches/s, peak RSS {r['peak_rss_mb']:.0f} MiB",
+              flush=True)
+    if "resume" not in skip:
+        r = run_child("resume", shar, args, rank0)
+        print(f"  resume: at 90% (batch {r['batch']}/{r['total']} of rank 0) "
+              f"{r['restore_s']:.2f} s (the epoch itself: {r['epoch_s']:.0f} s), "
+              f"peak RSS {r['peak_rss_mb']:.0f} MiB", flush=True)
+    if "raw" not in skip:
+        raw = str(workdir / f"raw_{args.raw_lines}.list")
+        for p in Path(raw).parent.glob(Path(raw).name + ".*probe*"):
+            p.unlink()  # a cache from an earlier run: measure the first run again
+        cold = run_child("raw", raw, args, rank0)
+        warm = run_child("raw", raw, args, rank0)
+        print(f"raw list of {args.raw_lines} lines: first batch {cold['first_batch_s']:.1f} s "
+              f"(peak RSS {cold['peak_rss_mb']:.0f} MiB) without a probe cache, "
+              f"{warm['first_batch_s']:.2f} s (peak RSS {warm['peak_rss_mb']:.0f} MiB) with it",
+              flush=True)
+    if "step" not in skip:
+        s = run_child("step", "-", args, {})
+        print(f"training step of the smallest recipe model (TinyCtcModel 256x3, 12,000 "
+              f"frames, {s['threads']} CPU threads): {s['step_s']:.2f} s", flush=True)
+        for mode, r in rate.items():
+            print(f"  {mode} sampler vs that step: {r * s['step_s']:.0f}x", flush=True)
+
+
+if __name__ == "__main__":
+    main()
