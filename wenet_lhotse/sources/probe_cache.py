@@ -1,0 +1,229 @@
+"""A WeNet raw list probed once: audio headers read across ranks, kept on disk.
+
+Reading a raw list means reading every audio file's header (duration, sampling
+rate). WeNet's own raw reading does that lazily per epoch per worker; our map-style
+loader needs all durations up front, and at 10M lines probing on every rank would
+take hours before the first batch. :func:`probed_raw_list` instead:
+
+1. looks for a cache keyed by the lists' content (SHA-256 of their bytes, plus the
+   directory relative ``wav`` paths resolve against): a Lhotse cuts manifest
+   ``<list>.probe-<key>.jsonl.gz`` beside the first list, or in ``cache_dir`` /
+   ``$WENET_LHOTSE_CACHE`` (for read-only list directories); and a JSON sidecar
+   with the lines that were skipped and why, so a later run reports them too;
+2. if there is none, splits the list into blocks of :data:`BLOCK_LINES` lines; block
+   ``b`` is probed by rank ``b % world_size``; when a ``torch.distributed`` group is
+   initialised the results are gathered on every rank (gloo ``all_gather_object``, one
+   round per ``world_size`` blocks, so memory stays bounded), duplicates and errors are
+   resolved in list order (every rank reaches the same verdict, so none hangs), and
+   local rank 0 of each node writes the cache atomically;
+3. returns the manifest, which every later run (and every rank of this one, after a
+   barrier) reads in seconds.
+
+The cut of a line is exactly what :func:`~wenet_lhotse.formats.raw_list.read_raw_list`
+makes of it (same parser), so a cached run equals an uncached one. Editing a list
+changes its key: a stale cache is never used (old ones are left for the user to
+delete). Audio files changed in place under an unchanged list are not noticed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+from typing import Iterator, List, Optional, Sequence, Tuple, Union
+
+from lhotse.utils import Pathlike
+
+from wenet_lhotse.errors import SkipReport, SkippedItem, WenetDataError
+from wenet_lhotse.formats.keyset import KeySet
+from wenet_lhotse.formats.raw_list import LazyWenetRawListIterator
+from wenet_lhotse.formats.streams import as_path_list, atomic_output
+
+logger = logging.getLogger(__name__)
+
+#: Lines per probing block (one unit of work for one rank).
+BLOCK_LINES = 500
+#: Bump when the cached cut layout changes: older caches are then ignored.
+CACHE_VERSION = 1
+
+_Line = Tuple[str, int, bytes]  # (list file, 1-based line, raw bytes)
+# (key, cut JSON line), a bad line, or None for an empty line
+_Result = Union[Tuple[str, bytes], SkippedItem, None]
+
+
+@dataclass
+class ProbeResult:
+    """Where the probed cuts are, and what this process did to get them."""
+
+    manifest: Path
+    skips: Path
+    from_cache: bool
+    lines_probed: int  # lines parsed (headers read) by this rank
+
+
+def list_key(paths: Sequence[str], wav_root: str) -> str:
+    """16 hex digits of SHA-256 over the lists' bytes, their order and ``wav_root``."""
+    h = hashlib.sha256(f"v{CACHE_VERSION}\0{wav_root}\0".encode())
+    for p in paths:
+        h.update(f"{len(p)}\0".encode())
+        with open(p, "rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+        h.update(b"\0\0")
+    return h.hexdigest()[:16]
+
+
+def cache_paths(paths: Sequence[str], wav_root: str,
+                cache_dir: Optional[Pathlike] = None) -> Tuple[Path, Path]:
+    """``(cuts manifest, skips sidecar)`` of the cache for these lists."""
+    first = Path(paths[0])
+    where = cache_dir or os.environ.get("WENET_LHOTSE_CACHE") or first.parent
+    stem = f"{first.name}.probe-{list_key(paths, wav_root)}"
+    return Path(where) / f"{stem}.jsonl.gz", Path(where) / f"{stem}.skips.json"
+
+
+def _lines(paths: Sequence[str]) -> Iterator[_Line]:
+    for path in paths:
+        with open(path, "rb") as f:
+            for lineno, raw in enumerate(f, 1):
+                yield path, lineno, raw
+
+
+def _blocks(paths: Sequence[str]) -> Iterator[List[_Line]]:
+    it = _lines(paths)
+    while block := list(islice(it, BLOCK_LINES)):
+        yield block
+
+
+def _probe_block(block: List[_Line], wav_root: str) -> List[_Result]:
+    parser = LazyWenetRawListIterator(block[0][0], wav_root=wav_root, check_duplicates=False)
+    out: List[_Result] = []
+    for path, lineno, raw in block:
+        try:
+            cut = parser.parse_line(raw, path, lineno, None)
+        except WenetDataError as err:
+            out.append(SkippedItem.from_error(err))
+            continue
+        out.append(None if cut is None else (
+            cut.id, json.dumps(cut.to_dict(), ensure_ascii=False).encode("utf-8") + b"\n"))
+    return out
+
+
+def _group():
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return None, 1, 0
+    group = dist.group.WORLD if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
+    return group, dist.get_world_size(), dist.get_rank()
+
+
+def _is_writer(rank: int) -> bool:
+    local = os.environ.get("LOCAL_RANK")
+    return int(local) == 0 if local is not None else rank == 0
+
+
+def _load_skips(skips: Path) -> List[SkippedItem]:
+    return [SkippedItem(**d) for d in json.loads(skips.read_text(encoding="utf-8"))]
+
+
+def probed_raw_list(
+    paths: Union[Pathlike, Sequence[Pathlike]],
+    *,
+    wav_root: Optional[Pathlike] = None,
+    strict: bool = True,
+    skip_report: Optional[SkipReport] = None,
+    cache_dir: Optional[Pathlike] = None,
+) -> ProbeResult:
+    """The raw list(s) as a cached cuts manifest (see the module doc).
+
+    :param strict: raise the first bad line's :class:`WenetDataError` (on every rank);
+        else record bad lines in ``skip_report`` (also when they come from the cache).
+    """
+    import torch.distributed as dist
+
+    lists = [os.path.abspath(p) for p in as_path_list(paths)]
+    for p in lists:
+        if not os.path.isfile(p):
+            raise WenetDataError("no such list file", p, kind="missing_file")
+    root = os.path.abspath(str(wav_root) if wav_root is not None else os.getcwd())
+    report = skip_report if skip_report is not None else SkipReport()
+    manifest, skips = cache_paths(lists, root, cache_dir)
+    group, world, rank = _group()
+    if manifest.is_file() and skips.is_file():
+        _report(_load_skips(skips), strict, report, log=False)
+        logger.info("%s: probed durations from the cache %s", lists[0], manifest)
+        return ProbeResult(manifest, skips, True, 0)
+
+    bad: List[SkippedItem] = []
+    counter = [0]
+    merged = _merged(lists, root, group, world, rank, strict, bad, counter)
+    if _is_writer(rank):
+        # Skips first, manifest last: a manifest in place means its cache is complete.
+        with atomic_output(manifest.with_suffix(".tmp.gz"), "wb") as f:
+            with gzip.GzipFile(fileobj=f, mode="wb", mtime=0, compresslevel=1) as gz:
+                for line in merged:
+                    gz.write(line)
+        with atomic_output(skips, "w", encoding="utf-8") as f:
+            json.dump([dataclasses.asdict(b) for b in bad], f, ensure_ascii=False)
+        os.replace(manifest.with_suffix(".tmp.gz"), manifest)
+    else:
+        for _ in merged:
+            pass
+    if group is not None:
+        dist.barrier(group=group)  # every writer has committed before anyone reads
+    _report(bad, strict, report, log=True)
+    logger.info("%s: probed %d of its lines on rank %d of %d; cache %s", lists[0], counter[0],
+                rank, world, manifest)
+    return ProbeResult(manifest, skips, False, counter[0])
+
+
+def _merged(lists: Sequence[str], root: str, group, world: int, rank: int, strict: bool,
+            bad: List[SkippedItem], counter: List[int]) -> Iterator[bytes]:
+    """The cuts' JSON lines in list order; this rank probes every ``world``-th block
+    and gathers the others' (every rank runs the same collectives, in step)."""
+    import torch.distributed as dist
+
+    seen = KeySet()
+    blocks = _blocks(lists)
+    while True:
+        round_blocks = list(islice(blocks, world))
+        mine = round_blocks[rank] if rank < len(round_blocks) else None
+        results = _probe_block(mine, root) if mine is not None else None
+        counter[0] += len(mine or [])
+        gathered: List = [results]
+        if group is not None:
+            gathered = [None] * world
+            dist.all_gather_object(gathered, results, group=group)
+        if not round_blocks:
+            return
+        for block, res in zip(round_blocks, gathered):
+            for (path, lineno, _), r in zip(block, res):
+                if r is None:
+                    continue
+                if isinstance(r, tuple):
+                    key, line = r
+                    if seen.add(key):
+                        yield line
+                        continue
+                    r = SkippedItem(path, lineno, None, "duplicate",
+                                    f"duplicate key {key!r} (first seen earlier in this input)")
+                bad.append(r)
+                if strict:  # every rank stops at this same line
+                    raise WenetDataError(r.message, r.source, line=r.line, kind=r.kind)
+
+
+def _report(items: List[SkippedItem], strict: bool, report: SkipReport, log: bool) -> None:
+    if items and strict:
+        r = items[0]
+        raise WenetDataError(r.message, r.source, line=r.line, kind=r.kind)
+    report.extend(items)
+    if log:
+        for item in items:
+            logger.warning("skipped %s", item)
