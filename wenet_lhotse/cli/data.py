@@ -12,6 +12,23 @@ import click
 from wenet_lhotse.cli.main import main
 
 
+class InputPath(click.Path):
+    """A local path that must exist, or an object-store URL (``s3://...``), passed on
+    unchecked (its reader reports a missing object in one line)."""
+
+    def convert(self, value, param, ctx):
+        from wenet_lhotse.formats.remote import is_remote
+
+        if isinstance(value, str) and is_remote(value):
+            return value
+        return super().convert(value, param, ctx)
+
+
+CLUSTER_HELP = ("Run the work on a Dask cluster: the scheduler's address (tcp://HOST:8786). "
+                "Workers must see the same input/output paths (shared filesystem or "
+                "s3://). Needs pip install 'wenet-lhotse[cluster]'.")
+
+
 def _default_jobs() -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
@@ -27,7 +44,7 @@ def _print_skips(report, limit: int = 20) -> None:
 
 
 @main.command("import")
-@click.argument("data_list", type=click.Path(exists=True, dir_okay=False))
+@click.argument("data_list", type=InputPath(exists=True, dir_okay=False))
 @click.option("-o", "--out", type=click.Path(), default=None,
               help="Output cuts manifest for a raw list [default: cuts.jsonl.gz next to "
                    "DATA_LIST]. For a shard list (or with --shar) use --shar instead.")
@@ -54,8 +71,9 @@ def _print_skips(report, limit: int = 20) -> None:
 @click.option("--skip-errors", is_flag=True,
               help="Skip bad lines/members (each is logged and counted) instead of "
                    "stopping at the first one.")
+@click.option("--cluster", default=None, metavar="tcp://HOST:PORT", help=CLUSTER_HELP)
 def import_cmd(data_list, out, data_type, shar_dir, shard_size, audio_format, wav_root, jobs,
-               skip_errors):
+               skip_errors, cluster):
     """Import a WeNet DATA_LIST into Lhotse.
 
     \b
@@ -69,7 +87,12 @@ def import_cmd(data_list, out, data_type, shar_dir, shard_size, audio_format, wa
     \b
     Shar conversion is restartable: run the same command again after an
     interruption and only the unfinished shards are written.
+    \b
+    On a Dask cluster, to object storage:
+      wenet-lhotse import s3://b/train/shards.list --shar s3://b/train/shar \\
+          --cluster tcp://scheduler:8786
     """
+    from wenet_lhotse.convert.executor import ClusterError
     from wenet_lhotse.errors import SkipReport, WenetDataError
     from wenet_lhotse.sources import detect_data_type
 
@@ -95,7 +118,8 @@ def import_cmd(data_list, out, data_type, shar_dir, shard_size, audio_format, wa
 
             res = wenet_to_shar(data_list, shar_dir, data_type=data_type, shard_size=shard_size,
                                 num_jobs=jobs, audio_format=audio_format, strict=strict,
-                                skip_report=report, wav_root=wav_root, progress=True)
+                                skip_report=report, wav_root=wav_root, progress=True,
+                                cluster=cluster)
             _print_skips(report)
             click.echo(f"Shar: {res.out_dir} ({res.num_shards} shards: {len(res.written_shards)} "
                        f"written, {len(res.skipped_shards)} already complete; "
@@ -104,14 +128,19 @@ def import_cmd(data_list, out, data_type, shar_dir, shard_size, audio_format, wa
             from wenet_lhotse.convert.raw import import_raw
 
             if out is None:
-                out = os.path.join(os.path.dirname(os.path.abspath(data_list)), "cuts.jsonl.gz")
+                out = (data_list.rsplit("/", 1)[0] + "/cuts.jsonl.gz" if "://" in data_list
+                       else os.path.join(os.path.dirname(os.path.abspath(data_list)),
+                                         "cuts.jsonl.gz"))
             res = import_raw(data_list, out, wav_root=wav_root, strict=strict,
-                             skip_report=report, num_workers=jobs, progress=True)
+                             skip_report=report, num_workers=jobs, progress=True,
+                             cluster=cluster)
             _print_skips(report)
             click.echo(f"cuts: {res.out_path} ({res.num_cuts} utterances, "
                        f"{res.seconds_of_audio / 3600:.3f} h, {len(report)} skipped)")
     except WenetDataError as err:
         raise click.ClickException(f"{err}\n(use --skip-errors to skip bad items)") from None
+    except ClusterError as err:
+        raise click.ClickException(str(err)) from None
 
 
 @main.command("export")

@@ -1,9 +1,9 @@
-"""Where conversion tasks run: inline, a local process pool, or a Dask cluster; and
-the one bounded submit loop every converter uses.
+"""Where conversion tasks run: inline, a local process pool, or a Dask cluster.
 
-:func:`open_executor` gives a ``concurrent.futures.Executor`` (or None: run inline):
+:func:`map_tasks` runs one function over a stream of jobs through the one bounded
+submit loop (:func:`~wenet_lhotse.formats.parallel.map_bounded`):
 
-* ``cluster=None``: a local ``ProcessPoolExecutor(num_jobs)`` (the default);
+* ``cluster=None``: a local process pool of ``num_jobs`` (the default; inline for 1);
 * ``cluster="tcp://HOST:PORT"``: the executor of a Dask ``Client`` connected to a
   running scheduler (``client.get_executor()``, the interface Lhotse's own
   ``executor=`` arguments accept). The workers may be anywhere -- SLURM jobs through
@@ -15,19 +15,16 @@ Dask re-runs a task whose worker died on another worker, so tasks must be pure
 converters' tasks are (one input shard or list chunk -> one output file set,
 written under a temporary name and renamed). The client, not a task, writes any
 final index or manifest, once.
-
-:func:`bounded_map` submits jobs from a (possibly huge, lazily read) iterable
-keeping at most ``window`` in flight, so memory stays bounded however big the
-input is, and yields results in input order or as they complete.
 """
 
 from __future__ import annotations
 
 import logging
-from collections import deque
-from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
+from concurrent.futures import Executor
 from contextlib import contextmanager
-from typing import Callable, Deque, Dict, Iterable, Iterator, Optional, Tuple, TypeVar
+from typing import Callable, Iterable, Iterator, Optional, Tuple, TypeVar
+
+from wenet_lhotse.formats.parallel import map_bounded
 
 logger = logging.getLogger(__name__)
 
@@ -61,80 +58,29 @@ def cluster_slots(executor: Executor) -> int:
 
 
 @contextmanager
-def open_executor(
-    num_jobs: int = 1, cluster: Optional[str] = None, timeout: float = 30.0
-) -> Iterator[Optional[Executor]]:
-    """An executor for conversion tasks; None means run them inline.
-
-    :param num_jobs: local worker processes (ignored with ``cluster``).
-    :param cluster: a Dask scheduler address (``tcp://host:8786``).
-    :param timeout: seconds to wait for the scheduler.
-    """
-    if cluster:
-        client = _dask_client(cluster, timeout)
-        logger.info("Dask cluster %s: %d workers, %d threads", cluster,
-                    len(client.nthreads()), sum(client.nthreads().values()))
-        # pure=False: a task is never merged with another one that has equal
-        # arguments (a rerun after a failure must really run).
-        executor = client.get_executor(pure=False)
-        try:
-            yield executor
-        finally:
-            executor.shutdown(wait=False)
-            client.close()
-    elif num_jobs > 1:
-        with ProcessPoolExecutor(num_jobs) as pool:
-            yield pool
-    else:
-        yield None
-
-
-def bounded_map(
-    fn: Callable[[J], R],
-    jobs: Iterable[J],
-    executor: Optional[Executor],
-    window: Optional[int] = None,
-    ordered: bool = True,
-) -> Iterator[Tuple[J, R]]:
-    """``(job, fn(job))`` for every job, computed on ``executor`` (inline when None).
-
-    :param window: jobs in flight at most (default: twice the executor's slots).
-    :param ordered: yield in the order of ``jobs``; else as tasks complete (a progress
-        bar fed from here then moves with the work, not with the slowest task).
-    A failed task raises here; the jobs not yet finished are cancelled.
-    """
-    if executor is None:
-        for job in jobs:
-            yield job, fn(job)
-        return
-    window = window or 2 * cluster_slots(executor)
-    if ordered:
-        queue: Deque[Tuple[Future, J]] = deque()
-        try:
-            for job in jobs:
-                queue.append((executor.submit(fn, job), job))
-                if len(queue) >= window:
-                    fut, done_job = queue.popleft()
-                    yield done_job, fut.result()
-            while queue:
-                fut, done_job = queue.popleft()
-                yield done_job, fut.result()
-        finally:
-            for fut, _ in queue:
-                fut.cancel()
-        return
-    pending: Dict[Future, J] = {}
+def open_cluster(address: str, timeout: float = 30.0) -> Iterator[Executor]:
+    """The executor of a Dask client connected to the scheduler at ``address``."""
+    client = _dask_client(address, timeout)
+    logger.info("Dask cluster %s: %d workers, %d threads", address,
+                len(client.nthreads()), sum(client.nthreads().values()))
+    # pure=False: a task is never merged with another one that has equal arguments.
+    executor = client.get_executor(pure=False)
     try:
-        for job in jobs:
-            pending[executor.submit(fn, job)] = job
-            if len(pending) >= window:
-                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in finished:
-                    yield pending.pop(fut), fut.result()
-        while pending:
-            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in finished:
-                yield pending.pop(fut), fut.result()
+        yield executor
     finally:
-        for fut in pending:
-            fut.cancel()
+        executor.shutdown(wait=False)
+        client.close()
+
+
+def map_tasks(fn: Callable[[J], R], jobs: Iterable[J], *, num_jobs: int = 1,
+              cluster: Optional[str] = None, ordered: bool = True,
+              timeout: float = 30.0) -> Iterator[Tuple[J, R]]:
+    """``(job, fn(job))`` for every job: on the Dask cluster at ``cluster``, else on
+    ``num_jobs`` local processes (inline for 1). Bounded and ordered (or as
+    completed) as :func:`~wenet_lhotse.formats.parallel.map_bounded`, which runs it."""
+    if not cluster:
+        yield from map_bounded(fn, jobs, num_jobs, ordered=ordered)
+        return
+    with open_cluster(cluster, timeout) as executor:
+        yield from map_bounded(fn, jobs, cluster_slots(executor), executor=executor,
+                               ordered=ordered)

@@ -25,11 +25,13 @@ from typing import Iterator, List, Optional, Sequence, Tuple, Union
 from lhotse.cut import Cut, MonoCut
 from lhotse.utils import Pathlike
 
+from wenet_lhotse.convert.executor import map_tasks
 from wenet_lhotse.errors import SkipReport, WenetDataError
 from wenet_lhotse.formats.keyset import KeySet
 from wenet_lhotse.formats.parallel import map_bounded
 from wenet_lhotse.formats.raw_list import LazyWenetRawListIterator
-from wenet_lhotse.formats.streams import as_path_list, atomic_output
+from wenet_lhotse.formats.remote import is_remote
+from wenet_lhotse.formats.streams import as_path_list, atomic_output, open_input
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +48,7 @@ _Block = Tuple[str, List[Tuple[int, bytes]]]  # (list path, [(1-based line, raw 
 class ImportResult:
     """What :func:`import_raw` wrote."""
 
-    out_path: Path
+    out_path: Union[Path, str]  # str: an object-store URL
     num_cuts: int = 0
     seconds_of_audio: float = 0.0  # total duration of the imported cuts (seconds)
     skip_report: SkipReport = field(default_factory=SkipReport)
@@ -122,7 +124,7 @@ def _parse_block(block: _Block, wav_root: Optional[str], as_json: bool = False,
 def _blocks(paths: Sequence[str], strict: bool, report: SkipReport) -> Iterator[_Block]:
     for path in paths:
         try:
-            f = open(path, "rb")
+            f = open_input(path) if is_remote(path) else open(path, "rb")
         except OSError as e:
             report.handle(WenetDataError(f"cannot open list: {e}", path, kind="missing_file"),
                           strict)
@@ -167,6 +169,7 @@ def iter_raw_cuts_with_lines(
     check_duplicates: bool = True,
     as_json: bool = False,
     probe: bool = True,
+    cluster: Optional[str] = None,
 ) -> Iterator[Tuple[Union[Cut, _JsonCut], str, int]]:
     """``(cut, list file, 1-based line)`` for each line of WeNet raw list(s), in list
     order, with audio headers read by a pool.
@@ -181,6 +184,8 @@ def iter_raw_cuts_with_lines(
     :param as_json: yield a :data:`_JsonCut` (id, duration, serialized line) instead of
         the cut, so that the pool, not the caller, does the serialization.
     :param probe: ``False`` trusts lines carrying ``duration``/``sample_rate``.
+    :param cluster: a Dask scheduler address: blocks are parsed (headers probed) on
+        its workers, which must see the audio at the same paths.
     """
     list_paths = as_path_list(paths)
     report = skip_report if skip_report is not None else SkipReport()
@@ -204,8 +209,12 @@ def iter_raw_cuts_with_lines(
             yield res, path, lineno
 
     parse = functools.partial(_parse_block, wav_root=root, as_json=as_json, probe=probe)
-    for block, results in map_bounded(parse, _blocks(list_paths, strict, report), num_workers,
-                                      executor=executor):
+    blocks = _blocks(list_paths, strict, report)
+    if cluster:
+        done = map_tasks(parse, blocks, cluster=cluster)
+    else:
+        done = map_bounded(parse, blocks, num_workers, executor=executor)
+    for block, results in done:
         yield from emit(results, block)
 
 
@@ -221,6 +230,7 @@ def import_raw(
     check_duplicates: bool = True,
     probe: bool = True,
     progress: bool = False,
+    cluster: Optional[str] = None,
 ) -> ImportResult:
     """Convert WeNet raw list(s) to a Lhotse cuts manifest whose recordings point at
     the original audio files. The manifest is written atomically (temp file + rename).
@@ -233,20 +243,22 @@ def import_raw(
     :param probe: see :func:`~wenet_lhotse.formats.raw_list.read_raw_list`
         (False trusts lines that carry ``duration`` and ``sample_rate``).
     :param progress: show a tqdm bar (unit: lines turned into cuts).
+    :param cluster: a Dask scheduler address: headers are probed on its workers; the
+        manifest is still written once, here (``out_path`` may be an ``s3://`` URL).
     """
     from tqdm.auto import tqdm
 
     report = skip_report if skip_report is not None else SkipReport()
-    out = Path(out_path)
+    out = out_path if is_remote(str(out_path)) else Path(out_path)
     res = ImportResult(out_path=out, skip_report=report)
     start = time.perf_counter()
     items = iter_raw_cuts_with_lines(
         data_list, wav_root=wav_root, strict=strict, skip_report=report,
         num_workers=num_workers, executor=executor, check_duplicates=check_duplicates,
-        as_json=True, probe=probe)
+        as_json=True, probe=probe, cluster=cluster)
     with atomic_output(out, "wb") as raw_f:
         f = (gzip.GzipFile(fileobj=raw_f, mode="wb", mtime=0, compresslevel=GZIP_LEVEL)
-             if out.suffix == ".gz" else raw_f)
+             if str(out).endswith(".gz") else raw_f)
         with tqdm(desc="import", unit="utt", disable=not progress) as bar:
             for (_, duration, line), _, _ in items:
                 f.write(line)

@@ -25,6 +25,7 @@ import logging
 import os
 import shutil
 import tarfile
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,7 @@ from lhotse.cut import Cut
 from lhotse.shar import SharWriter
 from lhotse.utils import Pathlike
 
+from wenet_lhotse.convert.executor import map_tasks
 from wenet_lhotse.convert.lossless import (
     AUDIO_FORMATS,
     CopyingSharWriter,
@@ -41,11 +43,11 @@ from wenet_lhotse.convert.lossless import (
 )
 from wenet_lhotse.errors import SkipReport, WenetDataError, short_error
 from wenet_lhotse.formats.layout import json_value
-from wenet_lhotse.formats.parallel import map_bounded
+from wenet_lhotse.formats.remote import is_remote, remote_exists, remote_put
 from wenet_lhotse.formats.shard_reader import ShardEntry, read_one_tar, read_shard_entries
 from wenet_lhotse.sources.detect import detect_data_type
 from wenet_lhotse.sources.open import read_shar  # noqa: F401 - kept importable from here
-from wenet_lhotse.sources.shar_dir import shard_index, shard_paths
+from wenet_lhotse.sources.shar_dir import shar_files, shard_paths
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +56,7 @@ logger = logging.getLogger(__name__)
 class SharConversion:
     """What :func:`wenet_to_shar` did. Counts are utterances unless named otherwise."""
 
-    out_dir: Path
+    out_dir: Union[Path, str]  # str: an object-store URL
     num_shards: int = 0
     written_shards: List[int] = field(default_factory=list)
     skipped_shards: List[int] = field(default_factory=list)  # already complete
@@ -69,9 +71,18 @@ def partial_dir(out_dir: Pathlike) -> Path:
     return out_dir.parent / f".{out_dir.name}.partial"
 
 
+def _remote_shard_urls(out_dir: str, index: int) -> Tuple[str, str]:
+    cuts, tar = shard_paths("", index)
+    return f"{out_dir.rstrip('/')}/{cuts.name}", f"{out_dir.rstrip('/')}/{tar.name}"
+
+
 def shard_is_complete(out_dir: Pathlike, index: int) -> bool:
     """True when shard ``index`` exists in full. Reads the (small) cuts manifest and
-    walks the tar headers (seeking over the audio data), so it is cheap."""
+    walks the tar headers (seeking over the audio data), so it is cheap. On object
+    storage an object exists only once its upload completed, and the manifest is
+    uploaded after the tar: both objects present means complete."""
+    if is_remote(str(out_dir)):
+        return all(remote_exists(u) for u in _remote_shard_urls(str(out_dir), index))
     cuts_path, tar_path = shard_paths(out_dir, index)
     if not (cuts_path.is_file() and tar_path.is_file()):
         return False
@@ -113,9 +124,13 @@ def _write_shard(job: _Job, out_dir: str, audio_format: str, strict: bool) -> _J
     """Write one output shard (runs in a pool worker). Atomic: nothing appears in
     ``out_dir`` until the whole shard is written."""
     report = SkipReport()
-    tmp = partial_dir(out_dir) / f"shard-{job.index:06d}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    remote = is_remote(out_dir)
+    if remote:  # written locally on the worker, then uploaded
+        tmp = Path(tempfile.mkdtemp(prefix=f"wenet-lhotse-shard-{job.index:06d}-"))
+    else:
+        tmp = partial_dir(out_dir) / f"shard-{job.index:06d}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
     if job.tar is not None:
         cuts: Iterable[Cut] = read_one_tar(job.tar, strict=strict, skip_report=report)
     else:
@@ -157,10 +172,15 @@ def _write_shard(job: _Job, out_dir: str, audio_format: str, strict: bool) -> _J
                 num += 1
         if num:
             cuts_tmp, tar_tmp = shard_paths(tmp, job.index)
-            cuts_out, tar_out = shard_paths(out_dir, job.index)
             # Audio first, manifest last: a manifest in OUT means its tar is complete.
-            os.replace(tar_tmp, tar_out)
-            os.replace(cuts_tmp, cuts_out)
+            if remote:
+                cuts_url, tar_url = _remote_shard_urls(out_dir, job.index)
+                remote_put(str(tar_tmp), tar_url)
+                remote_put(str(cuts_tmp), cuts_url)
+            else:
+                cuts_out, tar_out = shard_paths(out_dir, job.index)
+                os.replace(tar_tmp, tar_out)
+                os.replace(cuts_tmp, cuts_out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return _JobResult(job.index, num, report)
@@ -188,6 +208,7 @@ def _iter_jobs(
     skip_report: SkipReport,
     wav_root: Optional[Pathlike],
     probe_workers: int,
+    cluster: Optional[str] = None,
 ) -> Tuple[Iterator[_Job], Optional[int]]:
     """Jobs for every output shard, and their number when known upfront."""
     if data_type == "shard":
@@ -198,7 +219,7 @@ def _iter_jobs(
 
     items = iter_raw_cuts_with_lines([str(p) for p in data_lists], wav_root=wav_root,
                                      strict=strict, skip_report=skip_report,
-                                     num_workers=probe_workers)
+                                     num_workers=probe_workers, cluster=cluster)
     return _raw_jobs(items, shard_size or 1000), None
 
 
@@ -214,6 +235,7 @@ def wenet_to_shar(
     skip_report: Optional[SkipReport] = None,
     wav_root: Optional[Pathlike] = None,
     progress: bool = False,
+    cluster: Optional[str] = None,
 ) -> SharConversion:
     """Convert a WeNet ``data.list`` (raw or shard list) into a Lhotse Shar directory.
 
@@ -229,7 +251,10 @@ def wenet_to_shar(
         Lhotse's Shar audio formats (``"flac"`` is 16-bit, ``"opus"``/``"mp3"`` lossy).
     :param strict: raise :class:`WenetDataError` on the first bad item; when False,
         skip it, log it and record it in ``skip_report``.
-    :param progress: show a tqdm bar (unit: output shards).
+    :param progress: show a tqdm bar (unit: output shards, moved as they complete).
+    :param cluster: a Dask scheduler address (``tcp://host:8786``): one task per output
+        shard runs on its workers (which must see the input paths, and ``out_dir``
+        unless it is on object storage); a task lost with its worker is rerun elsewhere.
     :return: a :class:`SharConversion` summary.
 
     Restartable: shards already complete in ``out_dir`` are skipped (rerun with the
@@ -246,14 +271,16 @@ def wenet_to_shar(
         raise ValueError("shard_size applies to raw lists; a shard list keeps one Shar shard "
                          "per input tar (re-shard with export_shards if needed)")
     report = skip_report if skip_report is not None else SkipReport()
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)  # Lhotse's to_shar would not create it
+    remote = is_remote(str(out_dir))
+    out: Union[Path, str] = str(out_dir).rstrip("/") if remote else Path(out_dir)
+    if not remote:
+        out.mkdir(parents=True, exist_ok=True)  # Lhotse's to_shar would not create it
+        # Leftovers of an interrupted run are never complete shards: start clean.
+        shutil.rmtree(partial_dir(out), ignore_errors=True)
     result = SharConversion(out_dir=out, skip_report=report)
-    # Leftovers of an interrupted run are never complete shards: start clean.
-    shutil.rmtree(partial_dir(out), ignore_errors=True)
     start = time.perf_counter()
     jobs, total = _iter_jobs(lists, data_type, shard_size, strict, report, wav_root,
-                             probe_workers=num_jobs)
+                             probe_workers=num_jobs, cluster=cluster)
 
     from tqdm.auto import tqdm
 
@@ -278,16 +305,18 @@ def wenet_to_shar(
     write = functools.partial(_write_shard, out_dir=str(out), audio_format=audio_format,
                               strict=strict)
     try:
-        # bounded: the input is streamed, not loaded
-        for _, res in map_bounded(write, todo(), num_jobs):
+        # bounded: the input is streamed, not loaded; the bar moves as shards complete
+        for _, res in map_tasks(write, todo(), num_jobs=num_jobs, cluster=cluster,
+                                ordered=False):
             done(res)
     finally:
         bar.close()
-        _remove_partial_dir(out)
+        if not remote:
+            _remove_partial_dir(out)
     result.written_shards.sort()
     result.seconds = time.perf_counter() - start
-    indices = {p.name: shard_index(p) for p in out.glob("cuts.*.jsonl.gz")}
-    stale = sorted(n for n, i in indices.items() if i is not None and i >= result.num_shards)
+    indices = shar_files(out).get("cuts", {})
+    stale = sorted(Path(n).name for i, n in indices.items() if i >= result.num_shards)
     if stale:
         logger.warning("%s holds shards beyond this input's %d (%s...): left over from a "
                        "run with other input or shard size? CutSet.from_shar will read them",

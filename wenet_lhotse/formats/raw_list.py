@@ -43,7 +43,8 @@ from wenet_lhotse.formats.layout import (
     is_whole_recording,
     json_value,
 )
-from wenet_lhotse.formats.streams import as_path_list, atomic_output
+from wenet_lhotse.formats.remote import is_remote
+from wenet_lhotse.formats.streams import as_path_list, atomic_output, open_input
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +79,7 @@ class LazyWenetRawListIterator(Dillable):
         check_duplicates: bool = True,
     ) -> None:
         # Absolute now: iterating later from another directory reads the same files.
-        self.paths = [os.path.abspath(p) for p in as_path_list(paths)]
+        self.paths = [p if is_remote(p) else os.path.abspath(p) for p in as_path_list(paths)]
         self.wav_root = os.path.abspath(str(wav_root) if wav_root is not None else os.getcwd())
         self.strict = strict
         self.skip_report = skip_report if skip_report is not None else SkipReport()
@@ -89,7 +90,7 @@ class LazyWenetRawListIterator(Dillable):
         seen = KeySet() if self.check_duplicates else None
         for path in self.paths:
             try:
-                f = open(path, "rb")
+                f = open_input(path) if is_remote(path) else open(path, "rb")
             except OSError as e:
                 self.skip_report.handle(
                     WenetDataError(f"cannot open list: {e}", path, kind="missing_file"),
@@ -231,7 +232,7 @@ def read_raw_list(
         costs 32-64 bytes per key. Turn off for O(1) memory on huge lists.
     """
     for path in as_path_list(paths):
-        if not os.path.isfile(path):
+        if not is_remote(path) and not os.path.isfile(path):
             raise WenetDataError("no such list file", path, kind="missing_file")
     return CutSet(
         LazyWenetRawListIterator(

@@ -24,7 +24,8 @@ counterpart of :func:`wenet_lhotse.formats.streams.atomic_output`.
 
 :func:`install_lhotse_io_backend` registers the same reader and writer as a Lhotse
 IO backend, so Lhotse's own readers and writers (``CutSet.from_file``, Shar tars
-and manifests, ``SharWriter``) take these URLs too. Lhotse would need ``smart_open``
+and manifests, ``SharWriter``) take these URLs too; importing this module (which
+:mod:`wenet_lhotse.formats` does) installs it. Lhotse would need ``smart_open``
 for them and has no resume-at-offset; without ``smart_open`` it refuses them.
 ``http(s)://`` stays with :mod:`wenet_lhotse.formats.streams` for WeNet inputs
 (WeNet's semantics); Lhotse's IO gets it from here only when no other backend of
@@ -235,6 +236,27 @@ def remote_exists(url: str) -> bool:
         raise remote_error(err, url) from None
 
 
+def remote_put(local_path: str, url: str) -> None:
+    """Upload a local file to ``url`` (appears whole, or not at all)."""
+    fs, path = _filesystem(url)
+    try:
+        fs.put_file(local_path, path)
+    except Exception as err:
+        raise remote_error(err, url) from None
+
+
+def remote_ls(url: str) -> List[str]:
+    """URLs of the objects directly under "directory" ``url``, sorted ([] if none)."""
+    fs, path = _filesystem(url)
+    try:
+        found = fs.ls(path.rstrip("/"), detail=True)
+    except FileNotFoundError:
+        return []
+    except Exception as err:
+        raise remote_error(err, url) from None
+    return sorted(fs.unstrip_protocol(d["name"]) for d in found if d.get("type") == "file")
+
+
 def remote_glob(url: str, pattern: str) -> List[str]:
     """URLs of the objects under directory ``url`` whose names match ``pattern``
     (a glob, e.g. ``"cuts.*.jsonl.gz"``), sorted."""
@@ -295,3 +317,8 @@ def install_lhotse_io_backend() -> None:
     current = ser.get_current_io_backend()
     ser.set_current_io_backend(ser.CompositeIOBackend([FsspecIOBackend(), current]))
     _INSTALLED = True
+
+
+# Lhotse's readers and writers (Shar tars, manifests) reach object storage from any
+# process that imports wenet_lhotse.formats, DataLoader and Dask workers included.
+install_lhotse_io_backend()

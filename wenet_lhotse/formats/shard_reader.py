@@ -37,6 +37,7 @@ from lhotse.utils import Pathlike, fastcopy
 from wenet_lhotse.errors import SkipReport, WenetDataError, short_error
 from wenet_lhotse.formats.keyset import KeySet
 from wenet_lhotse.formats.layout import AUDIO_SUFFIXES
+from wenet_lhotse.formats.remote import is_remote
 from wenet_lhotse.formats.split import reader_share
 from wenet_lhotse.formats.streams import (
     BLOCK,
@@ -72,7 +73,7 @@ def read_shard_entries(
     entries = []
     for path in as_path_list(paths):
         try:
-            with open(path, "rb") as f:
+            with open_input(path) if is_remote(path) else open(path, "rb") as f:
                 lines = f.read().split(b"\n")
         except OSError as e:
             raise WenetDataError(f"cannot open shard list: {e}", path, kind="missing_file") from e

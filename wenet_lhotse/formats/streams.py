@@ -9,9 +9,12 @@ streamed from anywhere), one of:
   through ``wget -O -``; we stream in-process and check the HTTP status);
 * ``pipe:CMD``: the standard output of a shell command (``pipe:aws s3 cp s3://b/x.tar -``).
   A command that exits with a non-zero status after its output was read to the
-  end is an error naming the command and the tail of its stderr.
+  end is an error naming the command and the tail of its stderr;
+* ``s3://`` and any other fsspec URL: :mod:`wenet_lhotse.formats.remote` (transient
+  failures retried, reading resumed at the byte offset reached).
 
-:func:`atomic_output` writes a file so that a reader never sees it half written.
+:func:`atomic_output` writes a file (or object-store object) so that a reader never
+sees it half written.
 :class:`TailReader` wraps a stream so that where ``tarfile`` stopped can be checked.
 """
 
@@ -30,6 +33,7 @@ from typing import BinaryIO, Iterable, Iterator, List, Optional, Tuple, Union
 from lhotse.utils import Pathlike
 
 from wenet_lhotse.errors import WenetDataError
+from wenet_lhotse.formats.remote import is_remote, open_remote, remote_output
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +63,7 @@ def is_pipe(name: str) -> bool:
 
 def is_local(name: str) -> bool:
     """True when ``name`` is a local path (not a URL nor a pipe)."""
-    return not (is_url(name) or is_pipe(name))
+    return not (is_url(name) or is_pipe(name) or is_remote(name))
 
 
 def local_path(name: str) -> str:
@@ -160,6 +164,8 @@ def open_input(name: str, timeout: float = 60.0) -> BinaryIO:
     :param timeout: HTTP connect/read timeout (seconds).
     """
     name = str(name)
+    if is_remote(name):
+        return open_remote(name)
     if is_pipe(name):
         return io.BufferedReader(_PipeReader(name), buffer_size=_CHUNK)
     if is_url(name):
@@ -185,7 +191,13 @@ def atomic_output(path: Pathlike, mode: str = "wb", encoding: Optional[str] = No
     """Open a temporary file next to ``path``; on success flush, fsync and
     ``os.replace`` it onto ``path``; on error remove it. Parent dirs are created.
     The result gets the permissions a plain ``open()`` gives (0666 minus the umask),
-    not ``mkstemp``'s 0600, so files written for a team stay readable by it."""
+    not ``mkstemp``'s 0600, so files written for a team stay readable by it.
+    An object-store URL is written with :func:`~wenet_lhotse.formats.remote.remote_output`
+    (the object appears only when the upload completes)."""
+    if is_remote(str(path)):
+        with remote_output(str(path), mode) as f:
+            yield f
+        return
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

@@ -9,6 +9,7 @@ shard list (one tar path/URL per line). An empty file is an (empty) raw list.
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import json
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Dict
 from lhotse.utils import Pathlike
 
 from wenet_lhotse.errors import WenetDataError
+from wenet_lhotse.formats.remote import is_remote, open_remote
 from wenet_lhotse.sources.shar_dir import is_shar_dir
 
 #: Every input kind, and what it is.
@@ -49,11 +51,34 @@ def detect_input_kind(path: Pathlike, wenet_only: bool = False) -> str:
     """One of :data:`KINDS` for ``path`` (see the module doc). Raises
     :class:`WenetDataError` for a missing path, and with ``wenet_only`` for anything
     but a WeNet list (``raw``/``shard``)."""
-    kind = _detect(Path(path))
+    kind = _detect_remote(str(path)) if is_remote(str(path)) else _detect(Path(path))
     if wenet_only and kind not in WENET_KINDS:
         raise WenetDataError(f"expected a WeNet data.list, found a Lhotse {kind} input",
                              str(path), kind="format")
     return kind
+
+
+def _detect_remote(url: str) -> str:
+    """The same rules for an object-store URL: a prefix holding ``cuts.*.jsonl*`` is
+    Shar, else the object's first line decides."""
+    if is_shar_dir(url):
+        return "shar"
+    try:
+        f = open_remote(url)
+    except WenetDataError as err:
+        if err.kind == "missing_file":
+            raise WenetDataError("no such object or Shar prefix", url,
+                                 kind="missing_file") from None
+        raise
+    with f:
+        gz = f.peek(2)[:2] == b"\x1f\x8b"
+        stream = gzip.GzipFile(fileobj=f) if gz else f
+        try:
+            line = next((ln for ln in (x.lstrip(codecs.BOM_UTF8).strip() for x in stream)
+                         if ln), b"").decode("utf-8", "replace")
+        except (OSError, EOFError) as err:
+            raise WenetDataError(f"cannot read: {err}", url, kind="io") from None
+    return _kind_of_line(line, gz)
 
 
 def _detect(p: Path) -> str:
@@ -64,7 +89,11 @@ def _detect(p: Path) -> str:
         return "shar"
     if not p.exists():
         raise WenetDataError("no such file or directory", str(p), kind="missing_file")
-    line = _first_line(p)
+    return _kind_of_line(_first_line(p), p.suffix == ".gz")
+
+
+def _kind_of_line(line: str, gz: bool) -> str:
+    """The kind of a list/manifest from its first non-empty line."""
     if not line:
         return "raw"  # an empty list
     if line.startswith("{"):
@@ -75,9 +104,7 @@ def _detect(p: Path) -> str:
         if isinstance(obj, dict) and "key" not in obj and "id" in obj:
             return "cuts"
         return "raw"
-    if p.suffix == ".gz":
-        return "cuts"
-    return "shard"
+    return "cuts" if gz else "shard"
 
 
 def detect_data_type(path: Pathlike) -> str:

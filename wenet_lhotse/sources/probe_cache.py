@@ -40,7 +40,7 @@ from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
 from lhotse.utils import Pathlike
 
-from wenet_lhotse.errors import SkipReport, SkippedItem, WenetDataError
+from wenet_lhotse.errors import SkippedItem, SkipReport, WenetDataError
 from wenet_lhotse.formats.keyset import KeySet
 from wenet_lhotse.formats.raw_list import LazyWenetRawListIterator
 from wenet_lhotse.formats.streams import as_path_list, atomic_output

@@ -7,7 +7,8 @@ them), ``cuts.<i>.jsonl.gz`` plus one file per field, e.g. ``recording.<i>.tar``
     OUT/cuts.000001.jsonl.gz   OUT/recording.000001.tar   ...
 
 :func:`shar_files` is the one globber: every ``<field>.<index>.<ext>`` file by field
-and shard index. The readers, the validator and the converter build on it.
+and shard index, in a local directory or under an object-store prefix
+(``s3://b/shar``). The readers, the validator and the converter build on it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from lhotse.utils import Pathlike
+
+from wenet_lhotse.formats.remote import is_remote, remote_ls
 
 
 def shard_index(path: Pathlike) -> Optional[int]:
@@ -30,13 +33,17 @@ def shar_files(in_dir: Pathlike) -> Dict[str, Dict[int, str]]:
     """``{field: {shard index: path}}`` of the ``<field>.<index>.<ext>`` files in
     ``in_dir`` (a missing directory has none)."""
     found: Dict[str, Dict[int, str]] = {}
-    d = Path(in_dir)
-    if not d.is_dir():
-        return found
-    for p in sorted(d.iterdir()):
+    if is_remote(str(in_dir)):  # s3://bucket/shar/ ...: the objects under that prefix
+        names: List[str] = remote_ls(str(in_dir))
+    else:
+        d = Path(in_dir)
+        if not d.is_dir():
+            return found
+        names = [str(p) for p in sorted(d.iterdir())]
+    for p in names:
         index = shard_index(p)
         if index is not None:
-            found.setdefault(p.name.split(".", 1)[0], {})[index] = str(p)
+            found.setdefault(p.rsplit("/", 1)[-1].split(".", 1)[0], {})[index] = p
     return found
 
 

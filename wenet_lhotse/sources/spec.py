@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Union
 
+from wenet_lhotse.formats.remote import is_remote
 from wenet_lhotse.sources.detect import KINDS, STREAMED_KINDS, detect_input_kind
+from wenet_lhotse.sources.shar_dir import shar_fields
 
 SOURCE_TYPES = (*KINDS, "auto")
 #: Source types read as a stream of tar files inside DataLoader workers.
@@ -68,6 +70,11 @@ class SourceSpec:
             self.type = detect_input_kind(self.paths[0])
         if self.name is None:
             self.name = Path(self.paths[0]).name
+        if self.type == "shar" and is_remote(self.paths[0]):
+            # A Shar prefix on object storage is read by its fields (streamed), as if
+            # the user had listed them.
+            self.fields = shar_fields(self.paths[0])
+            self.path = None
 
     @property
     def paths(self) -> List[str]:
