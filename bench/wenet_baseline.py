@@ -1,0 +1,237 @@
+"""WeNet's own training loader vs ours through the drop-in, side by side.
+
+Same generated corpus (raw list and tar shards, in RAM when ``/dev/shm`` exists), same
+``dataset_conf`` (WeNet's aishell train augmentation: speed perturbation 0.9/1.0/1.1,
+fbank 80, dither 0.1, spec_aug 2x50 frames / 2x10 bins; static batches of 16, shuffle
+1500, sort 500), same tokenizer table, same number of DataLoader workers and cores:
+
+* **WeNet**: ``wenet.utils.train_utils.init_dataset_and_dataloader`` from the snapshot
+  at ``$WENET_ROOT`` (default ``../shared/wenet``), run with the stand-ins of
+  ``tests/wenet_harness`` for what cannot install here (torchaudio's IO, deepspeed).
+  libsox is not installed: WeNet's ``speed_perturb`` runs through the harness's
+  ``sox_effects`` stand-in (torchaudio's sinc resampler, sr*speed -> sr), so WeNet's
+  speed-perturbation cost is *not* sox's. Rows without speed perturbation compare
+  WeNet's real code only; ``bench/speed_perturb.py`` compares our speed perturbation
+  with libsoxr, sox's resampler.
+* **ours**: ``wenet_lhotse.wenet_compat.init_dataset_and_dataloader`` (the drop-in) with
+  the same arguments; ``lhotse_conf`` only where a row says so.
+
+Each run is one epoch of the train loader in a fresh process; runs alternate between the
+pipelines (round-robin, ``--rounds`` times) and medians are printed. Per run: audio
+seconds per wall second (audio = feature frames x 10 ms, i.e. after speed
+perturbation, the same for both), time from building the loader to the first batch,
+CPU seconds per audio hour over the whole process tree (psutil: main process and
+DataLoader workers, from building the loader to the end of the epoch, taken while the
+persistent workers are alive),
+padding (padded frames / all frames) and PSS of the tree.
+
+Run: ``python bench/wenet_baseline.py [--num-utts 600] [--rounds 3] [--workers 2]``;
+``--quick`` for a smoke run. Without WeNet's source the WeNet rows are skipped with the
+reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+warnings.filterwarnings("ignore")
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+#: WeNet's aishell ``dataset_conf`` (examples/aishell/s0/conf/train_conformer.yaml).
+AISHELL_CONF: Dict[str, Any] = {
+    "filter_conf": {"max_length": 40960, "min_length": 0, "token_max_length": 200,
+                    "token_min_length": 1},
+    "resample_conf": {"resample_rate": 16000},
+    "speed_perturb": True,
+    "fbank_conf": {"num_mel_bins": 80, "frame_shift": 10, "frame_length": 25, "dither": 0.1},
+    "spec_aug": True,
+    "spec_aug_conf": {"num_t_mask": 2, "num_f_mask": 2, "max_t": 50, "max_f": 10},
+    "shuffle": True,
+    "shuffle_conf": {"shuffle_size": 1500},
+    "sort": True,
+    "sort_conf": {"sort_size": 500},
+    "batch_conf": {"batch_type": "static", "batch_size": 16},
+}
+
+
+def tree_usage() -> Dict[str, float]:
+    """CPU seconds (user + system) and PSS (MiB) of this process and its descendants."""
+    import psutil
+
+    me = psutil.Process()
+    procs = [me] + me.children(recursive=True)
+    cpu = pss = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+            cpu += t.user + t.system
+            pss += p.memory_full_info().pss / 2**20
+        except psutil.Error:
+            pass
+    return {"cpu": cpu, "pss": pss}
+
+
+def child(which: str, corpus: Path, data_type: str, workers: int, speed: bool,
+          lconf: Optional[Dict[str, Any]]) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    conf = json.loads(json.dumps(AISHELL_CONF))
+    conf["speed_perturb"] = speed
+    conf["speaker_conf"] = {"speaker_table_path": str(corpus / "speakers.txt")}
+    data = str(corpus / ("data.list" if data_type == "raw" else "shards.list"))
+    args = argparse.Namespace(train_data=data, cv_data=data, data_type=data_type,
+                              num_workers=workers, pin_memory=False, prefetch=2)
+    if which == "wenet":
+        from wenet_harness import import_wenet
+
+        train_utils, char_tok = import_wenet("wenet.utils.train_utils",
+                                             "wenet.text.char_tokenizer")
+        init = train_utils.init_dataset_and_dataloader
+        tokenizer = char_tok.CharTokenizer(str(corpus / "units.txt"))
+    else:
+        from wenet_lhotse.text import CharTokenizer
+        from wenet_lhotse.wenet_compat import init_dataset_and_dataloader as init
+
+        if lconf:
+            conf["lhotse_conf"] = lconf
+        tokenizer = CharTokenizer(corpus / "units.txt")
+    cpu0 = tree_usage()["cpu"]  # interpreter start-up and imports are not counted
+    t0 = time.perf_counter()
+    _, _, loader, _ = init(args, {"dataset_conf": conf}, tokenizer, 777)
+    first = None
+    frames = padded = batches = 0
+    for batch in loader:
+        if first is None:
+            first = time.perf_counter() - t0
+        lens = batch["feats_lengths"]
+        frames += int(lens.sum())
+        padded += int(lens.numel()) * int(batch["feats"].shape[1])
+        batches += 1
+    wall = time.perf_counter() - t0
+    use = tree_usage()  # persistent workers are still alive here
+    print(json.dumps({"audio": frames / 100.0, "wall": wall, "first": first,
+                      "cpu": use["cpu"] - cpu0,
+                      "pss": use["pss"], "padding": 1 - frames / max(padded, 1),
+                      "batches": batches}))
+
+
+def run_child(which: str, corpus: Path, data_type: str, workers: int, speed: bool,
+              lconf: Optional[Dict[str, Any]]) -> Dict[str, float]:
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    if which == "wenet":
+        from wenet_harness import wenet_env
+
+        env = wenet_env(env)
+    else:  # our side runs without the stand-ins on its path
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    cmd = [sys.executable, __file__, "--child", which, str(corpus), data_type, str(workers),
+           str(int(speed)), json.dumps(lconf or {})]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if out.returncode != 0:
+        raise RuntimeError(f"{which} {data_type} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def make_corpus(root: Path, num_utts: int) -> Path:
+    from wenet_lhotse.corpus import generate_corpus
+
+    corpus = generate_corpus(root, num_utterances=num_utts, min_duration=1.0,
+                             max_duration=15.0, duration_dist="realistic",
+                             shard_size=max(10, num_utts // 8), seed=3)
+    speakers = sorted({json.loads(line).get("speaker", "")
+                       for line in corpus.data_list.read_text().splitlines()})
+    (root / "speakers.txt").write_text("".join(f"{s} {i}\n" for i, s in enumerate(speakers)))
+    return root
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--num-utts", type=int, default=600)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=2, help="DataLoader workers (both)")
+    ap.add_argument("--types", nargs="+", default=["raw", "shard"], choices=["raw", "shard"])
+    ap.add_argument("--quick", action="store_true", help="smoke run: 60 utterances, 1 round")
+    ap.add_argument("--lhotse-conf", default="{}",
+                    help="JSON lhotse_conf for an extra 'ours' row (e.g. "
+                         "'{\"features_on\": \"device\"}')")
+    ap.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        which, corpus, data_type, workers, speed, lconf = args.child
+        child(which, Path(corpus), data_type, int(workers), bool(int(speed)),
+              json.loads(lconf) or None)
+        return
+    if args.quick:
+        args.num_utts, args.rounds = 60, 1
+    from wenet_harness import wenet_missing
+
+    missing = wenet_missing()
+    if missing:
+        print(f"WeNet rows skipped: {missing}")
+    extra = json.loads(args.lhotse_conf) or None
+    tmp_parent = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    with tempfile.TemporaryDirectory(dir=tmp_parent) as d:
+        corpus = make_corpus(Path(d), args.num_utts)
+        print(f"corpus: {args.num_utts} utterances (1-15 s, AISHELL-like), in "
+              f"{'RAM (/dev/shm)' if tmp_parent else 'a temporary directory'}; "
+              f"{args.workers} DataLoader workers; {os.cpu_count()} CPUs; load average "
+              f"{os.getloadavg()[0]:.1f}; {args.rounds} alternating rounds, medians")
+        print("WeNet's speed perturbation runs through the harness's sox_effects stand-in "
+              "(torchaudio's sinc resampler): libsox is not installed here.")
+        rows: List[tuple] = []
+        for data_type in args.types:
+            for speed in (False, True):
+                rows.append(("wenet", data_type, speed, None))
+                rows.append(("ours", data_type, speed, None))
+                if extra:
+                    rows.append(("ours", data_type, speed, extra))
+        if missing:
+            rows = [r for r in rows if r[0] != "wenet"]
+        results: Dict[tuple, List[Dict[str, float]]] = {}
+        for _ in range(args.rounds):
+            for which, data_type, speed, lconf in rows:
+                key = (which, data_type, speed, json.dumps(lconf) if lconf else "")
+                results.setdefault(key, []).append(
+                    run_child(which, corpus, data_type, args.workers, speed, lconf))
+        print()
+        print("| pipeline | data | speed perturb | x real time | first batch (s) | "
+              "CPU s / audio h | padding | PSS MiB | batches |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        med: Dict[tuple, Dict[str, float]] = {}
+        for key, runs in results.items():
+            m = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+            m["xrt"] = statistics.median(r["audio"] / r["wall"] for r in runs)
+            m["cpuh"] = statistics.median(r["cpu"] / (r["audio"] / 3600) for r in runs)
+            med[key] = m
+            which, data_type, speed, lconf = key
+            label = "WeNet" if which == "wenet" else ("ours " + lconf if lconf else "ours")
+            sp = "yes (stand-in)" if speed and which == "wenet" else ("yes" if speed else "no")
+            print(f"| {label} | {data_type} | {sp} | {m['xrt']:,.0f} | {m['first']:.2f} | "
+                  f"{m['cpuh']:.2f} | {100 * m['padding']:.1f}% | {m['pss']:,.0f} | "
+                  f"{m['batches']:.0f} |")
+        print()
+        for key, m in med.items():
+            which, data_type, speed, lconf = key
+            base = med.get(("wenet", data_type, speed, ""))
+            if which == "wenet" or base is None:
+                continue
+            label = "ours " + lconf if lconf else "ours"
+            print(f"{label} vs WeNet, {data_type}, speed perturb {'on' if speed else 'off'}: "
+                  f"throughput {m['xrt'] / base['xrt']:.2f}x, CPU per audio hour "
+                  f"{m['cpuh'] / base['cpuh']:.2f}x of WeNet's")
+
+
+if __name__ == "__main__":
+    main()
