@@ -84,7 +84,7 @@ def test_speed_perturb_changes_length_and_pitch(factor):
     x = np.sin(2 * np.pi * 440 * t).astype(np.float32)
     y = speed_perturb(x, sr, factor)
     assert y.dtype == np.float32
-    assert abs(len(y) - len(x) / factor) <= 1  # sox 'speed': length / factor
+    assert len(y) == int(len(x) / factor + 0.5)  # sox's 'rate' output length
     assert peak_hz(y, sr) == pytest.approx(440 * factor, abs=3)
     assert speed_perturb(x, sr, 1.0) is x
 
@@ -104,3 +104,46 @@ def test_as_config():
     assert as_config({"max_t": 30}, SpecSubConfig) == SpecSubConfig(max_t=30)
     with pytest.raises(TypeError):
         as_config(3, SpecTrimConfig)
+
+
+@pytest.mark.parametrize("n", [1, 7, 16001, 80003])
+@pytest.mark.parametrize("factor", [0.9, 0.95, 1.1])
+def test_speed_perturb_is_lhotses_sinc_resampler_with_sox_length(n, factor):
+    """Same samples as Lhotse's ``Speed`` (its kernel through conv1d), sox's length."""
+    import torch
+    from lhotse.augmentation.torchaudio import Speed
+
+    x = (0.1 * np.random.default_rng(n).standard_normal(n)).astype(np.float32)
+    y = speed_perturb(x, 16000, factor)
+    ref = Speed(factor=factor)(x.reshape(1, -1), 16000)[0]
+    assert len(y) == int(n / factor + 0.5)
+    assert 0 <= len(ref) - len(y) <= 1  # Lhotse rounds the length up
+    np.testing.assert_allclose(y, ref[: len(y)], atol=1e-6)
+    t = speed_perturb(torch.from_numpy(x), 16000, factor)  # tensors in, tensors out
+    assert isinstance(t, torch.Tensor) and np.array_equal(t.numpy(), y)
+
+
+@pytest.mark.parametrize("orig,new", [(8000, 16000), (44100, 16000), (22050, 16000)])
+def test_resample_is_lhotses_sinc_resampler(orig, new):
+    import torch
+    from lhotse.augmentation.torchaudio import get_or_create_resampler
+
+    x = (0.1 * np.random.default_rng(orig).standard_normal(orig + 123)).astype(np.float32)
+    ref = get_or_create_resampler(orig, new)(torch.from_numpy(x).unsqueeze(0))[0].numpy()
+    y = resample(x, orig, new)
+    assert y.shape == ref.shape
+    np.testing.assert_allclose(y, ref, atol=1e-6)
+
+
+def test_no_sox_torchaudio_or_scipy_needed():
+    import subprocess
+    import sys
+
+    code = ("import sys, numpy as np\n"
+            "from wenet_lhotse.features.augment import speed_perturb, resample\n"
+            "x = np.zeros(16000, dtype=np.float32)\n"
+            "speed_perturb(x, 16000, 1.1); resample(x, 16000, 8000)\n"
+            "bad = [m for m in ('torchaudio', 'scipy', 'soxr', 'sox') if m in sys.modules]\n"
+            "assert not bad, bad\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]

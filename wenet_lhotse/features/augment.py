@@ -6,18 +6,20 @@ caller decides the seed; the pool seeds one per (seed, epoch, cut id).
 Compared with WeNet's ``wenet/dataset/processor.py``:
 
 * :func:`resample` -- WeNet: ``torchaudio.transforms.Resample(orig, new)`` (windowed sinc,
-  Hann, 6 zero crossings, rolloff 0.99). We use Lhotse's vendored copy of that transform
-  (``lhotse.augmentation.resample.Resample``), so the output is the same. Note: Lhotse's
+  Hann, 6 zero crossings, rolloff 0.99). We use the kernel of Lhotse's vendored copy of
+  that transform (``lhotse.augmentation.resample``), so the output is the same (to 1e-7;
+  applied as one matrix product over strided blocks instead of a strided ``conv1d``,
+  which measured ~2x faster on 1-D signals: ``bench/speed_perturb.py``). Note: Lhotse's
   ``Resample`` *AudioTransform* (what ``cut.resample()`` uses) falls back to
   ``scipy.signal.resample_poly`` when torchaudio is missing -- a different filter -- which
-  is why the pool resamples itself instead of calling ``cut.resample()``.
+  is why the pipeline resamples itself instead of calling ``cut.resample()``.
 * :func:`speed_perturb` -- WeNet: sox ``speed <f>`` then ``rate <sr>``: pitch and tempo
-  change together and the length becomes ``num_samples / f``. Lhotse's ``Speed(factor)``
-  transform has the same semantics (resample from ``round(sr * f)`` to ``sr``) with the
-  sinc resampler instead of sox's; we reuse it. The waveform differs from sox's by the
-  filter (sox ``rate`` is a steeper, linear-phase filter), and the length may differ by
-  one sample; the factor is drawn uniformly from ``speeds`` like WeNet's
-  ``random.choice``.
+  change together; sox's ``rate`` emits ``floor(num_samples / f + 0.5)`` samples, and so
+  do we. The resampling from ``round(sr * f)`` to ``sr`` Hz is the sinc resampler above
+  (Lhotse's ``Speed`` transform has the same semantics but a ceil length) instead of
+  sox's steeper linear-phase filter, so the samples differ slightly; the factor is drawn
+  uniformly from ``speeds`` like WeNet's ``random.choice``. Needs neither sox,
+  torchaudio nor scipy.
 * :func:`spec_aug`, :func:`spec_sub`, :func:`spec_trim` -- the same draws, in the same
   order, as WeNet's functions (``random.randint`` calls), so with a ``random.Random``
   in the same state they give identical output. Lhotse's ``SpecAugment`` differs
@@ -34,7 +36,9 @@ from typing import Any, Dict, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from wenet_lhotse.formats.audio import resample  # noqa: F401 - part of this module's API
+from wenet_lhotse.formats.audio import Samples, as_float_tensor, resample, sinc_resample
+
+__all__ = ["resample", "speed_perturb"]  # resample lives in formats (the shard writer uses it)
 
 
 @dataclass(frozen=True)
@@ -85,15 +89,17 @@ def as_config(value: Union[None, bool, Dict[str, Any], Any], cls):
     raise TypeError(f"expected None, bool, dict or {cls.__name__}, got {type(value).__name__}")
 
 
-def speed_perturb(samples: np.ndarray, sampling_rate: int, factor: float) -> np.ndarray:
-    """Sox-style ``speed`` (tempo and pitch) at an unchanged sampling rate, via Lhotse's
-    ``Speed`` transform. ``factor > 1`` shortens the signal to ``num_samples / factor``."""
+def speed_perturb(samples: Samples, sampling_rate: int, factor: float) -> Samples:
+    """Sox ``speed <factor>`` + ``rate <sampling_rate>``: tempo and pitch change together,
+    the sampling rate stays. The output has sox's length ``floor(num_samples / factor +
+    0.5)`` (``factor > 1`` shortens). numpy in -> numpy out, tensor in -> tensor out."""
     if factor == 1.0:
         return samples
-    from lhotse.augmentation.torchaudio import Speed
-
-    x = np.ascontiguousarray(samples, dtype=np.float32).reshape(1, -1)
-    return Speed(factor=factor)(x, int(sampling_rate))[0]
+    x = as_float_tensor(samples)
+    length = int(x.numel() / float(factor) + 0.5)
+    y = sinc_resample(x, round(int(sampling_rate) * float(factor)), int(sampling_rate),
+                       length)
+    return y if isinstance(samples, torch.Tensor) else y.numpy()
 
 
 def choose_speed(rng: random.Random, speeds: Sequence[float]) -> float:

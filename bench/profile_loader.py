@@ -1,0 +1,271 @@
+"""Where the drop-in's train loader spends its CPU, stage by stage.
+
+One generated corpus (in RAM when ``/dev/shm`` exists), WeNet's aishell train
+``dataset_conf`` (speed perturbation 0.9/1.0/1.1, fbank 80, dither 0.1, spec_aug,
+static batch 16) through ``build_dataloader``, for a raw list and for tar shards:
+
+* **stages** (one process, one torch thread, ``time.process_time`` around each call):
+  the sampler (map mode: bucketing over metadata; shards: reading the tars and
+  bucketing, as each streamed worker does), then per cut exactly the calls the features
+  pipeline makes -- decode, resample (none: the corpus is 16 kHz), speed perturbation,
+  dither, fbank, spec_aug -- then collation (padding features, tokenizing, sorting,
+  targets: the dataset's ``__getitem__`` given the finished features);
+* **transfer**: a DataLoader with the same workers handing the finished batches to the
+  main process (pickling, shared memory, unpickling), CPU of the process tree;
+* **total**: the real loader with ``--workers`` DataLoader workers, CPU of the process
+  tree (psutil) over one epoch; "other" is total minus the stages and transfer (Python
+  glue, the DataLoader's loop, the main process).
+
+All in CPU seconds per hour of audio (feature frames x 10 ms). Also printed: the first
+batch (wall seconds from building the loader) and the loader's throughput.
+
+Run: ``python bench/profile_loader.py [--num-utts 600] [--workers 2]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Dict, List
+
+warnings.filterwarnings("ignore")
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+
+from wenet_baseline import AISHELL_CONF, make_corpus, tree_usage  # noqa: E402
+
+STAGES = ("sampler", "decode", "resample", "speed perturb", "dither", "fbank", "spec_aug",
+          "collation")
+
+
+class StageClock:
+    """Accumulates ``time.process_time`` per stage name."""
+
+    def __init__(self) -> None:
+        self.cpu: Dict[str, float] = {s: 0.0 for s in STAGES}
+
+    def run(self, stage: str, fn: Callable, *a: Any, **kw: Any) -> Any:
+        t0 = time.process_time()
+        out = fn(*a, **kw)
+        self.cpu[stage] += time.process_time() - t0
+        return out
+
+
+def build(corpus: Path, data_type: str, workers: int, lconf: Dict[str, Any]):
+    from wenet_lhotse.text import CharTokenizer
+    from wenet_lhotse.wenet_compat import init_dataset_and_dataloader
+
+    conf = json.loads(json.dumps(AISHELL_CONF))
+    conf["speaker_conf"] = {"speaker_table_path": str(corpus / "speakers.txt")}
+    if lconf:
+        conf["lhotse_conf"] = lconf
+    data = str(corpus / ("data.list" if data_type == "raw" else "shards.list"))
+    args = argparse.Namespace(train_data=data, cv_data=data, data_type=data_type,
+                              num_workers=workers, pin_memory=False, prefetch=2)
+    dataset, _, loader, _ = init_dataset_and_dataloader(
+        args, {"dataset_conf": conf}, CharTokenizer(corpus / "units.txt"), 777)
+    return dataset, loader
+
+
+def sampled_batches(loader, clock: StageClock) -> List[Any]:
+    """The epoch's batches of cuts, timing the sampler (and tar reading for shards)."""
+    if loader.mode == "map":
+        it = iter(loader.sampler)
+        out = []
+        while True:
+            item = clock.run("sampler", next, it, None)
+            if item is None:
+                return out
+            out.append(item[1])
+    from lhotse.dataset.sampling.dynamic_bucketing import DynamicBucketingSampler
+
+    ds = loader.dataset
+    out = []
+
+    def read():
+        sampler = DynamicBucketingSampler(ds.cuts_for_epoch(0), world_size=1, rank=0,
+                                          seed=ds.seed, shuffle=ds.shuffle, **ds.sampler_kw)
+        return [b for b in sampler]
+
+    return clock.run("sampler", read)
+
+
+def profile_stages(dataset, batches, clock: StageClock) -> List[Dict[str, Any]]:
+    """Run the features pipeline's calls cut by cut; returns the finished batch dicts."""
+    import numpy as np
+    import torch
+
+    from wenet_lhotse.features import augment, kaldi
+    from wenet_lhotse.features.fbank import INT16_SCALE
+    from wenet_lhotse.features.pool import PooledBatch, _collate, cut_seed
+
+    features = dataset.features
+    p = features.pipeline
+    ext = p.extractor
+    cfg = ext.config
+    torch.set_num_threads(1)
+    out = []
+    import random
+
+    for cuts in batches:
+        feats_list = []
+        for cut in cuts:
+            seed = cut_seed(features.seed, 0, cut.id)
+            audio = clock.run("decode", cut.load_audio)
+            samples = np.asarray(audio, dtype=np.float32)
+            samples = samples[0] if samples.ndim == 2 else samples
+            sr = int(cut.sampling_rate)
+            if p.resample_to and sr != p.resample_to:
+                samples = clock.run("resample", augment.resample, samples, sr, p.resample_to)
+                sr = p.resample_to
+            rng = random.Random(seed)
+            if p.speeds:
+                factor = augment.choose_speed(rng, p.speeds)
+                samples = clock.run("speed perturb", augment.speed_perturb, samples, sr, factor)
+            gen = torch.Generator().manual_seed(seed)
+            wave = torch.from_numpy(np.ascontiguousarray(samples)) * INT16_SCALE
+            wave = clock.run("dither", kaldi._dithered, wave, cfg.dither, gen)
+            feats = clock.run("fbank", kaldi.fbank, [wave], cfg.frame_options(sr),
+                              cfg.fbank_options(0.0))[0].numpy()
+            if p.spec_aug is not None:
+                feats = clock.run("spec_aug", augment.spec_aug, feats, rng, p.spec_aug)
+            feats_list.append(np.ascontiguousarray(feats))
+
+        def collate(cuts=cuts, feats_list=feats_list):
+            padded, lens = _collate(feats_list, features.feature_dim())
+            done = PooledBatch(padded, lens, cuts, None)
+            real = dataset.features
+            dataset.features = lambda c, augment=True: done
+            try:
+                return dataset[cuts]
+            finally:
+                dataset.features = real
+
+        out.append(clock.run("collation", collate))
+    return out
+
+
+def transfer_cpu(batches: List[Dict[str, Any]], workers: int) -> float:
+    """CPU seconds (process tree) to hand the finished batches from DataLoader workers
+    to the main process."""
+    import torch
+
+    class Ready(torch.utils.data.Dataset):
+        def __len__(self):
+            return len(batches)
+
+        def __getitem__(self, i):
+            return batches[i]
+
+    before = tree_usage()["cpu"]
+    loader = torch.utils.data.DataLoader(Ready(), batch_size=None, num_workers=workers,
+                                         persistent_workers=True)
+    for _ in loader:
+        pass
+    # the workers' start-up (fork) is part of every loader; their idle time is not
+    return tree_usage()["cpu"] - before
+
+
+def total_cpu(corpus: Path, data_type: str, workers: int, lconf: Dict[str, Any]):
+    import torch
+
+    torch.set_num_threads(1)
+    before = tree_usage()["cpu"]
+    t0 = time.perf_counter()
+    _, loader = build(corpus, data_type, workers, lconf)
+    first = None
+    frames = 0
+    for batch in loader:
+        if first is None:
+            first = time.perf_counter() - t0
+        frames += int(batch["feats_lengths"].sum())
+    wall = time.perf_counter() - t0
+    return {"cpu": tree_usage()["cpu"] - before, "audio": frames / 100.0, "wall": wall,
+            "first": first}
+
+
+def child(corpus: Path, data_type: str, workers: int, lconf: Dict[str, Any]) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    if os.environ.get("PROFILE_PART") == "total":
+        print(json.dumps(total_cpu(corpus, data_type, workers, lconf)))
+        return
+    dataset, loader = build(corpus, data_type, 0, lconf)
+    clock = StageClock()
+    batches = sampled_batches(loader, clock)
+    done = profile_stages(dataset, batches, clock)
+    audio = sum(float(b["feats_lengths"].sum()) for b in done) / 100.0
+    transfer = transfer_cpu(done, workers)
+    print(json.dumps({"stages": clock.cpu, "transfer": transfer, "audio": audio}))
+
+
+def run(corpus: Path, data_type: str, workers: int, lconf: Dict[str, Any], part: str):
+    import subprocess
+
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1", PROFILE_PART=part)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    out = subprocess.run([sys.executable, __file__, "--child", str(corpus), data_type,
+                          str(workers), json.dumps(lconf)], capture_output=True, text=True,
+                         env=env)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-3000:])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--num-utts", type=int, default=600)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--types", nargs="+", default=["raw", "shard"], choices=["raw", "shard"])
+    ap.add_argument("--lhotse-conf", default="{}", help="JSON lhotse_conf for the loader")
+    ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        corpus, data_type, workers, lconf = args.child
+        child(Path(corpus), data_type, int(workers), json.loads(lconf))
+        return
+    lconf = json.loads(args.lhotse_conf)
+    tmp_parent = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    with tempfile.TemporaryDirectory(dir=tmp_parent) as d:
+        corpus = make_corpus(Path(d), args.num_utts)
+        print(f"corpus: {args.num_utts} utterances (1-15 s), WeNet aishell train conf "
+              f"(speed perturb, fbank 80, dither 0.1, spec_aug, static batch 16); "
+              f"{args.workers} DataLoader workers; {os.cpu_count()} CPUs, load average "
+              f"{os.getloadavg()[0]:.1f}; lhotse_conf {lconf or '{}'}")
+        res = {}
+        for data_type in args.types:  # stages and total alternate
+            res[data_type] = (run(corpus, data_type, args.workers, lconf, "stages"),
+                              run(corpus, data_type, args.workers, lconf, "total"))
+        print()
+        print("| stage | " + " | ".join(f"{t}: CPU s / audio h | share" for t in args.types)
+              + " |")
+        print("|---|" + "---|---|" * len(args.types))
+        rows: Dict[str, List[str]] = {}
+        for data_type in args.types:
+            st, tot = res[data_type]
+            per_h = 3600.0 / st["audio"]
+            total = tot["cpu"] / (tot["audio"] / 3600.0)
+            vals = {k: v * per_h for k, v in st["stages"].items()}
+            vals["transfer (workers -> main)"] = st["transfer"] * per_h
+            vals["other (glue, loop, main process)"] = total - sum(vals.values())
+            vals["**total**"] = total
+            for k, v in vals.items():
+                rows.setdefault(k, []).append(f"{v:.2f} | {100 * v / total:.0f}%")
+        for k, cells in rows.items():
+            print(f"| {k} | " + " | ".join(cells) + " |")
+        print()
+        for data_type in args.types:
+            tot = res[data_type][1]
+            print(f"{data_type}: {tot['audio'] / tot['wall']:,.0f} x real time, first batch "
+                  f"{tot['first']:.2f} s, {tot['audio'] / 3600:.2f} h of features")
+
+
+if __name__ == "__main__":
+    main()
