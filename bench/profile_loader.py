@@ -13,8 +13,9 @@ static batch 16) through ``build_dataloader``, for a raw list and for tar shards
 * **transfer**: a DataLoader with the same workers handing the finished batches to the
   main process (pickling, shared memory, unpickling), CPU of the process tree;
 * **total**: the real loader with ``--workers`` DataLoader workers, CPU of the process
-  tree (psutil) over one epoch; "other" is total minus the stages and transfer (Python
-  glue, the DataLoader's loop, the main process).
+  tree (psutil) over one epoch, of which "setup" is building the train and cv loaders
+  (the drop-in builds both; metadata, bucket bins); "other" is total minus everything
+  above (Python glue, the DataLoader's loop, the main process).
 
 All in CPU seconds per hour of audio (feature frames x 10 ms). Also printed: the first
 batch (wall seconds from building the loader) and the loader's throughput.
@@ -179,6 +180,7 @@ def total_cpu(corpus: Path, data_type: str, workers: int, lconf: Dict[str, Any])
     before = tree_usage()["cpu"]
     t0 = time.perf_counter()
     _, loader = build(corpus, data_type, workers, lconf)
+    setup = tree_usage()["cpu"] - before
     first = None
     frames = 0
     for batch in loader:
@@ -187,7 +189,7 @@ def total_cpu(corpus: Path, data_type: str, workers: int, lconf: Dict[str, Any])
         frames += int(batch["feats_lengths"].sum())
     wall = time.perf_counter() - t0
     return {"cpu": tree_usage()["cpu"] - before, "audio": frames / 100.0, "wall": wall,
-            "first": first}
+            "first": first, "setup": setup}
 
 
 def child(corpus: Path, data_type: str, workers: int, lconf: Dict[str, Any]) -> None:
@@ -254,6 +256,8 @@ def main() -> None:
             total = tot["cpu"] / (tot["audio"] / 3600.0)
             vals = {k: v * per_h for k, v in st["stages"].items()}
             vals["transfer (workers -> main)"] = st["transfer"] * per_h
+            vals["setup (train + cv loaders: metadata, bins)"] = tot["setup"] / (
+                tot["audio"] / 3600.0)
             vals["other (glue, loop, main process)"] = total - sum(vals.values())
             vals["**total**"] = total
             for k, v in vals.items():
