@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -117,45 +117,74 @@ def add_dither(
     return samples + dither * noise
 
 
+Span = Tuple[int, int]  # [start, end)
+
+
+def spec_aug_draws(frames: int, bins: int, rng: random.Random,
+                   cfg: SpecAugConfig) -> Tuple[List[Span], List[Span]]:
+    """The ``(time spans, bin spans)`` that :func:`spec_aug` zeroes in a ``(frames, bins)``
+    matrix: WeNet's ``randint`` draws, in WeNet's order. Drawn where the frame count is
+    known (e.g. a DataLoader worker) and applied elsewhere (``features/device.py``), the
+    masks are those of :func:`spec_aug` with the same ``rng`` state."""
+    if frames == 0:  # WeNet would fail in randint(0, -1); nothing to mask
+        return [], []
+    t_spans, f_spans = [], []
+    for _ in range(cfg.num_t_mask):
+        start = rng.randint(0, frames - 1)
+        length = rng.randint(1, cfg.max_t)
+        t_spans.append((start, min(frames, start + length)))
+    for _ in range(cfg.num_f_mask):
+        start = rng.randint(0, bins - 1)
+        length = rng.randint(1, cfg.max_f)
+        f_spans.append((start, min(bins, start + length)))
+    return t_spans, f_spans
+
+
 def spec_aug(feats: np.ndarray, rng: random.Random, cfg: SpecAugConfig) -> np.ndarray:
     """Zero ``num_t_mask`` time masks (1..max_t frames) and ``num_f_mask`` frequency masks
     (1..max_f bins) of ``feats`` ``(frames, bins)``; returns a copy."""
     y = feats.copy()
-    max_frames, max_freq = y.shape
-    if max_frames == 0:  # WeNet would fail in randint(0, -1); nothing to mask
-        return y
-    for _ in range(cfg.num_t_mask):
-        start = rng.randint(0, max_frames - 1)
-        length = rng.randint(1, cfg.max_t)
-        y[start : min(max_frames, start + length), :] = 0
-    for _ in range(cfg.num_f_mask):
-        start = rng.randint(0, max_freq - 1)
-        length = rng.randint(1, cfg.max_f)
-        y[:, start : min(max_freq, start + length)] = 0
+    t_spans, f_spans = spec_aug_draws(y.shape[0], y.shape[1], rng, cfg)
+    for a, b in t_spans:
+        y[a:b, :] = 0
+    for a, b in f_spans:
+        y[:, a:b] = 0
     return y
+
+
+def spec_sub_draws(frames: int, rng: random.Random,
+                   cfg: SpecSubConfig) -> List[Tuple[int, int, int]]:
+    """``(start, end, pos)`` per substitution of :func:`spec_sub`: frames
+    ``[start, end)`` become input frames ``[start - pos, end - pos)``."""
+    if frames == 0:
+        return []
+    out = []
+    for _ in range(cfg.num_t_sub):
+        start = rng.randint(0, frames - 1)
+        length = rng.randint(1, cfg.max_t)
+        end = min(frames, start + length)
+        pos = rng.randint(0, start)
+        out.append((start, end, pos))
+    return out
 
 
 def spec_sub(feats: np.ndarray, rng: random.Random, cfg: SpecSubConfig) -> np.ndarray:
     """Replace ``num_t_sub`` spans (1..max_t frames) by an earlier span of the *input*
     (U2++ section 3.2.3); returns a copy of the same shape."""
     y = feats.copy()
-    max_frames = y.shape[0]
-    if max_frames == 0:
-        return y
-    for _ in range(cfg.num_t_sub):
-        start = rng.randint(0, max_frames - 1)
-        length = rng.randint(1, cfg.max_t)
-        end = min(max_frames, start + length)
-        pos = rng.randint(0, start)
+    for start, end, pos in spec_sub_draws(y.shape[0], rng, cfg):
         y[start:end, :] = feats[start - pos : end - pos, :]
     return y
+
+
+def spec_trim_draw(frames: int, rng: random.Random, cfg: SpecTrimConfig) -> int:
+    """The frame count :func:`spec_trim` keeps of ``frames``."""
+    length = rng.randint(1, cfg.max_t)
+    return frames - length if length < frames / 2 else frames
 
 
 def spec_trim(feats: np.ndarray, rng: random.Random, cfg: SpecTrimConfig) -> np.ndarray:
     """Drop 1..max_t trailing frames, unless that would remove half the utterance or more
     (TrimTail). Returns ``feats[:frames - n]`` (a view) or ``feats`` unchanged."""
-    max_frames = feats.shape[0]
-    length = rng.randint(1, cfg.max_t)
-    if length < max_frames / 2:
-        return feats[: max_frames - length]
-    return feats
+    keep = spec_trim_draw(feats.shape[0], rng, cfg)
+    return feats[:keep] if keep != feats.shape[0] else feats

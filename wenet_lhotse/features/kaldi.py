@@ -154,28 +154,32 @@ class _Cache:
         self._lock = threading.Lock()
         self._items: Dict[Tuple, torch.Tensor] = {}
 
-    def get(self, key: Tuple, build) -> torch.Tensor:
-        item = self._items.get(key)
+    def get(self, key: Tuple, build, device: Optional[torch.device] = None) -> torch.Tensor:
+        """The cached tensor for ``key``, on ``device`` (built on the CPU, then copied
+        once per device: the device path computes the same matrices as the CPU one)."""
+        dev = None if device is None or torch.device(device).type == "cpu" else str(device)
+        item = self._items.get((key, dev))
         if item is None:
-            item = build()
+            item = build() if dev is None else self.get(key, build).to(dev)
             with self._lock:
-                self._items.setdefault(key, item)
+                item = self._items.setdefault((key, dev), item)
         return item
 
 
 _CACHE = _Cache()
 
 
-def cached_window(opts: FrameOptions) -> torch.Tensor:
+def cached_window(opts: FrameOptions, device: Optional[torch.device] = None) -> torch.Tensor:
     return _CACHE.get(("window", opts.window_type, opts.window_size, opts.blackman_coeff),
-                      lambda: _window(opts))
+                      lambda: _window(opts), device)
 
 
-def cached_mel_banks(opts: FrameOptions) -> torch.Tensor:
-    return _CACHE.get(("mel", opts), lambda: mel_banks(opts))
+def cached_mel_banks(opts: FrameOptions, device: Optional[torch.device] = None) -> torch.Tensor:
+    return _CACHE.get(("mel", opts), lambda: mel_banks(opts), device)
 
 
-def cached_dct(num_ceps: int, num_mel_bins: int, cepstral_lifter: float) -> torch.Tensor:
+def cached_dct(num_ceps: int, num_mel_bins: int, cepstral_lifter: float,
+               device: Optional[torch.device] = None) -> torch.Tensor:
     """DCT matrix with the lifter folded in, shape ``(num_mel_bins, num_ceps)``."""
 
     def build() -> torch.Tensor:
@@ -184,7 +188,7 @@ def cached_dct(num_ceps: int, num_mel_bins: int, cepstral_lifter: float) -> torc
             dct = dct * lifter_coeffs(num_ceps, cepstral_lifter).unsqueeze(0)
         return dct.contiguous()
 
-    return _CACHE.get(("dct", num_ceps, num_mel_bins, cepstral_lifter), build)
+    return _CACHE.get(("dct", num_ceps, num_mel_bins, cepstral_lifter), build, device)
 
 
 def frame_waveform(wave: torch.Tensor, opts: FrameOptions) -> torch.Tensor:
@@ -248,13 +252,13 @@ def frames_to_fbank(
         # x[j] - c * x[j-1], with x[-1] := x[0] (Kaldi's convention).
         # Same operation order as torchaudio (c * x first, then subtract) so that the
         # float32 rounding, and hence tiny low-frequency energies, agree.
-        out = torch.empty((m, size), dtype=frames.dtype)
+        out = torch.empty((m, size), dtype=frames.dtype, device=frames.device)
         torch.mul(frames[:, :-1], c, out=out[:, 1:])
         torch.sub(frames[:, 1:], out[:, 1:], out=out[:, 1:])
         torch.sub(frames[:, 0], frames[:, 0] * c, out=out[:, 0])
-        out.mul_(cached_window(opts))
+        out.mul_(cached_window(opts, frames.device))
     else:
-        out = frames * cached_window(opts)
+        out = frames * cached_window(opts, frames.device)
     if fb.use_energy and not fb.raw_energy:
         energy = _log_energy(out, fb.energy_floor)
     padded = opts.padded_window_size
@@ -265,7 +269,7 @@ def frames_to_fbank(
     power = ri[:, 0 : padded : 2] + ri[:, 1 : padded : 2]  # drops the Nyquist bin
     if not fb.use_power:
         power = power.sqrt_()
-    mel = power @ cached_mel_banks(opts)
+    mel = power @ cached_mel_banks(opts, frames.device)
     if fb.use_log_fbank:
         mel = mel.clamp_(min=EPSILON).log_()
     if energy is not None:
@@ -276,7 +280,7 @@ def frames_to_fbank(
 def _dithered(wave: torch.Tensor, dither: float, generator: Optional[torch.Generator]):
     if dither == 0.0:
         return wave
-    noise = torch.randn(wave.shape, generator=generator, dtype=wave.dtype)
+    noise = torch.randn(wave.shape, generator=generator, dtype=wave.dtype, device=wave.device)
     return wave + dither * noise
 
 
@@ -322,7 +326,8 @@ def fbank(
         outputs.append(_block(pending, opts, fb))
     if not outputs:
         dim = opts.num_mel_bins + int(fb.use_energy)
-        return [torch.zeros((0, dim)) for _ in counts]
+        device = waves[0].device if counts else None
+        return [torch.zeros((0, dim), device=device) for _ in counts]
     feats = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=0)
     return list(torch.split(feats, counts, dim=0))
 
@@ -361,6 +366,8 @@ def mfcc(
         use_log_fbank=True,
         use_power=True,
     )
-    dct = cached_dct(num_ceps, opts.num_mel_bins, cepstral_lifter)
     logmel = fbank(waves, opts, fb, generator=generator)
+    if not logmel:
+        return []
+    dct = cached_dct(num_ceps, opts.num_mel_bins, cepstral_lifter, logmel[0].device)
     return [x @ dct for x in logmel]

@@ -1,0 +1,139 @@
+"""Features on the training device (features/device.py) equal the worker path on the CPU:
+same speed factors, masks and trims from the same seeds, features within 1e-4."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+from lhotse import CutSet, Recording
+
+from wenet_lhotse.features import PooledFeatures, WenetFbank, WenetFbankConfig, cut_seed
+from wenet_lhotse.features.device import (
+    DRAWS_KEY,
+    WAV_KEY,
+    WAV_LENGTHS_KEY,
+    DeviceFeatures,
+    collate_waves,
+    load_samples,
+    plan_cut,
+)
+from wenet_lhotse.features.fbank import WenetMfcc, WenetMfccConfig, WhisperLogMel
+
+
+def device_path(features: PooledFeatures, cuts, augment: bool, epoch: int = 0):
+    """Worker side (plan_cut, collate_waves) + training side (DeviceFeatures), in cut
+    order, as the loader runs them (minus the DataLoader)."""
+    waves, draws = [], []
+    for cut in cuts:
+        w, d = plan_cut(features.pipeline, cut, cut_seed(features.seed, epoch, cut.id), augment)
+        waves.append(w)
+        draws.append(d)
+    wav, lens = collate_waves(waves)
+    batch = {"keys": [c.id for c in cuts], WAV_KEY: wav, WAV_LENGTHS_KEY: lens,
+             DRAWS_KEY: draws, "target": torch.zeros(len(cuts), 1)}
+    p = features.pipeline
+    out = DeviceFeatures(p.extractor, p.resample_to, device="cpu",
+                         return_pcm=p.return_audio)(batch)
+    return out, wav
+
+
+def assert_same(worker, device_batch):
+    feats, lens = worker.feats, worker.feats_lens
+    assert torch.equal(device_batch["feats_lengths"], lens.to(torch.int32))
+    t_max = int(lens.max())
+    assert device_batch["feats"].shape == (feats.shape[0], t_max, feats.shape[2])
+    diff = (device_batch["feats"] - feats[:, :t_max]).abs().max().item()
+    assert diff <= 1e-4, diff
+    # the same masks: exactly the same entries are zero (log-mel energies never are)
+    assert torch.equal(device_batch["feats"] == 0, feats[:, :t_max] == 0)
+
+
+@pytest.mark.parametrize("dither", [0.0, 0.1])
+def test_device_path_equals_worker_path_with_full_augmentation(corpus_cuts, dither):
+    ext = WenetFbank(WenetFbankConfig(num_mel_bins=80, dither=dither))
+    features = PooledFeatures(ext, speed_perturb=True, spec_aug=True, spec_sub=True,
+                              spec_trim=True, seed=7, return_audio=True)
+    cuts = list(corpus_cuts)
+    worker = features(CutSet.from_cuts(cuts), augment=True)
+    batch, wav = device_path(features, cuts, augment=True)
+    assert wav.dtype == torch.int16  # 16-bit sources travel as int16
+    assert_same(worker, batch)
+    assert list(batch)[:3] == ["keys", "feats", "feats_lengths"]  # WeNet's key order
+    assert WAV_KEY not in batch and DRAWS_KEY not in batch
+    # pcm: the speed-perturbed waveform, as the worker path returns it
+    pcm, pcm_lens = worker.audio
+    assert torch.equal(batch["pcm_length"], pcm_lens.to(torch.int32))
+    assert (batch["pcm"] - pcm[:, : batch["pcm"].shape[1]]).abs().max() <= 1e-6
+    # augmentation really happened: several factors, masks, trims
+    factors = {round(len(p) / len(c.load_audio()[0]), 1) for p, c in
+               zip([pcm[i, : pcm_lens[i]] for i in range(len(cuts))], cuts)}
+    assert len(factors) > 1
+
+
+def test_device_path_equals_worker_path_without_augmentation(corpus_cuts):
+    ext = WenetFbank(WenetFbankConfig(num_mel_bins=80, dither=0.1))
+    features = PooledFeatures(ext, speed_perturb=True, spec_aug=True, seed=3)
+    cuts = list(corpus_cuts)[:6]
+    worker = features(CutSet.from_cuts(cuts), augment=False)  # cv: no dither, no masks
+    batch, _ = device_path(features, cuts, augment=False)
+    assert_same(worker, batch)
+    for row, n in zip(batch["feats"], batch["feats_lengths"]):  # no masks
+        assert not (row[:n] == 0).any()
+
+
+def test_other_epoch_other_draws(corpus_cuts):
+    features = PooledFeatures(WenetFbank(), speed_perturb=True, spec_aug=True, seed=3)
+    cuts = list(corpus_cuts)[:8]
+    a, _ = device_path(features, cuts, augment=True, epoch=0)
+    b, _ = device_path(features, cuts, augment=True, epoch=1)
+    features.set_epoch(1)
+    assert_same(features(CutSet.from_cuts(cuts), augment=True), b)
+    assert not torch.equal(a["feats_lengths"], b["feats_lengths"]) or \
+        not torch.equal(a["feats"] == 0, b["feats"] == 0)
+
+
+def test_mfcc_and_resampling_on_the_device_path(tmp_path):
+    rng = np.random.default_rng(0)
+    cuts = []
+    for i, sr in enumerate((8000, 22050, 16000)):
+        path = tmp_path / f"u{i}.wav"
+        sf.write(path, (0.1 * rng.standard_normal(sr * 2)).astype(np.float32), sr,
+                 subtype="FLOAT")  # not 16-bit: travels as float32
+        cuts.append(Recording.from_file(path).to_cut())
+    ext = WenetMfcc(WenetMfccConfig(num_mel_bins=40, num_ceps=13, dither=0.0))
+    features = PooledFeatures(ext, speed_perturb=True, spec_aug=True, seed=1)
+    worker = features(CutSet.from_cuts(cuts), augment=True)
+    batch, wav = device_path(features, cuts, augment=True)
+    assert wav.dtype == torch.float32
+    assert_same(worker, batch)
+
+
+def test_whisper_log_mel_is_refused():
+    with pytest.raises(ValueError, match="features_on: device"):
+        DeviceFeatures(WhisperLogMel())
+
+
+def test_load_samples_int16_equals_lhotse_float(corpus_cuts, tmp_path):
+    cut = list(corpus_cuts)[0]
+    pcm, sr = load_samples(cut)
+    assert pcm.dtype == np.int16 and sr == cut.sampling_rate
+    np.testing.assert_array_equal(pcm.astype(np.float32) / 32768, cut.load_audio()[0])
+    # in-memory bytes (WeNet shards) too
+    mem = Recording.from_bytes(open(cut.recording.sources[0].source, "rb").read(),
+                               recording_id=cut.id).to_cut()
+    pcm2, _ = load_samples(mem)
+    assert pcm2.dtype == np.int16 and np.array_equal(pcm, pcm2)
+    # a segment of a recording falls back to Lhotse's float32 decoding
+    seg = cut.truncate(offset=0.5, duration=0.5)
+    x, _ = load_samples(seg)
+    assert x.dtype == np.float32 and np.array_equal(x, seg.load_audio()[0])
+    # FLAC 16-bit is read as int16 as well
+    buf = io.BytesIO()
+    sf.write(buf, pcm, sr, format="FLAC", subtype="PCM_16")
+    flac = Recording.from_bytes(buf.getvalue(), recording_id="f").to_cut()
+    pcm3, _ = load_samples(flac)
+    assert pcm3.dtype == np.int16 and np.array_equal(pcm, pcm3)

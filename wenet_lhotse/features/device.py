@@ -1,0 +1,333 @@
+"""Features on the training device (``lhotse_conf.features_on: device``).
+
+The per-cut recipe of the worker path (decode -> resample -> speed perturbation ->
+dither -> fbank/mfcc -> spec_aug -> spec_sub -> spec_trim) is split in two:
+
+* **in the DataLoader worker** (:func:`plan_cut`): decode only -- 16-bit PCM sources stay
+  ``int16`` (half the bytes of float32 through the worker -> main pipe) -- and make
+  every random draw of the recipe with the same generator in the same order as the
+  worker path (``random.Random(seed)``: speed factor, then the spec_aug / spec_sub /
+  spec_trim spans, whose frame counts follow from the sample count). No signal
+  processing happens there. The draws travel with the batch (:class:`CutDraws`).
+* **in the training process** (:class:`DeviceFeatures`, applied by the loader's iterator
+  to each batch): resample, speed perturbation, dither, fbank/mfcc and the masks,
+  batched on ``device`` (the model's GPU, or the CPU).
+
+Same seeds -> same speed factors, masks and trims as the worker path, by construction
+(the draws are the worker path's own, see ``spec_aug_draws`` & co. in
+:mod:`~wenet_lhotse.features.augment`). On the CPU the features equal the worker
+path's (tested at 1e-4; dither noise included: each cut's noise comes from a
+``torch.Generator`` seeded with the cut's seed, as in the worker path). On CUDA the
+noise comes from CUDA's generator with that seed: reproducible and with the same
+distribution, but not the CPU's numbers.
+
+Supported ``feats_type``: ``fbank`` and ``mfcc`` (the Kaldi front end); Whisper's
+log-mel stays on the worker path.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+
+from wenet_lhotse.features import kaldi
+from wenet_lhotse.features.augment import (
+    choose_speed,
+    resample,
+    spec_aug_draws,
+    spec_sub_draws,
+    spec_trim_draw,
+    speed_perturb,
+)
+from wenet_lhotse.features.fbank import INT16_SCALE, WenetFbank, WenetMfcc
+
+#: batch keys the worker fills in device mode (popped by :class:`DeviceFeatures`)
+WAV_KEY = "wav"
+WAV_LENGTHS_KEY = "wav_lengths"
+DRAWS_KEY = "_feature_draws"
+
+FEATURES_ON = ("worker", "device")
+
+
+@dataclass
+class CutDraws:
+    """Everything random about one cut's features, drawn in the worker.
+
+    ``sampling_rate``: of the decoded waveform (Hz); ``frames``: feature frames before
+    spec_trim, ``keep`` after it; spans are ``[start, end)`` in frames / bins.
+    """
+
+    seed: int
+    sampling_rate: int
+    augment: bool
+    speed: float = 1.0
+    frames: int = 0
+    keep: int = 0
+    t_spans: List[Tuple[int, int]] = field(default_factory=list)
+    f_spans: List[Tuple[int, int]] = field(default_factory=list)
+    subs: List[Tuple[int, int, int]] = field(default_factory=list)
+
+
+def check_extractor(extractor: Any) -> None:
+    """Raise ``ValueError`` unless the device path can compute ``extractor``'s features."""
+    if not isinstance(extractor, (WenetFbank, WenetMfcc)):
+        raise ValueError(
+            f"lhotse_conf.features_on: device supports feats_type fbank and mfcc, not "
+            f"{type(extractor).__name__}; use features_on: worker")
+
+
+def _num_samples(n: int, sr: int, resample_to: Optional[int], speed: float) -> Tuple[int, int]:
+    """``(samples, sampling rate)`` after resampling and speed perturbation of ``n``
+    samples at ``sr`` Hz (the lengths :func:`resample` / :func:`speed_perturb` give)."""
+    if resample_to and sr != resample_to:
+        n = math.ceil(n * int(resample_to) / sr)
+        sr = int(resample_to)
+    if speed != 1.0:
+        n = int(n / float(speed) + 0.5)
+    return n, sr
+
+
+def load_samples(cut: Any) -> Tuple[np.ndarray, int]:
+    """``(samples (n,), sampling rate)`` of a cut's first channel: ``int16`` when the
+    audio is a whole 16-bit PCM recording (a file or in-memory bytes), else float32 in
+    [-1, 1] from ``cut.load_audio()``. ``int16 / 32768`` is exactly the float32 Lhotse
+    (libsndfile) would return."""
+    pcm = _read_pcm16(cut)
+    if pcm is not None:
+        return pcm, int(cut.sampling_rate)
+    audio = np.asarray(cut.load_audio(), dtype=np.float32)
+    return (audio[0] if audio.ndim == 2 else audio), int(cut.sampling_rate)
+
+
+def _read_pcm16(cut: Any) -> Optional[np.ndarray]:
+    rec = getattr(cut, "recording", None)
+    if rec is None or len(rec.sources) != 1 or rec.transforms or cut.start != 0 \
+            or cut.num_samples != rec.num_samples:
+        return None
+    src = rec.sources[0]
+    if src.type not in ("file", "memory"):
+        return None
+    import soundfile as sf
+
+    target = src.source if src.type == "file" else io.BytesIO(src.source)
+    try:
+        with sf.SoundFile(target) as f:
+            if f.subtype != "PCM_16" or f.frames != rec.num_samples:
+                return None
+            data = f.read(dtype="int16", always_2d=True)
+    except (RuntimeError, sf.LibsndfileError, TypeError):
+        return None  # let Lhotse decode it (and raise its own error)
+    return np.ascontiguousarray(data[:, 0])
+
+
+def plan_cut(recipe: Any, cut: Any, seed: int, augment: bool
+             ) -> Tuple[np.ndarray, CutDraws]:
+    """Worker side: the decoded samples (int16 or float32) and the cut's draws.
+
+    ``recipe`` has the worker path's fields (``extractor``, ``resample_to``, ``speeds``,
+    ``spec_aug``, ``spec_sub``, ``spec_trim``); the draws are made in the worker path's
+    order with ``random.Random(seed)``.
+    """
+    samples, sr = load_samples(cut)
+    rng = random.Random(seed)
+    speed = choose_speed(rng, recipe.speeds) if augment and recipe.speeds else 1.0
+    n, out_sr = _num_samples(samples.shape[0], sr, recipe.resample_to, speed)
+    cfg = recipe.extractor.config
+    frames = kaldi.num_frames(n, cfg.frame_options(out_sr))
+    draws = CutDraws(seed=int(seed), sampling_rate=sr, augment=augment, speed=float(speed),
+                     frames=frames, keep=frames)
+    if augment:
+        if recipe.spec_aug is not None:
+            bins = recipe.extractor.feature_dim(out_sr)
+            draws.t_spans, draws.f_spans = spec_aug_draws(frames, bins, rng, recipe.spec_aug)
+        if recipe.spec_sub is not None:
+            draws.subs = spec_sub_draws(frames, rng, recipe.spec_sub)
+        if recipe.spec_trim is not None:
+            draws.keep = spec_trim_draw(frames, rng, recipe.spec_trim)
+    return samples, draws
+
+
+def collate_waves(waves: Sequence[np.ndarray]) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Pad waveforms into ``(B, S_max)``: int16 when all are int16, else float32 in
+    [-1, 1]; and their lengths in samples (int32)."""
+    lens = np.array([w.shape[0] for w in waves], dtype=np.int32)
+    dtype = np.int16 if waves and all(w.dtype == np.int16 for w in waves) else np.float32
+    out = np.zeros((len(waves), int(lens.max()) if len(lens) else 0), dtype=dtype)
+    for i, w in enumerate(waves):
+        if dtype == np.float32 and w.dtype == np.int16:
+            w = w.astype(np.float32) * (1.0 / INT16_SCALE)
+        out[i, : w.shape[0]] = w
+    return torch.from_numpy(out), torch.from_numpy(lens)
+
+
+class DeviceFeatures:
+    """Training-process side: turns a device-mode batch into WeNet's batch.
+
+    Pops ``wav``, ``wav_lengths`` and the draws, adds ``feats`` (float32 ``(B, T, F)`` on
+    ``device``, zero-padded) and ``feats_lengths`` (int32, on the CPU like the worker
+    path's), and ``pcm`` / ``pcm_length`` when ``return_pcm``. Rows keep the order the
+    worker gave them (longest final feature length first).
+
+    :param extractor: ``WenetFbank`` or ``WenetMfcc`` (its config; its ``dither`` is
+        used for cuts drawn with ``augment``).
+    :param resample_to: Hz, as the worker path's ``resample_to``.
+    :param device: where to compute; ``None``: the current CUDA device when CUDA is
+        available, else the CPU (resolved at the first batch, i.e. after WeNet's
+        ``train.py`` has called ``torch.cuda.set_device(local_rank)``).
+    """
+
+    def __init__(self, extractor: Any, resample_to: Optional[int] = 16000,
+                 device: Union[None, str, torch.device] = None,
+                 return_pcm: bool = False) -> None:
+        check_extractor(extractor)
+        self.extractor = extractor
+        self.resample_to = int(resample_to) if resample_to else None
+        self._device = torch.device(device) if device is not None else None
+        self.return_pcm = return_pcm
+
+    @property
+    def device(self) -> torch.device:
+        if self._device is None:
+            self._device = (torch.device("cuda", torch.cuda.current_device())
+                            if torch.cuda.is_available() else torch.device("cpu"))
+        return self._device
+
+    def __call__(self, batch: Dict[str, Any]) -> Dict[str, Any]:
+        if WAV_KEY not in batch:
+            return batch  # an empty batch or one made by the worker path
+        if self.device.type != "cpu":
+            return self._transform(batch)
+        # On the CPU, one intra-op thread as in the worker path: several threads change
+        # the float rounding of the resampler's matmul, which near-silent low mel bins
+        # turn into log differences of up to 5e-3.
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return self._transform(batch)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _transform(self, batch: Dict[str, Any]) -> Dict[str, Any]:
+        dev = self.device
+        wav = batch.pop(WAV_KEY)
+        lens = batch.pop(WAV_LENGTHS_KEY).tolist()
+        draws: List[CutDraws] = batch.pop(DRAWS_KEY)
+        x = wav.to(dev, non_blocking=True)
+        if x.dtype == torch.int16:
+            x = x.float() * (1.0 / INT16_SCALE)  # exact: a power of two
+        waves, rates = [], []
+        for i, d in enumerate(draws):
+            w, sr = x[i, : lens[i]], d.sampling_rate
+            if self.resample_to and sr != self.resample_to:
+                w, sr = resample(w, sr, self.resample_to), self.resample_to
+            if d.speed != 1.0:
+                w = speed_perturb(w, sr, d.speed)
+            waves.append(w)
+            rates.append(sr)
+        if len(set(rates)) <= 1:
+            feats = self._features(waves, draws, rates[0] if rates else 16000)
+        else:  # mixed rates without resample_to: frame options differ per cut
+            feats = [self._features([w], [d], sr)[0] for w, d, sr in zip(waves, draws, rates)]
+        feats, flens = self._augment(feats, draws)
+        out: Dict[str, Any] = {}
+        for key, value in batch.items():
+            out[key] = value
+            if key == "keys":
+                out["feats"], out["feats_lengths"] = feats, flens
+        out.setdefault("feats", feats)
+        out.setdefault("feats_lengths", flens)
+        if self.return_pcm:
+            out["pcm"] = torch.nn.utils.rnn.pad_sequence(waves, batch_first=True) if waves \
+                else torch.zeros(0, 0, device=dev)
+            out["pcm_length"] = torch.tensor([w.numel() for w in waves], dtype=torch.int32)
+        return out
+
+    def _features(self, waves: List[torch.Tensor], draws: Sequence[CutDraws],
+                  sr: int) -> List[torch.Tensor]:
+        cfg = self.extractor.config
+        opts, fb = cfg.frame_options(sr), cfg.fbank_options(0.0)
+        dither = float(cfg.dither)
+        scaled = []
+        for w, d in zip(waves, draws):
+            w = w * INT16_SCALE
+            if d.augment and dither != 0.0:
+                gen = torch.Generator(device=w.device).manual_seed(d.seed)
+                w = w + dither * torch.randn(w.shape, generator=gen, dtype=w.dtype,
+                                             device=w.device)
+            scaled.append(w)
+        if not scaled:
+            return []
+        if scaled[0].device.type == "cpu":  # cache-sized blocks, as the worker path
+            if isinstance(self.extractor, WenetMfcc):
+                return kaldi.mfcc(scaled, opts, fb, num_ceps=cfg.num_ceps,
+                                  cepstral_lifter=cfg.cepstral_lifter)
+            return kaldi.fbank(scaled, opts, fb)
+        # an accelerator: all frames of the batch in one FFT and one matmul
+        frames = [kaldi.frame_waveform(w, opts) for w in scaled]
+        mel = kaldi.frames_to_fbank(torch.cat(frames), opts, fb)
+        if isinstance(self.extractor, WenetMfcc):
+            mel = mel @ kaldi.cached_dct(cfg.num_ceps, cfg.num_mel_bins, cfg.cepstral_lifter,
+                                         mel.device)
+        return list(torch.split(mel, [f.shape[0] for f in frames]))
+
+    def _augment(self, feats: List[torch.Tensor], draws: Sequence[CutDraws]
+                 ) -> Tuple[torch.Tensor, torch.Tensor]:
+        dev = self.device
+        for f, d in zip(feats, draws):
+            if f.shape[0] != d.frames:
+                raise RuntimeError(f"device features: {f.shape[0]} frames where the worker "
+                                   f"planned {d.frames}")
+        dim = self.extractor.feature_dim(self.resample_to or 16000)
+        keep = [d.keep for d in draws]
+        t_max = max(keep, default=0)
+        padded = torch.zeros((len(feats), t_max, feats[0].shape[1] if feats else dim),
+                             device=dev)
+        for i, (f, k) in enumerate(zip(feats, keep)):
+            padded[i, :k] = f[:k]
+        t_spans = [d.t_spans for d in draws]
+        f_spans = [d.f_spans for d in draws]
+        if any(t_spans) or any(f_spans):
+            masked = _span_mask(t_spans, t_max, dev)[:, :, None] \
+                | _span_mask(f_spans, padded.shape[2], dev)[:, None, :]
+            # masks lie within each cut's frames; spec_trim comes later in WeNet's order,
+            # so a mask may reach frames that are trimmed below -- those are cut anyway
+            padded.masked_fill_(masked, 0.0)
+        for i, d in enumerate(draws):
+            if d.subs:
+                src = _masked_input(feats[i], d)
+                for start, end, pos in d.subs:
+                    lo, hi = min(start, d.keep), min(end, d.keep)
+                    if hi > lo:
+                        padded[i, lo:hi] = src[lo - pos : hi - pos]
+        return padded, torch.tensor(keep, dtype=torch.int32)
+
+
+def _span_mask(spans: Sequence[Sequence[Tuple[int, int]]], size: int,
+               device: torch.device) -> torch.Tensor:
+    """``(B, size)`` bool: position inside any of row b's ``[start, end)`` spans."""
+    k = max((len(s) for s in spans), default=0)
+    if k == 0 or size == 0:
+        return torch.zeros((len(spans), size), dtype=torch.bool, device=device)
+    se = torch.zeros((len(spans), k, 2), dtype=torch.long)
+    for i, s in enumerate(spans):
+        if s:
+            se[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+    se = se.to(device)
+    pos = torch.arange(size, device=device)[None, None, :]
+    return ((pos >= se[:, :, :1]) & (pos < se[:, :, 1:])).any(dim=1)
+
+
+def _masked_input(f: torch.Tensor, d: CutDraws) -> torch.Tensor:
+    """Cut ``d``'s features after spec_aug (the input spec_sub copies from)."""
+    src = f.clone()
+    for a, b in d.t_spans:
+        src[a:b] = 0
+    for a, b in d.f_spans:
+        src[:, a:b] = 0
+    return src
