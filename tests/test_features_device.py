@@ -18,10 +18,10 @@ from wenet_lhotse.features.device import (
     WAV_LENGTHS_KEY,
     DeviceFeatures,
     collate_waves,
-    load_samples,
     plan_cut,
 )
 from wenet_lhotse.features.fbank import WenetMfcc, WenetMfccConfig, WhisperLogMel
+from wenet_lhotse.formats.audio import load_samples, recording_from_bytes
 
 
 def device_path(features: PooledFeatures, cuts, augment: bool, epoch: int = 0):
@@ -137,3 +137,14 @@ def test_load_samples_int16_equals_lhotse_float(corpus_cuts, tmp_path):
     flac = Recording.from_bytes(buf.getvalue(), recording_id="f").to_cut()
     pcm3, _ = load_samples(flac)
     assert pcm3.dtype == np.int16 and np.array_equal(pcm, pcm3)
+
+
+def test_recording_from_bytes_is_lhotses_manifest(corpus_cuts):
+    data = open(list(corpus_cuts)[0].recording.sources[0].source, "rb").read()
+    ours, ref = recording_from_bytes(data, "k"), Recording.from_bytes(data, recording_id="k")
+    assert ours == ref
+    assert np.array_equal(ours.load_audio(), ref.load_audio())
+    from lhotse.audio.utils import AudioLoadingError
+
+    with pytest.raises(AudioLoadingError):  # not audio: Lhotse's own error
+        recording_from_bytes(b"not audio at all", "k")

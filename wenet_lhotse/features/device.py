@@ -27,7 +27,6 @@ log-mel stays on the worker path.
 
 from __future__ import annotations
 
-import io
 import math
 import random
 from dataclasses import dataclass, field
@@ -46,6 +45,7 @@ from wenet_lhotse.features.augment import (
     speed_perturb,
 )
 from wenet_lhotse.features.fbank import INT16_SCALE, WenetFbank, WenetMfcc
+from wenet_lhotse.formats.audio import load_samples
 
 #: batch keys the worker fills in device mode (popped by :class:`DeviceFeatures`)
 WAV_KEY = "wav"
@@ -91,39 +91,6 @@ def _num_samples(n: int, sr: int, resample_to: Optional[int], speed: float) -> T
     if speed != 1.0:
         n = int(n / float(speed) + 0.5)
     return n, sr
-
-
-def load_samples(cut: Any) -> Tuple[np.ndarray, int]:
-    """``(samples (n,), sampling rate)`` of a cut's first channel: ``int16`` when the
-    audio is a whole 16-bit PCM recording (a file or in-memory bytes), else float32 in
-    [-1, 1] from ``cut.load_audio()``. ``int16 / 32768`` is exactly the float32 Lhotse
-    (libsndfile) would return."""
-    pcm = _read_pcm16(cut)
-    if pcm is not None:
-        return pcm, int(cut.sampling_rate)
-    audio = np.asarray(cut.load_audio(), dtype=np.float32)
-    return (audio[0] if audio.ndim == 2 else audio), int(cut.sampling_rate)
-
-
-def _read_pcm16(cut: Any) -> Optional[np.ndarray]:
-    rec = getattr(cut, "recording", None)
-    if rec is None or len(rec.sources) != 1 or rec.transforms or cut.start != 0 \
-            or cut.num_samples != rec.num_samples:
-        return None
-    src = rec.sources[0]
-    if src.type not in ("file", "memory"):
-        return None
-    import soundfile as sf
-
-    target = src.source if src.type == "file" else io.BytesIO(src.source)
-    try:
-        with sf.SoundFile(target) as f:
-            if f.subtype != "PCM_16" or f.frames != rec.num_samples:
-                return None
-            data = f.read(dtype="int16", always_2d=True)
-    except (RuntimeError, sf.LibsndfileError, TypeError):
-        return None  # let Lhotse decode it (and raise its own error)
-    return np.ascontiguousarray(data[:, 0])
 
 
 def plan_cut(recipe: Any, cut: Any, seed: int, augment: bool

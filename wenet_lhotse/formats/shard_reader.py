@@ -9,7 +9,8 @@ its LAST dot (``a/b.c.wav`` -> key ``a/b.c``); one utterance's members are
 contiguous:
 
 * ``key.<audio>`` (flac, mp3, m4a, ogg, opus, wav, wma) -> an in-memory
-  recording (``Recording.from_bytes``; only the header is parsed when reading);
+  recording (``Recording.from_bytes``'s manifest, the header read by libsndfile; only
+  the header is parsed when reading);
 * ``key.txt`` -> supervision text (UTF-8, stripped);
 * ``key.speaker`` / ``key.lang`` -> supervision speaker / language (UTF-8, stripped);
 * any other ``key.<field>`` -> ``cut.custom[field]``: a ``str`` when the bytes are
@@ -30,11 +31,12 @@ import zlib
 from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
-from lhotse import CutSet, Recording, SupervisionSegment
+from lhotse import CutSet, SupervisionSegment
 from lhotse.lazy import Dillable
 from lhotse.utils import Pathlike, fastcopy
 
 from wenet_lhotse.errors import SkipReport, WenetDataError, short_error
+from wenet_lhotse.formats.audio import recording_from_bytes
 from wenet_lhotse.formats.keyset import KeySet
 from wenet_lhotse.formats.layout import AUDIO_SUFFIXES
 from wenet_lhotse.formats.remote import is_remote
@@ -293,7 +295,7 @@ class LazyWenetShardIterator(Dillable):
                 except UnicodeDecodeError:
                     custom[suffix] = data
         try:
-            recording = Recording.from_bytes(audio_bytes, recording_id=key)
+            recording = recording_from_bytes(audio_bytes, recording_id=key)
         except Exception as e:
             why = short_error(e, audio=audio_bytes)
             raise WenetDataError(f"cannot read audio: {why}", tar, member=audio_member,
