@@ -1,110 +1,107 @@
-"""`python -m wenet_lhotse.wenet_train` runs a WeNet-style train.py on our loader.
+"""WeNet's own ``train.py`` (from ``$WENET_ROOT``, unmodified) on our loader, next to the
+same ``train.py`` on WeNet's own loader: same corpus, same yaml, same arguments.
 
-WeNet itself is not on PyPI, so this builds a stand-in with WeNet's module layout and
-calling convention (``wenet/bin/train.py`` doing ``from wenet.utils.train_utils import
-init_dataset_and_dataloader`` at import time, WeNet's argparse choices, a tokenizer
-class of its own). What is under test is our runner's patching and our drop-in, run
-in a real subprocess; against a real WeNet checkout the recipes' stage 5 does the same.
+Each run trains a tiny conformer for 2 epochs on CPU to the saved checkpoint; the steps
+WeNet's executor records in each checkpoint's yaml must be the same on both loaders
+(static batches), and every run WeNet completes must complete on ours.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-import textwrap
-from pathlib import Path
 
 import pytest
-import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+from wenet_harness.runs import run_train, saved_steps, speaker_table, write_config
+from wenet_lhotse.corpus import generate_corpus
 
-TRAIN_UTILS = """
-def init_dataset_and_dataloader(args, configs, tokenizer, seed=777):
-    raise RuntimeError("WeNet's own loader was called")
-"""
-
-TRAIN_PY = """
-import argparse, json, yaml
-from wenet.utils.train_utils import init_dataset_and_dataloader
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-class Tokenizer:  # WeNet's CharTokenizer interface, not ours
-    def __init__(self, path):
-        self.table = dict(l.split() for l in open(path, encoding="utf-8"))
-    def tokenize(self, line):
-        toks = ["\\u2581" if c == " " else c for c in line.strip()]
-        return toks, [int(self.table.get(t, 1)) for t in toks]
-    def vocab_size(self):
-        return len(self.table)
+@pytest.fixture(scope="module")
+def data(tmp_path_factory, wenet_root):
+    """96 utterances of 0.8-2 s (4 speakers), as a raw list and as 4 WeNet shards."""
+    root = tmp_path_factory.mktemp("wenet_train")
+    corpus = generate_corpus(root / "corpus", num_utterances=96, min_duration=0.8,
+                             max_duration=2.0, shard_size=24, seed=5)
+    spk = speaker_table(corpus.data_list, root / "spk.txt")
+    return root, corpus, spk
 
 
-def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--config", required=True)
-    p.add_argument("--data_type", default="raw", choices=["raw", "shard"])
-    p.add_argument("--train_data", required=True)
-    p.add_argument("--cv_data", required=True)
-    p.add_argument("--num_workers", type=int, default=0)
-    p.add_argument("--pin_memory", action="store_true")
-    p.add_argument("--prefetch", type=int, default=100)
-    p.add_argument("--out", required=True)
-    args = p.parse_args()
-    configs = yaml.safe_load(open(args.config))
-    tok = Tokenizer(configs["tokenizer_conf"]["symbol_table_path"])
-    train_ds, cv_ds, train_dl, cv_dl = init_dataset_and_dataloader(args, configs, tok)
-    batch = next(iter(train_dl))
-    cv_keys = [k for b in cv_dl for k in b["keys"]]
-    json.dump({"vocab_size": configs["vocab_size"], "batch_keys": sorted(batch),
-               "feats_shape": list(batch["feats"].shape), "cv_keys": cv_keys,
-               "loader": type(train_dl).__module__}, open(args.out, "w"))
+def _ok(res: subprocess.CompletedProcess, what: str) -> None:
+    assert res.returncode == 0, f"{what} failed:\n{res.stdout[-4000:]}"
 
 
-if __name__ == "__main__":
-    main()
-"""
+def _both(data, name, how, *, nproc=1, data_type="raw", dataset_conf=None, **top):
+    """Train with WeNet's loader and with ours (``how``); return both step tables."""
+    root, corpus, spk = data
+    conf = write_config(root / f"{name}.yaml", corpus.units, spk, dataset_conf, **top)
+    train = corpus.shards_list if data_type == "shard" else corpus.data_list
+    steps = {}
+    for who in ("wenet", how):
+        model_dir = root / f"{name}_{who}"
+        res = run_train(who, conf, [train], train, model_dir, data_type=data_type,
+                        nproc=nproc)
+        _ok(res, f"{who} ({name})")
+        # (WeNet's final.pt links to "1.pt", not "epoch_1.pt": check the epoch's file)
+        assert (model_dir / "epoch_0.pt").exists() or any(model_dir.glob("step_*.pt"))
+        steps[who] = saved_steps(model_dir)
+    return steps["wenet"], steps[how], root / f"{name}_{how}"
 
 
-def make_standin(root: Path) -> None:
-    for d in ("wenet", "wenet/utils", "wenet/bin"):
-        (root / d).mkdir(parents=True, exist_ok=True)
-        (root / d / "__init__.py").write_text("")
-    (root / "wenet/utils/train_utils.py").write_text(textwrap.dedent(TRAIN_UTILS))
-    (root / "wenet/bin/train.py").write_text(textwrap.dedent(TRAIN_PY))
+def test_one_import_swap_single_process(data):
+    wenet, ours, model_dir = _both(data, "swap1", "swap")
+    assert sorted(wenet) == ["epoch_0", "epoch_1"] == sorted(ours)
+    assert (model_dir / "epoch_1.pt").exists()
+    assert ours == wenet  # optimizer steps per epoch, static batches
 
 
-@pytest.mark.parametrize("train_kind", ["raw", "shar"])
-def test_runner_puts_our_loader_under_wenet_train_py(tmp_path, corpus, train_kind):
-    make_standin(tmp_path / "wenet_src")
-    train_data = corpus.data_list
-    if train_kind == "shar":  # passed as WeNet's --data_type raw: detected from the path
-        from wenet_lhotse.convert import wenet_to_shar
+def test_step_mode_repeats_the_data_as_wenet_does(data):
+    # save_interval in the yaml: WeNet sets dataset_conf.cycle = max_epoch and trains one
+    # "epoch" over the repeated data, with a cv + checkpoint every save_interval steps.
+    wenet, ours, _ = _both(data, "steps", "module", save_interval=5)
+    assert "epoch_0" in wenet and len(wenet) > 2
+    assert ours == wenet
 
-        train_data = wenet_to_shar(corpus.data_list, tmp_path / "shar", shard_size=8).out_dir
-    conf = {"dataset_conf": {"fbank_conf": {"num_mel_bins": 40, "dither": 0.0},
-                             "batch_conf": {"batch_type": "static", "batch_size": 4}},
-            "tokenizer_conf": {"symbol_table_path": str(corpus.units)}}
-    (tmp_path / "conf.yaml").write_text(yaml.safe_dump(conf))
-    out = tmp_path / "out.json"
-    env = dict(os.environ, PYTHONPATH=f"{tmp_path / 'wenet_src'}:{ROOT}")
-    res = subprocess.run(
-        [sys.executable, "-m", "wenet_lhotse.wenet_train", "--config", str(tmp_path / "conf.yaml"),
-         "--data_type", "raw", "--train_data", str(train_data),
-         "--cv_data", str(corpus.data_list), "--num_workers", "0", "--out", str(out)],
-        env=env, capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr[-3000:]
-    got = json.loads(out.read_text())
-    assert got["loader"].startswith("wenet_lhotse.")
-    assert got["vocab_size"] == len(corpus.units.read_text().splitlines())
-    assert {"keys", "feats", "feats_lengths", "target", "target_lengths"} <= set(got["batch_keys"])
-    assert got["feats_shape"][2] == 40
-    assert sorted(got["cv_keys"]) == sorted(corpus.keys)  # the whole cv set, once
+
+@pytest.mark.slow
+@pytest.mark.parametrize("data_type", ["raw", "shard"])
+def test_torchrun_two_gloo_ranks(data, data_type):
+    wenet, ours, model_dir = _both(data, f"ddp_{data_type}", "module", nproc=2,
+                                   data_type=data_type)
+    assert sorted(wenet) == ["epoch_0", "epoch_1"] == sorted(ours)
+    assert ours == wenet
+
+
+def test_train_data_takes_several_lists(data, tmp_path):
+    """``--train_data a.list b.list`` (WeNet's ``nargs='+'``) reads both lists."""
+    from types import SimpleNamespace
+
+    from wenet_harness import import_wenet
+    from wenet_lhotse.wenet_compat import init_dataset_and_dataloader
+
+    _, corpus, _ = data
+    lines = corpus.data_list.read_text(encoding="utf-8").splitlines(keepends=True)
+    a, b = tmp_path / "a.list", tmp_path / "b.list"
+    a.write_text("".join(lines[:40]), encoding="utf-8")
+    b.write_text("".join(lines[40:]), encoding="utf-8")
+    (init_tokenizer_mod,) = import_wenet("wenet.utils.init_tokenizer")
+    configs = {"tokenizer": "char", "tokenizer_conf": {
+        "symbol_table_path": str(corpus.units), "non_lang_syms_path": None},
+        "dataset_conf": {"fbank_conf": {"num_mel_bins": 20},
+                         "batch_conf": {"batch_type": "static", "batch_size": 8}}}
+    tok = init_tokenizer_mod.init_tokenizer(configs)
+    args = SimpleNamespace(train_data=[str(a), str(b)], cv_data=str(b), data_type="raw",
+                           num_workers=0, pin_memory=False, prefetch=2)
+    _, _, train_dl, cv_dl = init_dataset_and_dataloader(args, configs, tok)
+    assert sorted(k for batch in train_dl for k in batch["keys"]) == sorted(corpus.keys)
+    assert len([k for batch in cv_dl for k in batch["keys"]]) == len(lines) - 40
 
 
 def test_runner_without_wenet_says_how_to_fix(tmp_path):
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=ROOT)
     res = subprocess.run([sys.executable, "-m", "wenet_lhotse.wenet_train", "--config", "x"],
                          env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert res.returncode != 0 and "WeNet is not importable" in res.stderr

@@ -1,21 +1,33 @@
 """Drop-in for WeNet's ``wenet.utils.train_utils.init_dataset_and_dataloader``.
 
-In WeNet's ``train.py`` change one import::
+In WeNet's ``train.py`` change one import (or run ``python -m wenet_lhotse.wenet_train``,
+which does it for you)::
 
     # from wenet.utils.train_utils import init_dataset_and_dataloader
     from wenet_lhotse.wenet_compat import init_dataset_and_dataloader
 
 Same signature, same return value ``(train_dataset, cv_dataset, train_data_loader,
-cv_data_loader)``, same side effect ``configs['vocab_size'] = tokenizer.vocab_size()``.
-The yaml's ``dataset_conf`` is read unchanged (see
-:mod:`wenet_lhotse.loader.config` for how ``batch_conf`` becomes a duration budget),
-plus an optional ``dataset_conf.lhotse_conf`` section.
+cv_data_loader)``, same side effects (``configs['vocab_size']``, and in step mode --
+``save_interval`` in the yaml -- ``configs['dataset_conf']['cycle'] = max_epoch``).
+
+Arguments as WeNet's argparse gives them: ``--train_data`` one or more lists (read one
+after another, as WeNet's ``TextLineDataPipe`` does), ``--cv_data`` one list,
+``--data_type raw|shard``. A Lhotse Shar directory or cuts manifest passed with either
+``data_type`` is recognised from the path.
+
+WeNet's semantics by default (see docs/migration.md for how each was checked against
+WeNet's own loader): bad or missing audio is skipped, logged and counted (never a stop
+at start-up), every rank evaluates the whole cv set, batches carry ``pcm`` /
+``pcm_length``. Every improvement of ours is an opt-in ``dataset_conf.lhotse_conf`` key;
+:data:`WENET_LHOTSE_DEFAULTS` are the ``lhotse_conf`` values this drop-in uses where the
+yaml does not set them.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, List, Mapping, MutableMapping, Tuple
+import os
+from typing import Any, Dict, List, Mapping, MutableMapping, Sequence, Tuple, Union
 
 from wenet_lhotse.loader.build import build_dataloader
 from wenet_lhotse.loader.distributed import world_info
@@ -23,68 +35,114 @@ from wenet_lhotse.sources import SourceSpec, detect_source_type
 
 logger = logging.getLogger(__name__)
 
-#: ``--data_type`` values: WeNet's ``raw``/``shard`` plus ours.
+#: ``--data_type`` values WeNet's ``train.py`` / ``recognize.py`` accept.
+WENET_DATA_TYPES = ("raw", "shard")
+
+#: ``data_type`` -> source type, for our own CLI (``wenet-lhotse bench --data-type``).
 DATA_TYPES = {"raw": "raw", "shard": "shard", "lhotse": "cuts", "cuts": "cuts", "shar": "shar",
               "auto": "auto"}
 
+#: ``lhotse_conf`` values under this drop-in unless the yaml sets them: WeNet's behaviour
+#: (skip bad audio, whole cv set on every rank, pcm in every batch).
+WENET_LHOTSE_DEFAULTS: Dict[str, Any] = {
+    "fault_tolerant": True,
+    "cv_partition": False,
+    "return_pcm": True,
+}
 
-def _sources(path: Any, data_type: str) -> List[Any]:
-    if data_type not in DATA_TYPES:
-        raise ValueError(f"unknown data_type {data_type!r}; use one of {sorted(DATA_TYPES)}")
-    kind = DATA_TYPES[data_type]
-    # WeNet's train.py only accepts --data_type raw|shard; a Shar directory or a Lhotse
-    # cuts manifest given with either is recognised from the path instead.
-    if kind in ("raw", "shard") and detect_source_type(str(path)) in ("cuts", "shar"):
-        kind = "auto"
-    return [SourceSpec(path=str(path), type=kind)]
+DataArg = Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]]
+
+
+def wenet_sources(data: DataArg, data_type: str, arg: str = "--train_data") -> List[SourceSpec]:
+    """Sources for WeNet's ``--train_data``/``--cv_data``/``--test_data`` value.
+
+    :param data: one path, or the list ``nargs='+'`` gives; several lists are read one
+        after another (one source), as WeNet does.
+    :param data_type: ``raw`` or ``shard`` (WeNet's choices). Paths that are a Lhotse
+        Shar directory or cuts manifest are recognised as such whatever ``data_type`` says.
+    :param arg: the argument's name, for error messages.
+    """
+    if data_type not in WENET_DATA_TYPES:
+        raise ValueError(f"--data_type {data_type!r}: WeNet's data types are "
+                         f"{' or '.join(WENET_DATA_TYPES)} (Shar directories and cuts "
+                         "manifests are recognised from the path)")
+    paths = [os.fspath(data)] if isinstance(data, (str, os.PathLike)) else \
+        [os.fspath(p) for p in data]
+    if not paths:
+        raise ValueError(f"{arg}: no data list given")
+    kinds = [detect_source_type(p) for p in paths]
+    lhotse_kinds = [k for k in kinds if k in ("cuts", "shar")]
+    if not lhotse_kinds:
+        return [SourceSpec(path=paths if len(paths) > 1 else paths[0], type=data_type)]
+    if len(lhotse_kinds) != len(kinds) or len(set(kinds)) > 1:
+        raise ValueError(f"{arg}: {paths} mixes kinds ({', '.join(kinds)}); give one kind, "
+                         "or list them in dataset_conf.lhotse_conf.sources")
+    if kinds[0] == "shar":  # a Shar source is one directory: several are mixed by Lhotse
+        return [SourceSpec(path=p, type="shar") for p in paths]
+    return [SourceSpec(path=paths if len(paths) > 1 else paths[0], type="cuts")]
+
+
+def wenet_lhotse_conf(dataset_conf: Mapping[str, Any]) -> Dict[str, Any]:
+    """The yaml's ``lhotse_conf`` over :data:`WENET_LHOTSE_DEFAULTS`."""
+    return {**WENET_LHOTSE_DEFAULTS, **dict(dataset_conf.get("lhotse_conf") or {})}
 
 
 def cv_dataset_conf(train_conf: Mapping[str, Any]) -> Dict[str, Any]:
-    """WeNet's cv conf: the train conf without augmentation and shuffling."""
+    """WeNet's cv conf (``wenet.utils.init_dataset.init_dataset`` for ``split != 'train'``):
+    the train conf without augmentation, shuffling and cycling; dither stays."""
     conf = dict(train_conf)
-    conf.update({"speed_perturb": False, "spec_aug": False, "spec_sub": False,
-                 "spec_trim": False, "shuffle": False, "list_shuffle": False, "cycle": 1})
+    conf.update({"cycle": 1, "speed_perturb": False, "spec_aug": False, "spec_sub": False,
+                 "spec_trim": False, "shuffle": False, "list_shuffle": False})
     return conf
+
+
+def _loader_kw(args: Any, seed: int) -> Dict[str, Any]:
+    num_workers = int(getattr(args, "num_workers", 0) or 0)
+    return {
+        "num_workers": num_workers,
+        "seed": int(seed),
+        "pin_memory": bool(getattr(args, "pin_memory", False)),
+        "prefetch_factor": int(getattr(args, "prefetch", 2) or 2) if num_workers > 0 else None,
+    }
 
 
 def init_dataset_and_dataloader(args: Any, configs: MutableMapping[str, Any], tokenizer: Any,
                                 seed: int = 777) -> Tuple[Any, Any, Any, Any]:
     """WeNet's loader factory, on Lhotse.
 
-    :param args: WeNet's argparse namespace: ``train_data``, ``cv_data``, ``data_type``
-        (``raw`` | ``shard``, or ``lhotse``/``cuts`` | ``shar`` | ``auto``),
-        ``num_workers``, ``pin_memory``, ``prefetch``. Missing attributes take WeNet's
-        defaults. ``dataset_conf.lhotse_conf.sources`` / ``cv_sources``, when given,
-        replace ``train_data`` / ``cv_data``.
-    :param configs: the parsed yaml; ``configs['vocab_size']`` is set.
+    :param args: WeNet's argparse namespace: ``train_data`` (a list or a path),
+        ``cv_data``, ``data_type`` (``raw`` | ``shard``), ``num_workers``, ``pin_memory``,
+        ``prefetch``. Missing attributes take WeNet's defaults.
+        ``dataset_conf.lhotse_conf.sources`` / ``cv_sources``, when given, replace
+        ``train_data`` / ``cv_data``.
+    :param configs: the parsed yaml; ``configs['vocab_size']`` is set, and in step mode
+        ``configs['dataset_conf']['cycle']``, as WeNet does.
     :param tokenizer: WeNet's or ours: anything with ``tokenize(line)`` and ``vocab_size()``.
     :param seed: integer seed for sampling (ranks must agree).
     """
     if not callable(getattr(tokenizer, "vocab_size", None)) or \
             not callable(getattr(tokenizer, "tokenize", None)):
         raise TypeError("tokenizer needs WeNet's tokenize(line) and vocab_size()")
+    # WeNet's step mode: the data repeated max_epoch times, read as one "epoch"
+    if "save_interval" in configs:
+        configs.setdefault("dataset_conf", {})
+        configs["dataset_conf"]["cycle"] = configs.get("max_epoch", 100)
     configs["vocab_size"] = tokenizer.vocab_size()
     train_conf = dict(configs.get("dataset_conf") or {})
-    lconf = dict(train_conf.get("lhotse_conf") or {})
+    lconf = wenet_lhotse_conf(train_conf)
+    train_conf["lhotse_conf"] = lconf
     data_type = getattr(args, "data_type", "raw") or "raw"
-    train_sources = lconf.get("sources") or _sources(args.train_data, data_type)
-    cv_sources = lconf.get("cv_sources") or _sources(args.cv_data, data_type)
-    num_workers = int(getattr(args, "num_workers", 0) or 0)
-    common = {
-        "num_workers": num_workers,
-        "seed": int(seed),
-        "pin_memory": bool(getattr(args, "pin_memory", False)),
-        "prefetch_factor": int(getattr(args, "prefetch", 2) or 2) if num_workers > 0 else None,
-    }
+    train_sources = lconf.get("sources") or wenet_sources(args.train_data, data_type)
+    cv_sources = lconf.get("cv_sources") or wenet_sources(args.cv_data, data_type, "--cv_data")
+    kw = _loader_kw(args, seed)
     train_dataset, train_loader = build_dataloader(train_sources, tokenizer, train_conf,
-                                                   "train", **common)
+                                                   "train", **kw)
     # WeNet's executor.cv reports the loss of what its rank read and does not combine
-    # ranks, so under this drop-in every rank evaluates the whole cv set, as in WeNet,
-    # unless lhotse_conf.cv_partition is set (then combine with reduce_cv_loss).
-    cv_conf = cv_dataset_conf(train_conf)
-    cv_conf["lhotse_conf"] = {**lconf, "cv_partition": bool(lconf.get("cv_partition", False))}
-    cv_dataset, cv_loader = build_dataloader(cv_sources, tokenizer, cv_conf, "cv", **common)
-    if cv_conf["lhotse_conf"]["cv_partition"] and world_info()[0] > 1:
+    # ranks, so every rank evaluates the whole cv set, as in WeNet, unless
+    # lhotse_conf.cv_partition is set (then combine with reduce_cv_loss).
+    cv_dataset, cv_loader = build_dataloader(cv_sources, tokenizer, cv_dataset_conf(train_conf),
+                                             "cv", **kw)
+    if lconf["cv_partition"] and world_info()[0] > 1:
         logger.info("the cv set is split across ranks: combine each rank's loss sum and "
                     "count with wenet_lhotse.loader.reduce_cv_loss")
     return train_dataset, cv_dataset, train_loader, cv_loader
