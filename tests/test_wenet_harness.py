@@ -12,6 +12,7 @@ import sys
 
 import pytest
 import torch
+
 from wenet_harness import STUBBED, import_wenet, wenet_env
 
 
