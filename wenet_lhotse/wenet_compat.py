@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Dict, List, Mapping, MutableMapping, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, MutableMapping, Optional, Sequence, Tuple, Union
 
-from wenet_lhotse.loader.build import build_dataloader
+from wenet_lhotse.loader.build import CutTransform, build_dataloader, make_wenet_dataset
 from wenet_lhotse.loader.distributed import world_info
 from wenet_lhotse.sources import SourceSpec, detect_source_type
 
@@ -96,6 +96,23 @@ def cv_dataset_conf(train_conf: Mapping[str, Any]) -> Dict[str, Any]:
     return conf
 
 
+def wenet_dataset(tokenizer: Any, dataset_conf: Mapping[str, Any], split: str,
+                  seed: int = 777) -> Any:
+    """Our ``dataset[cuts] -> batch`` for WeNet's ``dataset_conf``, with WeNet's behaviour
+    where ours differs by default: ``langs`` from langid (``language_conf``), ``pcm`` in
+    every batch, bad audio skipped (unless ``lhotse_conf`` says otherwise)."""
+    from wenet_lhotse.dataset.langid import WenetLangId
+
+    lconf = wenet_lhotse_conf(dataset_conf)
+    ds = make_wenet_dataset(tokenizer, dataset_conf, split,
+                            pool_workers=int(lconf.get("pool_workers", 0)), seed=seed,
+                            fault_tolerant=bool(lconf["fault_tolerant"]),
+                            return_pcm=bool(lconf["return_pcm"]))
+    ds.lang_id = WenetLangId.from_wenet_conf(dataset_conf.get("language_conf")).preload()
+    ds.lang_from_data = bool(lconf.get("lang_from_data", False))
+    return ds
+
+
 def _loader_kw(args: Any, seed: int) -> Dict[str, Any]:
     num_workers = int(getattr(args, "num_workers", 0) or 0)
     return {
@@ -135,14 +152,45 @@ def init_dataset_and_dataloader(args: Any, configs: MutableMapping[str, Any], to
     train_sources = lconf.get("sources") or wenet_sources(args.train_data, data_type)
     cv_sources = lconf.get("cv_sources") or wenet_sources(args.cv_data, data_type, "--cv_data")
     kw = _loader_kw(args, seed)
-    train_dataset, train_loader = build_dataloader(train_sources, tokenizer, train_conf,
-                                                   "train", **kw)
+    train_dataset, train_loader = build_dataloader(
+        train_sources, tokenizer, train_conf, "train",
+        dataset=wenet_dataset(tokenizer, train_conf, "train", seed), **kw)
     # WeNet's executor.cv reports the loss of what its rank read and does not combine
     # ranks, so every rank evaluates the whole cv set, as in WeNet, unless
     # lhotse_conf.cv_partition is set (then combine with reduce_cv_loss).
-    cv_dataset, cv_loader = build_dataloader(cv_sources, tokenizer, cv_dataset_conf(train_conf),
-                                             "cv", **kw)
+    cv_conf = cv_dataset_conf(train_conf)
+    cv_dataset, cv_loader = build_dataloader(
+        cv_sources, tokenizer, cv_conf, "cv", dataset=wenet_dataset(tokenizer, cv_conf, "cv",
+                                                                    seed), **kw)
     if lconf["cv_partition"] and world_info()[0] > 1:
         logger.info("the cv set is split across ranks: combine each rank's loss sum and "
                     "count with wenet_lhotse.loader.reduce_cv_loss")
     return train_dataset, cv_dataset, train_loader, cv_loader
+
+
+def Dataset(data_type: str, data_list_file: DataArg, tokenizer: Any = None,  # noqa: N802
+            conf: Optional[Mapping[str, Any]] = None, partition: bool = True) -> Any:
+    """Drop-in for ``wenet.dataset.dataset.Dataset`` as WeNet's ``recognize.py`` uses it:
+    an iterable of WeNet batches for ``DataLoader(dataset, batch_size=None)``.
+
+    Decoding semantics (what recognize.py's ``test_conf`` asks for): the input's order,
+    static batches of ``batch_conf.batch_size`` consecutive utterances, no augmentation,
+    no dither, WeNet's ``filter_conf`` (recognize.py relaxes it), bad audio skipped.
+    ``partition`` is accepted and unused: decoding reads everything once. Training
+    goes through :func:`init_dataset_and_dataloader` instead.
+    """
+    from wenet_lhotse.loader.ordered import OrderedBatches
+
+    conf = dict(conf or {})
+    batch_conf = dict(conf.get("batch_conf") or {})
+    if batch_conf.get("batch_type", "static") != "static":
+        raise ValueError("dataset_conf.batch_conf.batch_type: the decoding drop-in makes "
+                         "static batches (recognize.py sets them); train with "
+                         "init_dataset_and_dataloader")
+    lconf = wenet_lhotse_conf(conf)
+    dataset = wenet_dataset(tokenizer, conf, "infer")
+    transform = (CutTransform(tokenizer, conf.get("filter_conf") or {})
+                 if tokenizer is not None else None)
+    return OrderedBatches(wenet_sources(data_list_file, data_type, "--test_data"), dataset,
+                          int(batch_conf.get("batch_size", 16)), transform=transform,
+                          strict=not lconf["fault_tolerant"])

@@ -4,7 +4,9 @@
 
     export PYTHONPATH=/path/to/wenet:$PYTHONPATH
     torchrun --nproc_per_node=8 -m wenet_lhotse.wenet_train --config conf/train.yaml \\
-        --data_type raw --train_data data/train/shar --cv_data data/dev/cuts.jsonl.gz ...
+        --data_type raw --train_data data/train/data.list --cv_data data/dev/data.list ...
+
+(``--train_data`` may also name a Lhotse Shar directory or cuts manifest.)
 
 Every argument is WeNet's. Before WeNet's ``train.py`` is imported, this replaces
 ``wenet.utils.train_utils.init_dataset_and_dataloader`` with
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import runpy
 import sys
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 
 def patch_wenet() -> None:
@@ -34,15 +36,21 @@ def patch_wenet() -> None:
     train_utils.init_dataset_and_dataloader = init_dataset_and_dataloader
 
 
-def main(argv: Optional[List[str]] = None, module: str = "wenet.bin.train") -> None:
-    """Run ``module`` (WeNet's trainer) as ``__main__`` with ``argv`` as its arguments."""
+def run_patched(patch: Callable[[], None], module: str, argv: Optional[List[str]]) -> None:
+    """``patch()`` WeNet, then run ``module`` as ``__main__`` with ``argv`` (default: this
+    process's own arguments). Exits with a one-line message when WeNet is missing."""
     try:
-        patch_wenet()
+        patch()
     except ImportError as e:
         sys.exit(str(e))
     if argv is not None:
         sys.argv = [module] + list(argv)
     runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+def main(argv: Optional[List[str]] = None, module: str = "wenet.bin.train") -> None:
+    """Run ``module`` (WeNet's trainer) as ``__main__`` with ``argv`` as its arguments."""
+    run_patched(patch_wenet, module, argv)
 
 
 if __name__ == "__main__":

@@ -10,8 +10,9 @@ Map-style like Lhotse's ``K2SpeechRecognitionDataset``: a sampler yields a
 ``feats_lengths``   int32 (B,), frames
 ``target``          int64 (B, L_max), token ids padded with -1 (IGNORE_ID)
 ``target_lengths``  int32 (B,)
-``langs``           list[str]: ``cut.custom['lang']``, else supervision language, else
-                    ``lang_default``
+``langs``           list[str]: ``cut.custom['lang']`` (a source tag), else supervision
+                    language (``lang_from_data``), else ``lang_id(text)`` (WeNet's
+                    langid, see :mod:`.langid`), else ``lang_default``
 ``tasks``           list[str]: ``cut.custom['task']``, else ``task_default``
 ``pcm``             float32 (B, S_max) waveform in [-1, 1] padded with 0.0 (``return_pcm``)
 ``pcm_length``      int32 (B,), samples (``return_pcm``)
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 from lhotse import CutSet
@@ -36,6 +37,7 @@ from lhotse.cut import Cut
 from lhotse.dataset.collation import collate_vectors
 
 from wenet_lhotse.dataset.collate import cut_lang, cut_speaker, cut_task, cut_text
+from wenet_lhotse.dataset.langid import custom_lang
 from wenet_lhotse.errors import BATCH_SKIPS_KEY, SkipReport, WenetDataError
 from wenet_lhotse.text.tokenizer import CJK_PATTERN, read_symbol_table
 
@@ -66,6 +68,10 @@ class WenetAsrDataset(torch.utils.data.Dataset):
         language. WeNet guesses zh/en from the text with ``langid``; ``"auto"`` approximates
         that without ``langid``: ``"zh"`` when the text has a CJK character, else ``"en"``
         (``"zh"`` without text).
+    :param lang_id: ``text -> language`` for cuts without a ``lang`` tag, e.g.
+        :class:`~wenet_lhotse.dataset.langid.WenetLangId` (WeNet's ``detect_language``).
+    :param lang_from_data: use the supervision's ``language`` (a raw line's ``lang``)
+        before ``lang_id``. WeNet does not: its langid overwrites the line's ``lang``.
     :param task_default: ``tasks`` entry when a cut has no ``task`` tag (WeNet hard-codes
         ``"transcribe"``).
     :param speaker_table: path to a ``speaker id`` table (WeNet's
@@ -84,6 +90,8 @@ class WenetAsrDataset(torch.utils.data.Dataset):
         return_pcm: bool = False,
         lang_default: str = "zh",
         task_default: str = "transcribe",
+        lang_id: Optional[Callable[[str], str]] = None,
+        lang_from_data: bool = True,
         speaker_table: Optional[Union[str, os.PathLike, Mapping[str, int]]] = None,
         fault_tolerant: bool = False,
         return_cuts: bool = False,
@@ -105,12 +113,24 @@ class WenetAsrDataset(torch.utils.data.Dataset):
         self.return_pcm = return_pcm
         self.lang_default = lang_default
         self.task_default = task_default
+        self.lang_id = lang_id
+        self.lang_from_data = lang_from_data
         self.speaker_table = _load_speaker_table(speaker_table)
         self.fault_tolerant = fault_tolerant
         self.return_cuts = return_cuts
         self.skip_report = SkipReport()
 
+    def _lang(self, cut: Cut, text: Optional[str]) -> str:
+        tag = custom_lang(cut)
+        if tag:
+            return tag
+        if self.lang_from_data:  # tags were checked: this gives the supervision's language
+            return cut_lang(cut, "") or self._lang_fallback(text)
+        return self._lang_fallback(text)
+
     def _lang_fallback(self, text: Optional[str]) -> str:
+        if self.lang_id is not None and text is not None:
+            return self.lang_id(text)
         if self.lang_default != "auto":
             return self.lang_default
         return "en" if text is not None and not CJK_PATTERN.search(text) else "zh"
@@ -190,8 +210,7 @@ class WenetAsrDataset(torch.utils.data.Dataset):
         else:  # infer without a tokenizer: empty targets keep the batch shape uniform
             batch["target"] = torch.empty(len(src), 0, dtype=torch.int64)
             batch["target_lengths"] = torch.zeros(len(src), dtype=torch.int32)
-        batch["langs"] = [cut_lang(c, self._lang_fallback(texts[i])) for c, i in
-                          zip(batch_cuts, src)]
+        batch["langs"] = [self._lang(c, texts[i]) for c, i in zip(batch_cuts, src)]
         batch["tasks"] = [cut_task(c, self.task_default) for c in batch_cuts]
 
         if self.return_pcm:

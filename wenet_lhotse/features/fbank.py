@@ -153,6 +153,9 @@ class WhisperLogMelConfig(_ConfigMixin):
     :param hop_length: frame shift in samples.
     :param num_mel_bins: 80 (Whisper v1/v2) or 128 (Whisper large-v3).
     :param padding: zeros appended to the waveform, in samples.
+    :param pad_or_trim: Whisper's fixed input length: after ``padding``, cut or zero-pad
+        the waveform to ``max_duration * sampling rate`` samples.
+    :param max_duration: that length in seconds (used only with ``pad_or_trim``).
     :param sampling_rate: the rate the audio is expected at (Hz); only used to report
         ``frame_shift`` in seconds (the filters follow the actual rate).
     """
@@ -161,6 +164,8 @@ class WhisperLogMelConfig(_ConfigMixin):
     hop_length: int = 160
     num_mel_bins: int = 80
     padding: int = 0
+    pad_or_trim: bool = False
+    max_duration: int = 30
     sampling_rate: int = 16000
 
 
@@ -292,14 +297,16 @@ class WhisperLogMel(_WenetExtractor):
         c = self.config
         return log_mel_spectrogram([_as_1d_tensor(w) for w in waves], sampling_rate,
                                    n_fft=c.n_fft, hop_length=c.hop_length,
-                                   num_mel_bins=c.num_mel_bins, padding=c.padding)
+                                   num_mel_bins=c.num_mel_bins, padding=c.padding,
+                                   pad_or_trim=c.pad_or_trim, max_duration=c.max_duration)
 
 
 # Defaults of WeNet's processor functions, used for keys a yaml leaves out.
 _WENET_FBANK_DEFAULTS = dict(num_mel_bins=23, frame_length=25, frame_shift=10, dither=0.0)
 _WENET_MFCC_DEFAULTS = dict(num_mel_bins=23, frame_length=25, frame_shift=10, dither=0.0,
                             num_ceps=40, high_freq=0.0, low_freq=20.0)
-_WENET_LOGMEL_DEFAULTS = dict(n_fft=400, hop_length=160, num_mel_bins=80, padding=0)
+_WENET_LOGMEL_DEFAULTS = dict(n_fft=400, hop_length=160, num_mel_bins=80, padding=0,
+                              pad_or_trim=False, max_duration=30)
 
 
 def extractor_from_wenet_conf(dataset_conf: Optional[Dict[str, Any]]) -> FeatureExtractor:

@@ -3,6 +3,9 @@
 WeNet (``wenet/dataset/processor.py``) does, per utterance, on the waveform in [-1, 1]::
 
     waveform = F.pad(waveform, (0, padding))            # when padding > 0
+    if pad_or_trim:                                     # Whisper's fixed 30 s input
+        length = max_duration * sample_rate
+        waveform = waveform[:length] if len >= length else F.pad(..., (0, length - len))
     stft = torch.stft(waveform, n_fft, hop_length, window=torch.hann_window(n_fft),
                       return_complex=True)              # center=True, reflect padding
     magnitudes = stft[..., :-1].abs() ** 2              # drop the last frame
@@ -83,11 +86,15 @@ def log_mel_spectrogram(
     hop_length: int = 160,
     num_mel_bins: int = 80,
     padding: int = 0,
+    pad_or_trim: bool = False,
+    max_duration: float = 30,
 ) -> List[torch.Tensor]:
     """WeNet's Whisper-style log-mel of each 1-D waveform in [-1, 1] -> ``(frames, num_mel_bins)``.
 
     ``frames = (num_samples + padding) // hop_length``. ``n_fft`` and ``hop_length`` are in
-    samples, ``padding`` in samples (zeros appended before the STFT).
+    samples, ``padding`` in samples (zeros appended before the STFT). With
+    ``pad_or_trim`` the (padded) waveform is then cut or zero-padded to
+    ``max_duration * sampling_rate`` samples, so ``frames = that // hop_length``.
     """
     filters = torch.from_numpy(np.array(slaney_mel_filters(int(sampling_rate), n_fft,
                                                            num_mel_bins)))
@@ -97,6 +104,12 @@ def log_mel_spectrogram(
         wave = wave.float().reshape(-1)
         if padding > 0:
             wave = torch.nn.functional.pad(wave, (0, padding))
+        if pad_or_trim:
+            length = int(max_duration * sampling_rate)
+            if wave.size(0) >= length:
+                wave = wave[:length]
+            else:
+                wave = torch.nn.functional.pad(wave, (0, length - wave.size(0)))
         stft = torch.stft(wave, n_fft, hop_length, window=window, return_complex=True)
         magnitudes = stft[..., :-1].abs() ** 2
         mel = filters @ magnitudes

@@ -9,7 +9,8 @@ and any other fields. :func:`read_raw_list` maps a line to a cut:
 
 * ``cut.id == key``; the recording (id ``key``) points at ``wav``, with its
   duration (seconds) and sampling rate (Hz) read from the audio header (no decoding);
-* ``start``/``end`` make the cut cover that span of the recording;
+* ``start``/``end`` make the cut cover samples ``[int(start * sr), int(end * sr))`` of
+  the recording, the samples WeNet's ``decode_wav`` reads;
 * one supervision over the whole cut: ``text=txt``, ``speaker``, ``language=lang``;
 * every other field is kept, unchanged, in ``cut.custom``.
 
@@ -162,6 +163,12 @@ class LazyWenetRawListIterator(Dillable):
         if seen is not None and not seen.add(key):
             raise fail(f"duplicate key {key!r} (first seen earlier in this input)", "duplicate")
 
+        if obj.get("start") is not None or obj.get("end") is not None:
+            # WeNet's decode_wav reads samples [int(start * sr), int(end * sr)): put the
+            # cut exactly there (Lhotse rounds start * sr to the nearest sample instead).
+            sr = recording.sampling_rate
+            first, last = int(start * sr), int(end * sr)
+            start, end = first / sr, last / sr
         cut = recording.to_cut()
         duration = end - start
         sup = SupervisionSegment(

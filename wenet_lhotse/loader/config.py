@@ -42,6 +42,8 @@ translated to a duration budget for Lhotse's ``DynamicBucketingSampler``:
       return_pcm: false        # add pcm / pcm_length (the waveform) to each batch
       cv_partition: true       # split cv across ranks (false: all on every rank, as WeNet;
                                # the default under the init_dataset_and_dataloader drop-in)
+      lang_from_data: false    # langs from the data's own language (a raw line's lang)
+                               # before WeNet's langid, which ignores it
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ class LhotseConf:
     snapshot_depth: int = 64
     return_pcm: bool = False
     cv_partition: bool = True
+    lang_from_data: bool = False
 
     @classmethod
     def from_dict(cls, conf: Optional[Mapping[str, Any]]) -> LhotseConf:

@@ -1,0 +1,107 @@
+"""WeNet's own ``init_dataset_and_dataloader`` next to ours, on the same arguments built by
+WeNet's own argparse (``wenet.bin.train.get_args``) and the same yaml: the cv batches
+carry the same utterances with the same features (dither 0), targets, langs, speaker
+and pcm."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+
+from wenet_harness import import_wenet
+from wenet_harness.runs import speaker_table, write_config
+from wenet_lhotse.corpus import generate_corpus
+
+
+@pytest.fixture(scope="module")
+def wenet(wenet_root):
+    train_mod, train_utils, init_tokenizer = import_wenet(
+        "wenet.bin.train", "wenet.utils.train_utils", "wenet.utils.init_tokenizer")
+    return train_mod, train_utils, init_tokenizer
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory, wenet_root):
+    root = tmp_path_factory.mktemp("parity")
+    corpus = generate_corpus(root / "corpus", num_utterances=24, min_duration=0.5,
+                             max_duration=2.0, seed=11)
+    # English and Chinese lines, so that WeNet's langid (limited to zh/en) has work to do
+    lines = corpus.data_list.read_text(encoding="utf-8").splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        item = json.loads(line)
+        if i % 3 == 0:
+            item["txt"] = "今天 天气 " + item["txt"]
+        out.append(json.dumps(item, ensure_ascii=False))
+    corpus.data_list.write_text("\n".join(out) + "\n", encoding="utf-8")
+    spk = speaker_table(corpus.data_list, root / "spk.txt")
+    return root, corpus, spk
+
+
+def _args(wenet, monkeypatch, config, corpus, model_dir):
+    train_mod = wenet[0]
+    argv = ["train.py", "--config", str(config), "--data_type", "raw",
+            "--train_data", str(corpus.data_list), "--cv_data", str(corpus.data_list),
+            "--model_dir", str(model_dir), "--num_workers", "1", "--prefetch", "2",
+            "--device", "cpu", "--ddp.dist_backend", "gloo"]
+    monkeypatch.setattr("sys.argv", argv)
+    return train_mod.get_args()
+
+
+def _loaders(wenet, monkeypatch, data, dataset_conf):
+    import yaml
+
+    from wenet_lhotse.wenet_compat import init_dataset_and_dataloader
+
+    _, train_utils, init_tokenizer = wenet
+    root, corpus, spk = data
+    config = write_config(root / "parity.yaml", corpus.units, spk, dataset_conf)
+    args = _args(wenet, monkeypatch, config, corpus, root / "exp")
+    configs = yaml.safe_load(config.read_text())
+    tokenizer = init_tokenizer.init_tokenizer(configs)
+    theirs = train_utils.init_dataset_and_dataloader(args, copy.deepcopy(configs), tokenizer)
+    ours = init_dataset_and_dataloader(args, copy.deepcopy(configs), tokenizer)
+    return theirs, ours
+
+
+def _by_key(loader):
+    rows = {}
+    for b in loader:
+        for i, key in enumerate(b["keys"]):
+            n, t, s = (int(b["feats_lengths"][i]), int(b["target_lengths"][i]),
+                       int(b["pcm_length"][i]))
+            rows[key] = {"feats": b["feats"][i, :n], "target": b["target"][i, :t].tolist(),
+                         "lang": b["langs"][i], "task": b["tasks"][i],
+                         "speaker": int(b["speaker"][i]), "pcm": b["pcm"][i, :s]}
+    return rows
+
+
+def test_cv_batches_equal_wenets_utterance_by_utterance(wenet, data, monkeypatch):
+    conf = {"fbank_conf": {"num_mel_bins": 20, "frame_shift": 10, "frame_length": 25,
+                           "dither": 0.0}}
+    theirs, ours = _loaders(wenet, monkeypatch, data, conf)
+    want, got = _by_key(theirs[3]), _by_key(ours[3])
+    assert sorted(got) == sorted(want)
+    worst = 0.0
+    for key, w in want.items():
+        g = got[key]
+        assert g["feats"].shape == w["feats"].shape, key
+        worst = max(worst, float((g["feats"] - w["feats"]).abs().max()))
+        assert g["target"] == w["target"], key
+        assert g["lang"] == w["lang"], key
+        assert g["task"] == w["task"], key
+        assert g["speaker"] == w["speaker"], key
+        assert torch.equal(g["pcm"], w["pcm"]), key
+    assert worst < 1e-3, worst
+    assert {w["lang"] for w in want.values()} == {"zh", "en"}  # the test exercises langid
+
+
+def test_cv_keeps_the_yamls_dither_as_wenet_does(wenet, data, monkeypatch):
+    """WeNet's cv conf keeps fbank_conf.dither: two cv passes differ, as WeNet's do."""
+    theirs, ours = _loaders(wenet, monkeypatch, data, None)  # dither 0.1 (aishell's)
+    for loader in (theirs[3], ours[3]):
+        a, b = _by_key(loader), _by_key(loader)
+        assert any(not torch.equal(a[k]["feats"], b[k]["feats"]) for k in a)
