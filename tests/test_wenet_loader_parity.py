@@ -105,3 +105,48 @@ def test_cv_keeps_the_yamls_dither_as_wenet_does(wenet, data, monkeypatch):
     for loader in (theirs[3], ours[3]):
         a, b = _by_key(loader), _by_key(loader)
         assert any(not torch.equal(a[k]["feats"], b[k]["feats"]) for k in a)
+
+
+def test_start_end_read_the_samples_wenets_decode_wav_reads(wenet_root, data, tmp_path):
+    """``start``/``end`` (seconds) -> samples ``[int(start*sr), int(end*sr))`` as WeNet's
+    ``processor.decode_wav`` loads them, for segments whose offsets are not whole samples."""
+    import random
+
+    from wenet_lhotse.formats import read_raw_list
+
+    (processor,) = import_wenet("wenet.dataset.processor")
+    _, corpus, _ = data
+    rng = random.Random(0)
+    lines = []
+    for line in corpus.data_list.read_text(encoding="utf-8").splitlines()[:12]:
+        item = json.loads(line)
+        item["start"] = round(rng.uniform(0.0, 0.3), 7)
+        item["end"] = round(item["start"] + rng.uniform(0.2, 0.4), 7)
+        lines.append(item)
+    seg = tmp_path / "seg.list"
+    seg.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    cuts = {c.id: c for c in read_raw_list(seg)}
+    for item in lines:
+        want = processor.decode_wav(dict(item))["wav"][0]
+        got = torch.from_numpy(cuts[item["key"]].load_audio()[0])
+        assert got.shape == want.shape, item
+        assert torch.equal(got, want), item
+
+
+@pytest.mark.parametrize("conf", [{"pad_or_trim": True, "max_duration": 1},
+                                  {"pad_or_trim": True, "max_duration": 3, "padding": 160}])
+def test_whisper_pad_or_trim_as_wenet(wenet_root, data, conf):
+    from wenet_lhotse.features.fbank import extractor_from_wenet_conf
+    from wenet_lhotse.formats import read_raw_list
+
+    (processor,) = import_wenet("wenet.dataset.processor")
+    _, corpus, _ = data
+    extractor = extractor_from_wenet_conf({"feats_type": "log_mel_spectrogram",
+                                           "log_mel_spectrogram_conf": conf})
+    for cut in list(read_raw_list(corpus.data_list))[:4]:
+        wav = torch.from_numpy(cut.load_audio())
+        want = processor.compute_log_mel_spectrogram(
+            {"key": cut.id, "wav": wav, "sample_rate": cut.sampling_rate}, **conf)["feat"]
+        got = extractor.compute([wav[0]], cut.sampling_rate)[0]
+        assert got.shape == want.shape == (conf["max_duration"] * 100, 80)
+        assert float((got - want).abs().max()) < 1e-4

@@ -105,3 +105,30 @@ def test_runner_without_wenet_says_how_to_fix(tmp_path):
     res = subprocess.run([sys.executable, "-m", "wenet_lhotse.wenet_train", "--config", "x"],
                          env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert res.returncode != 0 and "WeNet is not importable" in res.stderr
+
+
+def test_recognize_py_decodes_a_checkpoint_trained_here(data):
+    """WeNet's recognize.py, through ``python -m wenet_lhotse.wenet_recognize``, on the
+    checkpoint WeNet's train.py saved under our loader: the same hypotheses, utterance by
+    utterance, as recognize.py with WeNet's own reading (dither 0, same model)."""
+    from wenet_harness.runs import read_results, run_recognize
+
+    root, corpus, _ = data
+    model_dir = root / "swap1_swap"  # trained by test_one_import_swap_single_process
+    if not (model_dir / "epoch_1.pt").exists():
+        _both(data, "swap1", "swap")
+    results = {}
+    for how in ("wenet", "module"):
+        out = root / f"recognize_{how}"
+        res = run_recognize(how, model_dir / "train.yaml", corpus.data_list,
+                            model_dir / "epoch_1.pt", out, batch_size=4)
+        _ok(res, f"recognize.py ({how})")
+        results[how] = {m: read_results(out, m) for m in ("ctc_greedy_search", "attention")}
+    for mode in ("ctc_greedy_search", "attention"):
+        assert sorted(results["module"][mode]) == sorted(corpus.keys)
+        assert results["module"][mode] == results["wenet"][mode], mode
+    # batches of 4 consecutive lines, as WeNet's (each sorted longest first)
+    for how in ("module", "wenet"):
+        keys = list(results[how]["ctc_greedy_search"])
+        assert [sorted(keys[i:i + 4]) for i in range(0, len(keys), 4)] == \
+            [sorted(corpus.keys[i:i + 4]) for i in range(0, len(keys), 4)], how

@@ -171,3 +171,29 @@ def saved_steps(model_dir: Path) -> Dict[str, int]:
         out[p.stem] = int(info["step"])
     return out
 
+
+
+def run_recognize(how: str, config: Path, test_data: Path, checkpoint: Path, result_dir: Path,
+                  *, data_type: str = "raw", batch_size: int = 4,
+                  modes: Sequence[str] = ("ctc_greedy_search", "attention"),
+                  num_workers: int = 0, timeout: int = 600) -> subprocess.CompletedProcess:
+    """WeNet's ``recognize.py`` with WeNet's own reading (``how="wenet"``) or ours
+    (``how="module"``: ``python -m wenet_lhotse.wenet_recognize``)."""
+    target = {"wenet": ["-m", "wenet.bin.recognize"],
+              "module": ["-m", "wenet_lhotse.wenet_recognize"]}[how]
+    result_dir.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, *target, "--config", str(config), "--data_type", data_type,
+           "--test_data", str(test_data), "--checkpoint", str(checkpoint),
+           "--result_dir", str(result_dir), "--device", "cpu", "--batch_size", str(batch_size),
+           "--num_workers", str(num_workers), "--modes", *modes]
+    return subprocess.run(cmd, env=wenet_env(), cwd=result_dir, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=timeout)
+
+
+def read_results(result_dir: Path, mode: str) -> Dict[str, str]:
+    """``{key: hypothesis}`` from recognize.py's ``<result_dir>/<mode>/text``."""
+    out: Dict[str, str] = {}
+    for line in (result_dir / mode / "text").read_text(encoding="utf-8").splitlines():
+        key, _, hyp = line.partition(" ")
+        out[key] = hyp
+    return out
