@@ -20,7 +20,7 @@ import torch
 from lhotse import CutSet
 from lhotse.dataset.sampling.simple import SimpleCutSampler
 
-from wenet_lhotse.loader.sources import SourceSpec, open_source
+from wenet_lhotse.sources import SourceSpec, open_source
 
 
 class OrderedBatches(torch.utils.data.IterableDataset):
