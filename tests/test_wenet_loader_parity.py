@@ -152,3 +152,46 @@ def test_whisper_pad_or_trim_as_wenet(wenet_root, data, conf):
         got = extractor.compute([wav[0]], cut.sampling_rate)[0]
         assert got.shape == want.shape == (conf["max_duration"] * 100, 80)
         assert float((got - want).abs().max()) < 1e-4
+
+
+def test_bad_audio_is_skipped_and_reported_as_wenet_skips_it(wenet, data, monkeypatch, tmp_path,
+                                                             caplog):
+    """A missing and a corrupt wav: WeNet's loader logs and skips them (``map_ignore_error``);
+    so does ours, in train and cv, without stopping at start-up, and reports each with
+    list file and line."""
+    import logging
+
+    import yaml
+
+    from wenet_lhotse.wenet_compat import init_dataset_and_dataloader
+
+    _, train_utils, init_tokenizer = wenet
+    root, corpus, spk = data
+    lines = corpus.data_list.read_text(encoding="utf-8").splitlines()
+    bad = tmp_path / "bad.wav"
+    bad.write_bytes(b"RIFF\x00\x00\x00\x00WAVEnot really")
+    items = [json.loads(x) for x in lines[:10]]
+    items[3]["wav"] = str(tmp_path / "missing.wav")
+    items[6]["wav"] = str(bad)
+    data_list = tmp_path / "data.list"
+    data_list.write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in items),
+                         encoding="utf-8")
+    good = sorted(x["key"] for i, x in enumerate(items) if i not in (3, 6))
+    config = write_config(tmp_path / "bad.yaml", corpus.units, spk,
+                          {"fbank_conf": {"num_mel_bins": 20, "dither": 0.0}})
+    configs = yaml.safe_load(config.read_text())
+    monkeypatch.setattr("sys.argv", [
+        "train.py", "--config", str(config), "--data_type", "raw", "--train_data",
+        str(data_list), "--cv_data", str(data_list), "--model_dir", str(tmp_path / "exp"),
+        "--num_workers", "1", "--prefetch", "2"])
+    args = wenet[0].get_args()
+    tokenizer = init_tokenizer.init_tokenizer(configs)
+    theirs = train_utils.init_dataset_and_dataloader(args, copy.deepcopy(configs), tokenizer)
+    with caplog.at_level(logging.WARNING):
+        ours = init_dataset_and_dataloader(args, copy.deepcopy(configs), tokenizer)
+    for loader in (theirs[2], theirs[3], ours[2], ours[3]):
+        assert sorted(k for b in loader for k in b["keys"]) == good
+    report = [str(item) for item in ours[2].skip_report]
+    assert len(report) == 2, report
+    assert any(f"{data_list}:4" in r and "missing.wav" in r for r in report), report
+    assert any(f"{data_list}:7" in r for r in report), report
