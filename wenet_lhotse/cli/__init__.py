@@ -1,7 +1,14 @@
 """Command-line interface: ``wenet-lhotse --help``."""
 
 # Each module registers its subcommands on ``main`` when imported.
-from wenet_lhotse.cli import bench_cmd, corpus_cmd, data, demo_cmd, kaldi_cmd  # noqa: F401
+from wenet_lhotse.cli import (  # noqa: F401
+    bench_cmd,
+    cmvn_cmd,
+    corpus_cmd,
+    data,
+    demo_cmd,
+    kaldi_cmd,
+)
 from wenet_lhotse.cli.main import main
 
 __all__ = ["main"]

@@ -35,16 +35,27 @@ def make_list(data_dir, out):
               help="Train a SentencePiece model of this vocabulary size instead of chars.")
 @click.option("--bpe-model-prefix", type=click.Path(dir_okay=False), default=None,
               help="Where the BPE model goes: PREFIX.model [default: next to --out].")
-def make_units(text, out, non_lang_syms, bpe_vocab_size, bpe_model_prefix):
-    """Write a WeNet symbol table (<blank> 0, <unk> 1, units, <sos/eos>) from a Kaldi
-    TEXT file: chars, as WeNet's aishell recipe builds lang_char.txt, or with --bpe
-    a SentencePiece unigram model and its pieces, as WeNet's librispeech recipe does."""
+@click.option("--sos-eos-last", is_flag=True,
+              help="The old layout: <sos/eos> as the last id (for yamls without "
+                   "tokenizer_conf.special_tokens) instead of id 2.")
+def make_units(text, out, non_lang_syms, bpe_vocab_size, bpe_model_prefix, sos_eos_last):
+    """Write a WeNet symbol table from a Kaldi TEXT file: chars, as WeNet's aishell
+    recipe builds lang_char.txt, or with --bpe a SentencePiece unigram model and its
+    pieces, as WeNet's librispeech recipe does.
+
+    \b
+    Layout, as WeNet's current recipes and their yamls' special_tokens
+    ({<blank>: 0, <unk>: 1, <sos>: 2, <eos>: 2}):
+      <blank> 0, <unk> 1, <sos/eos> 2, then the units from 3.
+    With --sos-eos-last: <blank> 0, <unk> 1, units from 2, <sos/eos> last."""
     from wenet_lhotse.text.units import train_bpe_units, write_char_units
 
     if bpe_vocab_size:
         prefix = bpe_model_prefix or str(Path(out).with_suffix("")) + f"_unigram{bpe_vocab_size}"
-        path, n = train_bpe_units(text, prefix, out, vocab_size=bpe_vocab_size)
+        path, n = train_bpe_units(text, prefix, out, vocab_size=bpe_vocab_size,
+                                  sos_eos_last=sos_eos_last)
         click.echo(f"wrote {prefix}.model and {n} symbols to {path}")
     else:
-        path, n = write_char_units(text, out, non_lang_syms=non_lang_syms)
+        path, n = write_char_units(text, out, non_lang_syms=non_lang_syms,
+                                   sos_eos_last=sos_eos_last)
         click.echo(f"wrote {n} symbols to {path}")

@@ -1,4 +1,9 @@
-"""The ``wenet-lhotse`` command group; subcommands live in sibling modules."""
+"""The ``wenet-lhotse`` command group; subcommands live in sibling modules.
+
+Errors: every command reports bad data, bad config, bad usage and missing or unreadable
+files as one line ``error: ...`` on stderr and exits non-zero (1; 2 for usage errors),
+never with a traceback. ``-vv`` re-raises them to show where they came from.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +11,59 @@ import logging
 
 import click
 
+#: Exceptions that are the user's input, not our bug: shown as ``error: <message>``.
+#: WenetDataError and WenetConfigError are ValueErrors.
+_INPUT_ERRORS = (ValueError, OSError, EOFError, UnicodeDecodeError)
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
-def main(verbose: int) -> None:
+
+class CliError(click.ClickException):
+    """A failed command: printed as one line ``error: <message>``, exit status 1."""
+
+    def show(self, file=None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True, file=file)
+
+
+def input_error_message(err: BaseException) -> str:
+    """One line for an input error: the file name and the reason for OS errors, the
+    message (which names file and line, or the yaml key) for our own errors."""
+    if isinstance(err, OSError) and getattr(err, "filename", None):
+        reason = err.strerror or type(err).__name__
+        return f"{err.filename}: {reason}"
+    if isinstance(err, EOFError):
+        return f"input ended too early (truncated file?): {err}"
+    msg = str(err).strip() or type(err).__name__
+    return " ".join(msg.splitlines())
+
+
+class WenetGroup(click.Group):
+    """A click group that turns input errors raised by any subcommand into
+    :class:`CliError` (one line, no traceback)."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as err:
+            if err.ctx is not None and err.ctx.command is not None:
+                hint = f" (see '{err.ctx.command_path} --help')"
+            else:
+                hint = ""
+            click.echo(f"error: {err.format_message()}{hint}", err=True)
+            ctx.exit(err.exit_code)
+        except CliError:
+            raise
+        except click.ClickException as err:  # commands' own messages: same format
+            raise CliError(err.format_message()) from None
+        except _INPUT_ERRORS as err:
+            if ctx.obj and ctx.obj.get("verbose", 0) >= 2:
+                raise
+            raise CliError(input_error_message(err)) from None
+
+
+@click.group(cls=WenetGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-v", "--verbose", count=True,
+              help="More log output (-v info, -vv debug, and tracebacks for errors).")
+@click.pass_context
+def main(ctx: click.Context, verbose: int) -> None:
     """WeNet data on Lhotse: import/export WeNet data.list and tar shards, check
     and describe data, and train WeNet models with Lhotse's samplers.
 
@@ -23,6 +77,7 @@ def main(verbose: int) -> None:
 
     Run 'wenet-lhotse COMMAND --help' for each command's options.
     """
+    ctx.ensure_object(dict)["verbose"] = verbose
     level = logging.WARNING - 10 * verbose
     logging.basicConfig(level=max(level, logging.DEBUG),
                         format="%(levelname)s %(name)s: %(message)s")

@@ -1,17 +1,31 @@
 """Symbol tables as WeNet recipes build them: chars (aishell) and BPE (librispeech).
 
-Both write WeNet's layout: ``<blank> 0``, ``<unk> 1``, the sorted units from 2 on,
-``<sos/eos>`` last, one ``unit id`` per line, atomically.
+Layout (one ``unit id`` per line, UTF-8, written atomically):
+
+* default -- WeNet's current recipes (``examples/*/s0/run.sh`` stage 2): ``<blank> 0``,
+  ``<unk> 1``, ``<sos/eos> 2``, then the units in code-point order from 3. It matches the
+  recipe yamls' ``tokenizer_conf.special_tokens: {<blank>: 0, <unk>: 1, <sos>: 2, <eos>: 2}``.
+* ``sos_eos_last=True`` -- the old layout: ``<blank> 0``, ``<unk> 1``, units from 2,
+  ``<sos/eos>`` last. For yamls without ``special_tokens`` (WeNet then takes
+  ``vocab_size - 1`` as sos/eos).
+
+Where it differs from the recipe: a space in a transcript is the unit ``▁``, the token
+WeNet's ``CharTokenizer`` produces for it (``text2token.py`` would emit ``<space>``,
+which that tokenizer never looks up); aishell's recipe removes spaces first, so the
+tables are equal there. Units sort by code point (the recipes' ``LC_ALL=C sort``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator, List, Optional, Tuple
+from typing import Iterable, Iterator, List, Optional, Tuple
 
 from lhotse.utils import Pathlike
 
 from wenet_lhotse.formats.streams import atomic_output
+
+#: The special symbols, in WeNet's current order (ids 0, 1, 2).
+SPECIAL_UNITS = ("<blank>", "<unk>", "<sos/eos>")
 
 
 def _transcripts(text: Pathlike) -> Iterator[str]:
@@ -23,16 +37,24 @@ def _transcripts(text: Pathlike) -> Iterator[str]:
                 yield arr[1]
 
 
-def _write_table(units: List[str], output: Pathlike) -> Tuple[Path, int]:
-    table = ["<blank>", "<unk>"] + sorted(set(units) - {"<blank>", "<unk>", "<sos/eos>"})
-    table.append("<sos/eos>")
+def units_table(units: Iterable[str], sos_eos_last: bool = False) -> List[str]:
+    """The symbol table's units in id order (see the module docstring for the layout)."""
+    body = sorted(set(units) - set(SPECIAL_UNITS))
+    if sos_eos_last:
+        return ["<blank>", "<unk>", *body, "<sos/eos>"]
+    return [*SPECIAL_UNITS, *body]
+
+
+def _write_table(units: Iterable[str], output: Pathlike, sos_eos_last: bool
+                 ) -> Tuple[Path, int]:
+    table = units_table(units, sos_eos_last)
     with atomic_output(output, "w", encoding="utf-8") as out:
         out.write("".join(f"{u} {i}\n" for i, u in enumerate(table)))
     return Path(output), len(table)
 
 
-def write_char_units(text: Pathlike, output: Pathlike, non_lang_syms: Optional[Pathlike] = None
-                     ) -> Tuple[Path, int]:
+def write_char_units(text: Pathlike, output: Pathlike, non_lang_syms: Optional[Pathlike] = None,
+                     sos_eos_last: bool = False) -> Tuple[Path, int]:
     """Char table from a Kaldi ``text`` file, as WeNet's aishell recipe builds
     ``lang_char.txt`` (``tools/text2token.py -s 1 -n 1 | sort | uniq``); a space is ``▁``.
     Returns ``(output, vocab_size)``."""
@@ -42,11 +64,12 @@ def write_char_units(text: Pathlike, output: Pathlike, non_lang_syms: Optional[P
     tok = CharTokenizer({"<blank>": 0, "<unk>": 1},
                         non_lang_syms=str(non_lang_syms) if non_lang_syms else None)
     units = {t for line in _transcripts(text) for t in tok.text2tokens(line) if t.strip()}
-    return _write_table(sorted(units), output)
+    return _write_table(units, output, sos_eos_last)
 
 
 def train_bpe_units(text: Pathlike, model_prefix: Pathlike, output: Pathlike,
-                    vocab_size: int = 5000, model_type: str = "unigram") -> Tuple[Path, int]:
+                    vocab_size: int = 5000, model_type: str = "unigram",
+                    sos_eos_last: bool = False) -> Tuple[Path, int]:
     """Train a SentencePiece model on the upper-cased transcripts and write its units
     table, as WeNet's librispeech recipe does (``spm_train`` then ``spm_encode
     --output_format=piece | sort | uniq``). Writes ``<model_prefix>.model``.
@@ -63,4 +86,4 @@ def train_bpe_units(text: Pathlike, model_prefix: Pathlike, output: Pathlike,
         hard_vocab_limit=False)
     sp = spm.SentencePieceProcessor(model_file=f"{model_prefix}.model")
     units = {p for line in lines for p in sp.encode(line, out_type=str)}
-    return _write_table(sorted(units), output)
+    return _write_table(units, output, sos_eos_last)

@@ -1,0 +1,56 @@
+"""``wenet-lhotse cmvn``: WeNet's ``global_cmvn`` JSON from any input, in parallel."""
+
+from __future__ import annotations
+
+import click
+
+from wenet_lhotse.cli.data import _default_jobs, _print_skips
+from wenet_lhotse.cli.main import main
+
+
+@main.command("cmvn")
+@click.argument("source", metavar="INPUT", type=click.Path(exists=True))
+@click.option("-c", "--config", "config_path", type=click.Path(exists=True, dir_okay=False),
+              required=True,
+              help="WeNet training yaml: its dataset_conf gives the features "
+                   "(fbank_conf, feats_type) and resample_conf.")
+@click.option("-o", "--out", type=click.Path(dir_okay=False), required=True,
+              help="The global_cmvn JSON to write (cmvn_conf.cmvn_file in the yaml).")
+@click.option("-j", "--jobs", type=int, default=_default_jobs, show_default="min(4, CPUs)",
+              help="Worker processes.")
+@click.option("--chunk-size", type=int, default=64, show_default=True,
+              help="Utterances per task for raw lists and cuts manifests (a tar or a "
+                   "Shar shard is one task).")
+@click.option("--wav-root", type=click.Path(file_okay=False), default=None,
+              help="Directory that relative 'wav' paths of a raw list resolve against "
+                   "[default: the current directory, as WeNet does].")
+@click.option("--skip-errors", is_flag=True,
+              help="Skip unreadable utterances (each is logged and counted) instead of "
+                   "stopping at the first one.")
+def cmvn_cmd(source, config_path, out, jobs, chunk_size, wav_root, skip_errors):
+    """Compute WeNet's global CMVN statistics (what WeNet's tools/compute_cmvn_stats.py
+    writes: mean_stat, var_stat, frame_num) over every utterance of INPUT.
+
+    INPUT is a WeNet raw list, a shard list, a cuts manifest or a Shar directory.
+    Features are the yaml's (fbank_conf with dither 0), after its resample_conf;
+    the file is written atomically.
+
+    \b
+    Example:
+      wenet-lhotse cmvn data/train/data.list -c conf/train_conformer.yaml \\
+          -o data/train/global_cmvn -j 8
+    """
+    from wenet_lhotse.convert.cmvn import CmvnConfig, compute_cmvn, write_cmvn
+    from wenet_lhotse.formats.errors import SkipReport
+    from wenet_lhotse.loader.config_check import load_wenet_yaml
+
+    configs = load_wenet_yaml(config_path)
+    config = CmvnConfig.from_wenet(configs.get("dataset_conf"))
+    report = SkipReport()
+    stats = compute_cmvn(source, config=config, num_jobs=max(1, jobs), chunk_size=chunk_size,
+                         strict=not skip_errors, skip_report=report, wav_root=wav_root,
+                         progress=True)
+    path = write_cmvn(stats, out)
+    _print_skips(report)
+    click.echo(f"global_cmvn: {path} ({stats.num_utts} utterances, {stats.frame_num} frames, "
+               f"dim {len(stats.mean_stat)}, {len(report)} skipped)")

@@ -1,0 +1,365 @@
+"""Start-up checks of a WeNet yaml: ``dataset_conf`` (with our ``lhotse_conf``) and the
+symbol table against ``tokenizer_conf.special_tokens``.
+
+Every problem is one :class:`WenetConfigError` whose message names the yaml key::
+
+    dataset_conf.batch_conf.batch_sise: unknown key; did you mean batch_size?
+    dataset_conf.lhotse_conf.fault_tolerant: expected a boolean, got 'false'
+    tokenizer_conf.special_tokens.<sos>: 2, but units.txt line 3 maps id 2 to 'a'
+
+The keys are those WeNet's ``wenet/dataset/dataset.py`` reads and the parameters of the
+``wenet/dataset/processor.py`` functions each section is passed to (a test reads both
+from WeNet's source), plus ``syncbn``, which one of WeNet's own recipe yamls carries
+and WeNet ignores. ``lhotse_conf`` keys come from :class:`~.config.LhotseConf`.
+
+Where it differs from WeNet: WeNet ignores unknown keys and fails late (or never) on
+bad values; a typo there silently falls back to a default. We stop at start-up. We are
+more lenient than WeNet where WeNet would crash on something harmless to us (e.g. a
+missing ``shuffle_conf`` while ``shuffle`` is on).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import typing
+from pathlib import Path
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
+
+from wenet_lhotse.formats.errors import WenetDataError
+
+Pathlike = Union[str, os.PathLike]
+
+
+class WenetConfigError(WenetDataError):
+    """A bad value or unknown key in a WeNet yaml. ``str(err)`` is one line: the yaml
+    file when known, the dotted key, then what is wrong."""
+
+    def __init__(self, key: str, message: str, source: Optional[str] = None) -> None:
+        self.key = key
+        self.config_source = source
+        self.message = message
+        self.source = str(source) if source else ""
+        self.line = None
+        self.member = None
+        self.kind = "config"
+        ValueError.__init__(self, f"{source}: {key}: {message}" if source else f"{key}: {message}")
+
+    def __reduce__(self):
+        return (self.__class__, (self.key, self.message, self.config_source))
+
+
+# -- value specs: a check returns None when the value is fine, else what was expected --
+
+Check = Callable[[Any], Optional[str]]
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, str) and len(value) > 60:
+        return repr(value[:57] + "...")
+    return repr(value)
+
+
+def boolean(v: Any) -> Optional[str]:
+    return None if isinstance(v, bool) else "expected a boolean"
+
+
+def integer(minimum: Optional[int] = None) -> Check:
+    def check(v: Any) -> Optional[str]:
+        if isinstance(v, bool) or not isinstance(v, int) or (minimum is not None and v < minimum):
+            return "expected an integer" + (f" >= {minimum}" if minimum is not None else "")
+        return None
+    return check
+
+
+def number(minimum: Optional[float] = None, positive: bool = False) -> Check:
+    def check(v: Any) -> Optional[str]:
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool)
+        if ok and positive and not v > 0:
+            return "expected a number > 0"
+        if not ok or (minimum is not None and v < minimum):
+            return "expected a number" + (f" >= {minimum:g}" if minimum is not None else "")
+        return None
+    return check
+
+
+def string(v: Any) -> Optional[str]:
+    return None if isinstance(v, str) else "expected a string"
+
+
+def choice(*values: str) -> Check:
+    def check(v: Any) -> Optional[str]:
+        return None if v in values else "expected one of " + ", ".join(values)
+    return check
+
+
+def list_of(item: Check, min_len: int = 0) -> Check:
+    def check(v: Any) -> Optional[str]:
+        if not isinstance(v, (list, tuple)) or len(v) < min_len:
+            return "expected a list" + (f" of at least {min_len}" if min_len else "")
+        bad = next((x for x in v if item(x)), None)
+        if bad is not None:
+            return f"expected a list whose items are: {item(bad).replace('expected ', '')}"
+        return None
+    return check
+
+
+def optional(inner: Check) -> Check:
+    return lambda v: None if v is None else inner(v)
+
+
+def anything(v: Any) -> Optional[str]:
+    return None
+
+
+def mapping(v: Any) -> Optional[str]:
+    return None if isinstance(v, Mapping) else "expected a mapping (key: value)"
+
+
+def boolean_or_list(v: Any) -> Optional[str]:
+    if isinstance(v, bool) or not list_of(number(positive=True), 1)(v):
+        return None
+    return "expected a boolean or a list of speed factors"
+
+
+_MS = number(positive=True)
+_COUNT = integer(0)
+_SIZE = integer(1)
+
+#: dataset_conf sections (mappings) and their keys: WeNet's processor parameters.
+SECTIONS: Dict[str, Dict[str, Check]] = {
+    "filter_conf": {k: number(0) for k in (
+        "max_length", "min_length", "token_max_length", "token_min_length",
+        "min_output_input_ratio", "max_output_input_ratio")},
+    "resample_conf": {"resample_rate": _SIZE},
+    "singal_channel_conf": {"channel": _COUNT},
+    "speaker_conf": {"speaker_table_path": string},
+    "fbank_conf": {"num_mel_bins": _SIZE, "frame_length": _MS, "frame_shift": _MS,
+                   "dither": number(0),
+                   "window_type": choice("povey", "hamming", "hanning", "rectangular",
+                                         "blackman")},
+    "mfcc_conf": {"num_mel_bins": _SIZE, "frame_length": _MS, "frame_shift": _MS,
+                  "dither": number(0), "num_ceps": _SIZE, "high_freq": number(),
+                  "low_freq": number(0)},
+    "log_mel_spectrogram_conf": {"n_fft": _SIZE, "hop_length": _SIZE, "num_mel_bins": _SIZE,
+                                 "padding": _COUNT, "pad_or_trim": boolean,
+                                 "max_duration": number(positive=True)},
+    "spec_aug_conf": {k: _COUNT for k in ("num_t_mask", "num_f_mask", "max_t", "max_f",
+                                          "max_w")},
+    "spec_sub_conf": {"max_t": _COUNT, "num_t_sub": _COUNT},
+    "spec_trim_conf": {"max_t": _SIZE},
+    "language_conf": {"limited_langs": list_of(string, 1)},
+    "shuffle_conf": {"shuffle_size": _SIZE},
+    "sort_conf": {"sort_size": _SIZE},
+    "list_shuffle_conf": {"shuffle_size": _SIZE},
+    "batch_conf": {"batch_type": choice("static", "bucket", "dynamic"),
+                   "batch_size": _SIZE, "max_frames_in_batch": _SIZE,
+                   "bucket_boundaries": list_of(_SIZE, 1),
+                   "bucket_batch_sizes": list_of(_SIZE, 1)},
+}
+#: dataset_conf keys holding a plain value.
+SCALARS: Dict[str, Check] = {
+    "cycle": _SIZE, "list_shuffle": boolean, "speed_perturb": boolean_or_list,
+    "feats_type": choice("fbank", "mfcc", "log_mel_spectrogram"),
+    "spec_aug": boolean, "spec_sub": boolean, "spec_trim": boolean,
+    "shuffle": boolean, "sort": boolean,
+    "syncbn": boolean,  # in WeNet's librispeech squeezeformer yaml; WeNet ignores it
+}
+
+#: lhotse_conf keys with a tighter rule than their type annotation gives.
+LHOTSE_RULES: Dict[str, Check] = {
+    "max_duration": optional(number(positive=True)),
+    "max_cuts": optional(_SIZE),
+    "num_buckets": _SIZE,
+    "duration_bins": optional(list_of(number(positive=True), 1)),
+    "num_cuts_for_bins_estimate": _SIZE,
+    "quadratic_duration": optional(number(positive=True)),
+    "buffer_size": _SIZE,
+    "pool_workers": _COUNT,
+    "steps_per_epoch": optional(_SIZE),
+    "snapshot_depth": _SIZE,
+    "sources": optional(list_of(anything, 1)),
+    "cv_sources": optional(list_of(anything, 1)),
+}
+
+
+def _from_annotation(tp: Any) -> Check:
+    """A check from a dataclass field's type (bool, int, float, str, List, Optional)."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is Union:
+        rest = [a for a in args if a is not type(None)]
+        inner = _from_annotation(rest[0]) if len(rest) == 1 else anything
+        return optional(inner) if len(rest) < len(args) else inner
+    if tp is bool:
+        return boolean
+    if tp is int:
+        return integer()
+    if tp is float:
+        return number()
+    if tp is str:
+        return string
+    if origin in (list, tuple, Sequence):
+        return list_of(anything)
+    if origin in (dict, Mapping):
+        return mapping
+    return anything
+
+
+def lhotse_conf_rules() -> Dict[str, Check]:
+    """Each ``lhotse_conf`` key's check, from :class:`LhotseConf`'s fields."""
+    from wenet_lhotse.loader.config import MODES, LhotseConf
+
+    hints = typing.get_type_hints(LhotseConf)
+    rules = {f.name: _from_annotation(hints.get(f.name, Any))
+             for f in dataclasses.fields(LhotseConf)}
+    rules.update({k: v for k, v in LHOTSE_RULES.items() if k in rules})
+    rules["mode"] = choice(*MODES)
+    return rules
+
+
+def _unknown(key: str, known: Sequence[str], where: str, source: Optional[str]
+             ) -> WenetConfigError:
+    near = difflib.get_close_matches(str(key), list(known), n=1, cutoff=0.6)
+    hint = f"did you mean {near[0]}?" if near else f"known keys: {', '.join(sorted(known))}"
+    return WenetConfigError(f"{where}.{key}", f"unknown key; {hint}", source)
+
+
+def _check_section(conf: Any, rules: Mapping[str, Check], where: str,
+                   source: Optional[str]) -> None:
+    if conf is None:
+        return
+    if not isinstance(conf, Mapping):
+        raise WenetConfigError(where, f"expected a mapping (key: value), got {_show(conf)}",
+                               source)
+    for key, value in conf.items():
+        if key not in rules:
+            raise _unknown(key, list(rules), where, source)
+        problem = rules[key](value)
+        if problem:
+            raise WenetConfigError(f"{where}.{key}", f"{problem}, got {_show(value)}", source)
+
+
+def check_dataset_conf(dataset_conf: Optional[Mapping[str, Any]], *,
+                       source: Optional[Pathlike] = None,
+                       where: str = "dataset_conf") -> None:
+    """Raise :class:`WenetConfigError` for the first unknown key or bad value in WeNet's
+    ``dataset_conf`` (``lhotse_conf`` included). ``source``: the yaml, for the message."""
+    src = str(source) if source else None
+    if dataset_conf is None:
+        return
+    if not isinstance(dataset_conf, Mapping):
+        raise WenetConfigError(where, f"expected a mapping (key: value), got "
+                                      f"{_show(dataset_conf)}", src)
+    known = [*SECTIONS, *SCALARS, "lhotse_conf"]
+    for key, value in dataset_conf.items():
+        if key in SECTIONS:
+            _check_section(value, SECTIONS[key], f"{where}.{key}", src)
+        elif key in SCALARS:
+            problem = SCALARS[key](value)
+            if problem:
+                raise WenetConfigError(f"{where}.{key}", f"{problem}, got {_show(value)}", src)
+        elif key == "lhotse_conf":
+            _check_section(value, lhotse_conf_rules(), f"{where}.lhotse_conf", src)
+        else:
+            raise _unknown(key, known, where, src)
+    batch = dataset_conf.get("batch_conf") or {}
+    if batch.get("batch_type") == "bucket":
+        bounds, sizes = batch.get("bucket_boundaries"), batch.get("bucket_batch_sizes")
+        if bounds is None or sizes is None:
+            missing = "bucket_boundaries" if bounds is None else "bucket_batch_sizes"
+            raise WenetConfigError(f"{where}.batch_conf.{missing}",
+                                   "required with batch_type: bucket", src)
+        if len(sizes) != len(bounds) + 1:
+            raise WenetConfigError(
+                f"{where}.batch_conf.bucket_batch_sizes",
+                f"needs len(bucket_boundaries) + 1 = {len(bounds) + 1} sizes, got {len(sizes)}",
+                src)
+    if dataset_conf.get("speaker_conf") and "speaker_table_path" not in \
+            dataset_conf["speaker_conf"]:
+        raise WenetConfigError(f"{where}.speaker_conf.speaker_table_path", "required", src)
+
+
+def load_wenet_yaml(path: Pathlike) -> Dict[str, Any]:
+    """Read a WeNet training yaml and check its ``dataset_conf``. A missing file or a
+    yaml syntax error is a :class:`WenetDataError` naming file (and line)."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            configs = yaml.safe_load(f)
+    except FileNotFoundError:
+        raise WenetDataError("no such file", str(path), kind="missing_file") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        what = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise WenetDataError(f"not valid yaml: {what}", str(path), line=line,
+                             kind="config") from None
+    if not isinstance(configs, dict):
+        raise WenetDataError("expected a yaml mapping (key: value) at the top", str(path),
+                             kind="config")
+    check_dataset_conf(configs.get("dataset_conf"), source=path)
+    return configs
+
+
+# -- symbol table vs tokenizer_conf.special_tokens --
+
+#: Table entries each special token may map to.
+_SPECIAL_NAMES = {"<blank>": ("<blank>",), "<unk>": ("<unk>",),
+                  "<sos>": ("<sos/eos>", "<sos>", "<s>"), "<eos>": ("<sos/eos>", "<eos>", "</s>")}
+
+
+def _table_by_id(path: Path) -> Dict[int, tuple]:
+    """id -> (unit, 1-based line) of a WeNet symbol table (a later line wins, as WeNet)."""
+    from wenet_lhotse.text.tokenizer import read_symbol_table
+
+    read_symbol_table(path)  # validates the format, naming file and line
+    out: Dict[int, tuple] = {}
+    with open(path, encoding="utf-8") as f:
+        for no, line in enumerate(f, 1):
+            arr = line.split()
+            if len(arr) == 2:
+                out[int(arr[1])] = (arr[0], no)
+    return out
+
+
+def check_special_tokens(symbol_table_path: Pathlike,
+                         special_tokens: Optional[Mapping[str, Any]], *,
+                         source: Optional[Pathlike] = None,
+                         where: str = "tokenizer_conf.special_tokens") -> None:
+    """Stop when the ids a WeNet model takes for ``<blank>``, ``<unk>``, ``<sos>``,
+    ``<eos>`` are other units of the symbol table.
+
+    WeNet's ``ASRModel`` takes ``<sos>``/``<eos>`` from ``special_tokens``, or
+    ``vocab_size - 1`` without it; a table written for the other layout makes it use an
+    ordinary unit as sos/eos without a word. Keys other than these four (Whisper's
+    ``sot``, ...) are not checked."""
+    src = str(source) if source else None
+    path = Path(symbol_table_path)
+    by_id = _table_by_id(path)
+    vocab_size = len(by_id)
+    if special_tokens is not None and not isinstance(special_tokens, Mapping):
+        raise WenetConfigError(where, f"expected a mapping, got {_show(special_tokens)}", src)
+    tokens = dict(special_tokens or {})
+    checks = [(name, tokens.get(name)) for name in _SPECIAL_NAMES if name in tokens]
+    if special_tokens is None:
+        checks = [("<sos>", vocab_size - 1), ("<eos>", vocab_size - 1)]
+    for name, wanted in checks:
+        if wanted is None and name in ("<sos>", "<eos>"):
+            wanted = vocab_size - 1  # ASRModel: special_tokens.get("<sos>", vocab_size - 1)
+        if integer(0)(wanted):
+            raise WenetConfigError(f"{where}.{name}", f"expected an integer >= 0, got "
+                                                      f"{_show(wanted)}", src)
+        unit, line = by_id.get(wanted, (None, None))
+        if unit in _SPECIAL_NAMES[name]:
+            continue
+        if special_tokens is None:
+            key, told = where, (f"not set, so WeNet uses vocab_size - 1 = {wanted} as {name}")
+        else:
+            key, told = f"{where}.{name}", str(wanted)
+        found = (f"{path.name} line {line} maps id {wanted} to {unit!r}" if unit is not None
+                 else f"{path.name} has no id {wanted}")
+        having = [f"{u} {i}" for i, (u, _) in sorted(by_id.items()) if u in _SPECIAL_NAMES[name]]
+        fix = f" (the table has {', '.join(having)})" if having else ""
+        raise WenetConfigError(key, f"{told}, but {found}{fix}", src)
