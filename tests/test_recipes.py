@@ -38,7 +38,9 @@ def test_aishell_recipe_stages(tmp_path):
     for x in ("train", "dev", "test"):
         assert (d / "data" / x / "data.list").exists()
     table = (d / "data" / "dict" / "lang_char.txt").read_text(encoding="utf-8").splitlines()
-    assert table[0] == "<blank> 0" and table[-1].startswith("<sos/eos>")
+    assert table[:3] == ["<blank> 0", "<unk> 1", "<sos/eos> 2"]  # the yaml's special_tokens
+    cmvn = json.loads((d / "data" / "train" / "global_cmvn").read_text())
+    assert len(cmvn["mean_stat"]) == 80 and cmvn["frame_num"] > 0
     assert (d / "data" / "train" / "stats.png").exists()
     assert len(CutSet.from_shar(in_dir=d / "data" / "train" / "shar").to_eager()) == 60
     assert len(CutSet.from_file(d / "data" / "dev" / "cuts.jsonl.gz")) == 16

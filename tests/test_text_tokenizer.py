@@ -45,8 +45,8 @@ def test_read_symbol_table_layouts(tables):
 def test_corpus_units_table(corpus):
     tok = CharTokenizer(corpus.units)
     table = tok.symbol_table
-    assert table["<blank>"] == 0 and table["<unk>"] == 1 and table["▁"] == 2
-    assert max(table.values()) == table["<sos/eos>"] == tok.vocab_size() - 1
+    assert table["<blank>"] == 0 and table["<unk>"] == 1 and table["<sos/eos>"] == 2
+    assert table["▁"] == 3 and max(table.values()) == tok.vocab_size() - 1
     line = corpus.data_list.read_text(encoding="utf-8").splitlines()[0]
     import json
 

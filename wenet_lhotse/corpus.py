@@ -11,7 +11,7 @@ Layout written by :func:`generate_corpus` under ``out_dir``::
     wav/<key>.wav            16-bit PCM audio
     data.list                WeNet raw list: {"key", "wav", "txt", ...} per line
     text, wav.scp            Kaldi-style files, as WeNet's data prep leaves them
-    units.txt                WeNet char symbol table (<blank> 0, <unk> 1, ..., <sos/eos>)
+    units.txt                WeNet char symbol table (<blank> 0, <unk> 1, <sos/eos> 2, ...)
     shards/shards_*.tar      WeNet shards (when ``shard_size`` is set)
     shards.list              one tar path per line (when ``shard_size`` is set)
 """
@@ -111,9 +111,10 @@ def random_text(rng: np.random.Generator, duration: float) -> str:
 
 
 def write_units(path: Pathlike) -> Path:
-    """WeNet char symbol table for :data:`ALPHABET`: ``<blank> 0``, ``<unk> 1``,
-    ``▁`` (space), the characters, ``<sos/eos>`` last (the classic layout)."""
-    units = ["<blank>", "<unk>", "▁", *ALPHABET, "<sos/eos>"]
+    """WeNet char symbol table for :data:`ALPHABET` in WeNet's current layout (what
+    ``make-units`` writes): ``<blank> 0``, ``<unk> 1``, ``<sos/eos> 2``, then ``▁``
+    (space) and the characters."""
+    units = ["<blank>", "<unk>", "<sos/eos>", "▁", *ALPHABET]
     path = Path(path)
     path.write_text("".join(f"{u} {i}\n" for i, u in enumerate(units)), encoding="utf-8")
     return path

@@ -43,11 +43,12 @@ if [ ${stage} -le 1 ] && [ ${stop_stage} -ge 1 ]; then
 fi
 
 if [ ${stage} -le 2 ] && [ ${stop_stage} -ge 2 ]; then
-  echo "stage 2: char dictionary data/dict/lang_char.txt"
+  echo "stage 2: char dictionary data/dict/lang_char.txt, global CMVN data/train/global_cmvn"
   mkdir -p data/dict
+  # <blank> 0, <unk> 1, <sos/eos> 2, chars: the yaml's tokenizer_conf.special_tokens
   wenet-lhotse make-units data/train/text -o data/dict/lang_char.txt
-  # WeNet models also want global CMVN stats: WeNet's tools/compute_cmvn_stats.py
-  # --in_scp data/train/wav.scp --out_cmvn data/train/global_cmvn (not needed by stage 6).
+  # what WeNet's tools/compute_cmvn_stats.py writes (cmvn_conf.cmvn_file), in parallel
+  wenet-lhotse cmvn data/train/data.list -c $train_config -o data/train/global_cmvn -j $nj
 fi
 
 if [ ${stage} -le 3 ] && [ ${stop_stage} -ge 3 ]; then

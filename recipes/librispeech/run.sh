@@ -50,9 +50,12 @@ if [ ${stage} -le 1 ] && [ ${stop_stage} -ge 1 ]; then
 fi
 
 if [ ${stage} -le 2 ] && [ ${stop_stage} -ge 2 ]; then
-  echo "stage 2: SentencePiece unigram model and its units table"
+  echo "stage 2: SentencePiece unigram model and its units table, global CMVN"
   n=$nbpe; [ "$fake_data" = true ] && n=30
+  # <blank> 0, <unk> 1, <sos/eos> 2, pieces: the yaml's tokenizer_conf.special_tokens
   wenet-lhotse make-units data/$train_set/text -o $dict --bpe $n --bpe-model-prefix $bpemodel
+  wenet-lhotse cmvn data/$train_set/data.list -c $train_config -o data/$train_set/global_cmvn \
+    -j $nj
 fi
 
 if [ ${stage} -le 3 ] && [ ${stop_stage} -ge 3 ]; then
