@@ -17,7 +17,8 @@ from wenet_lhotse.cli import main
 # aishell-like transcripts (the recipe removes spaces first) plus a few latin letters
 TEXT = "".join(f"utt{i:02d} {t}\n" for i, t in enumerate([
     "甚至出现交易几乎停滞的情况", "一二线城市虽然也处于调整中", "但因为聚集了过多公共资源",
-    "为了规避三四线城市明显过剩的市场风险", "标杆房企必然调整市场战略", "ABC的房价", "下跌了百分之十"]))
+    "为了规避三四线城市明显过剩的市场风险", "标杆房企必然调整市场战略", "ABC的房价",
+    "下跌了百分之十"]))
 
 
 def _recipe_char_table(wenet_root, text) -> str:
