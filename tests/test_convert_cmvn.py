@@ -24,7 +24,7 @@ from wenet_lhotse.convert.cmvn import (
     write_cmvn,
 )
 from wenet_lhotse.corpus import generate_corpus
-from wenet_lhotse.formats.errors import SkipReport, WenetDataError
+from wenet_lhotse.errors import SkipReport, WenetDataError
 
 FBANK = {"num_mel_bins": 80, "frame_shift": 10, "frame_length": 25, "dither": 0.1}
 RTOL = 1e-4

@@ -41,7 +41,7 @@ def cmvn_cmd(source, config_path, out, jobs, chunk_size, wav_root, skip_errors):
           -o data/train/global_cmvn -j 8
     """
     from wenet_lhotse.convert.cmvn import CmvnConfig, compute_cmvn, write_cmvn
-    from wenet_lhotse.formats.errors import SkipReport
+    from wenet_lhotse.errors import SkipReport
     from wenet_lhotse.loader.config_check import load_wenet_yaml
 
     configs = load_wenet_yaml(config_path)

@@ -40,7 +40,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
-from wenet_lhotse.formats.errors import SkippedItem, SkipReport, WenetDataError
+from wenet_lhotse.errors import SkippedItem, SkipReport, WenetDataError
 
 logger = logging.getLogger(__name__)
 
@@ -170,7 +170,7 @@ def _iter_chunk_cuts(chunk: CmvnChunk, strict: bool, report: SkipReport) -> Iter
         for item in chunk.items:
             yield deserialize_item(dict(item)) if isinstance(item, dict) else item
     elif chunk.kind == "tar":
-        from wenet_lhotse.convert.inputs import read_one_tar
+        from wenet_lhotse.formats.shard_reader import read_one_tar
 
         yield from read_one_tar(chunk.items[0], strict=strict, skip_report=report)
     elif chunk.kind == "shar":
@@ -213,15 +213,18 @@ def iter_chunks(
 ) -> Tuple[Iterator[CmvnChunk], Optional[int]]:
     """``(chunks, number of chunks or None when not known up front)`` for ``path``: a
     raw list, shard list, cuts manifest or Shar directory (told apart by content)."""
-    from wenet_lhotse.convert.inputs import detect_input_kind, list_shard_paths, open_cuts
+    from wenet_lhotse.formats.shard_reader import read_shard_entries
+    from wenet_lhotse.sources import detect_input_kind, open_cuts, shar_fields
 
     kind = detect_input_kind(path)
     if kind == "shard":
-        tars = list_shard_paths(path, strict=strict, skip_report=skip_report)
-        return (CmvnChunk("tar", [t], str(getattr(t, "url", t))) for t in tars), len(tars)
+        tars = read_shard_entries([str(path)], strict=strict, skip_report=skip_report)
+        return (CmvnChunk("tar", [t], t.url) for t in tars), len(tars)
     if kind == "shar":
-        fields = _shar_shard_fields(Path(path))
-        return (CmvnChunk("shar", [f], f["cuts"][0]) for f in fields), len(fields)
+        fields = shar_fields(path)
+        per_shard = [{f: [urls[i]] for f, urls in fields.items()}
+                     for i in range(len(fields["cuts"]))]
+        return (CmvnChunk("shar", [f], f["cuts"][0]) for f in per_shard), len(per_shard)
     cuts, _ = open_cuts(path, kind=kind, strict=strict, skip_report=skip_report,
                         wav_root=wav_root)
 
@@ -236,24 +239,6 @@ def iter_chunks(
             yield CmvnChunk("cuts", batch, f"{path} ({batch[0]['id']}...)")
 
     return slices(), None
-
-
-def _shar_shard_fields(in_dir: Path) -> List[Dict[str, List[str]]]:
-    """One Lhotse Shar ``fields`` dict per shard of ``in_dir`` (cuts + its tars)."""
-    out = []
-    for cuts_path in sorted(in_dir.glob("cuts.*.jsonl*")):
-        index = cuts_path.name.split(".")[1]
-        fields = {"cuts": [str(cuts_path)]}
-        for tar in sorted(in_dir.glob(f"*.{index}.tar*")):
-            fields[tar.name.split(".")[0]] = [str(tar)]
-        if "recording" not in fields:
-            raise WenetDataError(f"no recording.{index}.tar next to it", str(cuts_path),
-                                 kind="unpaired")
-        out.append(fields)
-    if not out:
-        raise WenetDataError("directory without cuts.*.jsonl.gz: not a Lhotse Shar directory",
-                             str(in_dir), kind="format")
-    return out
 
 
 def _init_worker() -> None:

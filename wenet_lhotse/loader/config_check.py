@@ -27,7 +27,7 @@ import typing
 from pathlib import Path
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
 
-from wenet_lhotse.formats.errors import WenetDataError
+from wenet_lhotse.errors import WenetDataError
 
 Pathlike = Union[str, os.PathLike]
 
