@@ -74,6 +74,29 @@ class WenetDataError(ValueError):
         )
 
 
+class WenetConfigError(WenetDataError):
+    """A bad value or unknown key in a WeNet yaml. ``str(err)`` is one line: the yaml
+    file when known, the dotted key, then what is wrong (``kind`` is ``"config"``).
+
+    :param key: the dotted yaml key, e.g. ``dataset_conf.batch_conf.batch_size``.
+    :param message: what is wrong with it.
+    :param source: the yaml file, when known.
+    """
+
+    def __init__(self, key: str, message: str, source: Optional[str] = None) -> None:
+        self.key = key
+        self.config_source = source
+        self.message = message
+        self.source = str(source) if source else ""
+        self.line = None
+        self.member = None
+        self.kind = "config"
+        ValueError.__init__(self, f"{source}: {key}: {message}" if source else f"{key}: {message}")
+
+    def __reduce__(self):
+        return (self.__class__, (self.key, self.message, self.config_source))
+
+
 @dataclass(frozen=True)
 class SkippedItem:
     """One item a fault-tolerant reader left out, and why."""

@@ -2,12 +2,13 @@
 
 Errors: every command reports bad data, bad config, bad usage and missing or unreadable
 files as one line ``error: ...`` on stderr and exits non-zero (1; 2 for usage errors),
-never with a traceback. ``-vv`` re-raises them to show where they came from.
+never with a traceback (``-vv`` prints it too, to show where an error came from).
 """
 
 from __future__ import annotations
 
 import logging
+import traceback
 
 import click
 
@@ -55,7 +56,7 @@ class WenetGroup(click.Group):
             raise CliError(err.format_message()) from None
         except _INPUT_ERRORS as err:
             if ctx.obj and ctx.obj.get("verbose", 0) >= 2:
-                raise
+                traceback.print_exc()
             raise CliError(input_error_message(err)) from None
 
 

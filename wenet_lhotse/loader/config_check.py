@@ -27,27 +27,9 @@ import typing
 from pathlib import Path
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
 
-from wenet_lhotse.errors import WenetDataError
+from wenet_lhotse.errors import WenetConfigError, WenetDataError
 
 Pathlike = Union[str, os.PathLike]
-
-
-class WenetConfigError(WenetDataError):
-    """A bad value or unknown key in a WeNet yaml. ``str(err)`` is one line: the yaml
-    file when known, the dotted key, then what is wrong."""
-
-    def __init__(self, key: str, message: str, source: Optional[str] = None) -> None:
-        self.key = key
-        self.config_source = source
-        self.message = message
-        self.source = str(source) if source else ""
-        self.line = None
-        self.member = None
-        self.kind = "config"
-        ValueError.__init__(self, f"{source}: {key}: {message}" if source else f"{key}: {message}")
-
-    def __reduce__(self):
-        return (self.__class__, (self.key, self.message, self.config_source))
 
 
 # -- value specs: a check returns None when the value is fine, else what was expected --

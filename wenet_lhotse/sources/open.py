@@ -13,7 +13,7 @@ from lhotse.cut import Cut
 from lhotse.lazy import Dillable
 from lhotse.utils import Pathlike, fastcopy
 
-from wenet_lhotse.errors import SkipReport
+from wenet_lhotse.errors import SkipReport, WenetDataError
 from wenet_lhotse.formats.raw_list import read_raw_list
 from wenet_lhotse.formats.shard_reader import read_shard_list
 from wenet_lhotse.formats.streams import as_path_list
@@ -47,7 +47,7 @@ def open_kind(
                                split_for_dataloading=split_for_dataloading, strict=strict,
                                skip_report=skip_report, **split_kw)
     if kind == "cuts":
-        return _chain([CutSet.from_jsonl_lazy(p) if ".jsonl" in p else CutSet.from_file(p)
+        return _chain([CutSet(LazyManifestReader(p)) if ".jsonl" in p else CutSet.from_file(p)
                        for p in paths])
     if kind == "shar":
         if fields is None and len(paths) != 1:
@@ -179,6 +179,35 @@ def open_source(
     if spec.tags:
         cuts = cuts.map(TagCuts(spec.tags))
     return cuts
+
+
+class LazyManifestReader(Dillable):
+    """The cuts of a Lhotse JSONL manifest, streamed (Lhotse's ``LazyManifestIterator``).
+    A file cut short, not gzip or garbled raises :class:`WenetDataError` naming the file
+    and line, where Lhotse's reader raises a bare ``EOFError`` / ``JSONDecodeError``."""
+
+    def __init__(self, path: Pathlike) -> None:
+        self.path = str(path)
+
+    def _error(self, err: Exception, n: int) -> WenetDataError:
+        return WenetDataError(f"unreadable after line {n}: {type(err).__name__}: {err}",
+                              self.path, line=n + 1, kind="truncated")
+
+    def __iter__(self):
+        from lhotse.lazy import LazyManifestIterator
+
+        n = 0
+        try:
+            for cut in LazyManifestIterator(self.path):
+                n += 1
+                yield cut
+        except WenetDataError:
+            raise
+        except (OSError, EOFError, UnicodeDecodeError, ValueError) as err:
+            raise self._error(err, n) from None
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 def _chain(cutsets: Sequence[CutSet]) -> CutSet:
