@@ -45,16 +45,15 @@ def bench(config, data, data_type, units, num_batches, num_workers, prefetch, se
     feature frames x frame shift), time to first batch, batch count, mean batch
     size and padding fraction (padded feature frames / all frames). Without CONFIG,
     WeNet's aishell dataset_conf is used (give --data and --units)."""
-    import yaml
     from tqdm import tqdm
 
     from wenet_lhotse.loader.build import build_dataloader
     from wenet_lhotse.loader.config import frame_shift_ms
+    from wenet_lhotse.loader.config_check import load_wenet_yaml
     from wenet_lhotse.wenet_compat import DATA_TYPES
 
     if config is not None:
-        with open(config, encoding="utf-8") as f:
-            configs = yaml.safe_load(f) or {}
+        configs = load_wenet_yaml(config)  # stops on a bad dataset_conf, naming the key
     else:
         configs = {"dataset_conf": AISHELL_DATASET_CONF}
     dataset_conf = dict(configs.get("dataset_conf") or {})

@@ -53,7 +53,7 @@ class WenetGroup(click.Group):
         except CliError:
             raise
         except click.ClickException as err:  # commands' own messages: same format
-            raise CliError(err.format_message()) from None
+            raise CliError(" ".join(err.format_message().split("\n"))) from None
         except _INPUT_ERRORS as err:
             if ctx.obj and ctx.obj.get("verbose", 0) >= 2:
                 traceback.print_exc()

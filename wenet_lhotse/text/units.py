@@ -22,6 +22,7 @@ from typing import Iterable, Iterator, List, Optional, Tuple
 
 from lhotse.utils import Pathlike
 
+from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.formats.streams import atomic_output
 
 #: The special symbols, in WeNet's current order (ids 0, 1, 2).
@@ -30,8 +31,13 @@ SPECIAL_UNITS = ("<blank>", "<unk>", "<sos/eos>")
 
 def _transcripts(text: Pathlike) -> Iterator[str]:
     """Transcripts of a Kaldi ``text`` file (``<utt-id> <transcript>``)."""
-    with open(text, encoding="utf-8") as f:
-        for line in f:
+    with open(text, "rb") as f:
+        for no, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise WenetDataError(f"not valid UTF-8 (byte {err.start})", str(text), line=no,
+                                     kind="encoding") from None
             arr = line.strip().split(maxsplit=1)
             if len(arr) == 2:
                 yield arr[1]
