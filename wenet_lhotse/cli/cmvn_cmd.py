@@ -7,13 +7,18 @@ import click
 from wenet_lhotse.cli.data import _default_jobs, _print_skips
 from wenet_lhotse.cli.main import main
 
+#: The features without a yaml: WeNet's aishell and librispeech recipes' dataset_conf.
+RECIPE_FEATURES = {"resample_conf": {"resample_rate": 16000},
+                   "fbank_conf": {"num_mel_bins": 80, "frame_shift": 10, "frame_length": 25}}
+
 
 @main.command("cmvn")
 @click.argument("source", metavar="INPUT", type=click.Path(exists=True))
 @click.option("-c", "--config", "config_path", type=click.Path(exists=True, dir_okay=False),
-              required=True,
+              default=None,
               help="WeNet training yaml: its dataset_conf gives the features "
-                   "(fbank_conf, feats_type) and resample_conf.")
+                   "(fbank_conf, feats_type) and resample_conf [default: WeNet's aishell "
+                   "and librispeech recipes' 80-bin fbank, 25/10 ms, at 16 kHz].")
 @click.option("-o", "--out", type=click.Path(dir_okay=False), required=True,
               help="The global_cmvn JSON to write (cmvn_conf.cmvn_file in the yaml).")
 @click.option("-j", "--jobs", type=int, default=_default_jobs, show_default="min(4, CPUs)",
@@ -44,8 +49,11 @@ def cmvn_cmd(source, config_path, out, jobs, chunk_size, wav_root, skip_errors):
     from wenet_lhotse.errors import SkipReport
     from wenet_lhotse.loader.config_check import load_wenet_yaml
 
-    configs = load_wenet_yaml(config_path)
-    config = CmvnConfig.from_wenet(configs.get("dataset_conf"))
+    if config_path is not None:
+        dataset_conf = load_wenet_yaml(config_path).get("dataset_conf")
+    else:
+        dataset_conf = RECIPE_FEATURES
+    config = CmvnConfig.from_wenet(dataset_conf)
     report = SkipReport()
     stats = compute_cmvn(source, config=config, num_jobs=max(1, jobs), chunk_size=chunk_size,
                          strict=not skip_errors, skip_report=report, wav_root=wav_root,

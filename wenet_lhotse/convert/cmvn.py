@@ -272,6 +272,7 @@ def compute_cmvn(
         ``skip_report``.
     :param progress: a tqdm bar (unit: utterances).
     """
+    import torch
     from tqdm.auto import tqdm
 
     config = config or CmvnConfig.from_wenet(dataset_conf)
@@ -293,7 +294,10 @@ def compute_cmvn(
     pool = (ProcessPoolExecutor(num_jobs, initializer=_init_worker) if num_jobs > 1
             else None)
     pending: List[Future] = []
+    threads = torch.get_num_threads()
     try:
+        if pool is None:
+            torch.set_num_threads(1)  # per-utterance fbank: threads cost more than they give
         for chunk in chunks:
             if pool is None:
                 done(chunk_stats(chunk, config, strict))
@@ -312,6 +316,7 @@ def compute_cmvn(
             fut.cancel()
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+        torch.set_num_threads(threads)
         bar.close()
     if total.frame_num == 0:
         raise WenetDataError("no frames computed: no readable utterance in it", str(path),

@@ -257,7 +257,7 @@ def check_dataset_conf(dataset_conf: Optional[Mapping[str, Any]], *,
                 f"{where}.batch_conf.bucket_batch_sizes",
                 f"needs len(bucket_boundaries) + 1 = {len(bounds) + 1} sizes, got {len(sizes)}",
                 src)
-    if dataset_conf.get("speaker_conf") and "speaker_table_path" not in \
+    if dataset_conf.get("speaker_conf") is not None and "speaker_table_path" not in \
             dataset_conf["speaker_conf"]:
         raise WenetConfigError(f"{where}.speaker_conf.speaker_table_path", "required", src)
 
