@@ -42,7 +42,6 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     from wenet_harness import wenet_env, wenet_missing, wenet_root
-
     from wenet_lhotse.corpus import generate_corpus
 
     reason = wenet_missing()

@@ -12,7 +12,6 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-import yaml
 
 from wenet_lhotse.errors import WenetConfigError, WenetDataError
 from wenet_lhotse.loader.config_check import (
