@@ -24,6 +24,8 @@ DUMMY_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing-key-id",
     "AWS_SECRET_ACCESS_KEY": "testing-secret",
     "AWS_DEFAULT_REGION": "us-east-1",
+    # never ask the EC2 metadata address for credentials: no traffic off 127.0.0.1
+    "AWS_EC2_METADATA_DISABLED": "true",
 }
 
 
@@ -262,14 +264,17 @@ def _dask_cmd(*args: str) -> List[str]:
 
 
 @pytest.fixture
-def dask_cluster(tmp_path):
+def dask_cluster(tmp_path, moto_endpoint):
     """A ``dask scheduler`` and two ``dask worker --nthreads 1`` processes on
-    127.0.0.1 (separate processes, not in-process threads); stopped afterwards."""
+    127.0.0.1 (separate processes, not in-process threads); stopped afterwards. The
+    workers' environment reaches the session's S3 server (``moto_endpoint``), as a
+    real cluster's would reach its object store."""
     port = free_port()
     here = os.path.dirname(os.path.abspath(__file__))
     # Workers import this checkout's wenet_lhotse and the tests' task functions.
     path = os.pathsep.join([os.path.dirname(here), here, os.environ.get("PYTHONPATH", "")])
-    env = {**os.environ, "PYTHONPATH": path, "DASK_DISTRIBUTED__WORKER__DAEMON": "False"}
+    env = {**os.environ, **DUMMY_CREDENTIALS, "AWS_ENDPOINT_URL": moto_endpoint,
+           "PYTHONPATH": path, "DASK_DISTRIBUTED__WORKER__DAEMON": "False"}
     log = open(tmp_path / "dask.log", "wb")
     sched = subprocess.Popen(
         _dask_cmd("dask_scheduler", "--host", "127.0.0.1", "--port", str(port),

@@ -144,7 +144,7 @@ def import_cmd(data_list, out, data_type, shar_dir, shard_size, audio_format, wa
 
 
 @main.command("export")
-@click.argument("source", metavar="CUTS_OR_SHAR", type=click.Path(exists=True))
+@click.argument("source", metavar="CUTS_OR_SHAR", type=InputPath(exists=True))
 @click.option("-o", "--out", type=click.Path(dir_okay=False), default=None,
               help="The list to write: a raw data.list, or with --shards the shard list "
                    "[default with --shards: DIR/../shards.list].")
@@ -158,7 +158,9 @@ def import_cmd(data_list, out, data_type, shar_dir, shard_size, audio_format, wa
 @click.option("--audio-dir", type=click.Path(file_okay=False), default=None,
               help="Raw list only: where audio held in memory (Shar, shards) is written "
                    "[default: <list name>_audio/ next to the list].")
-def export_cmd(source, out, shards_dir, shard_size, jobs, audio_dir):
+@click.option("--cluster", default=None, metavar="tcp://HOST:PORT",
+              help="With --shards: " + CLUSTER_HELP)
+def export_cmd(source, out, shards_dir, shard_size, jobs, audio_dir, cluster):
     """Export Lhotse cuts back to WeNet format.
 
     CUTS_OR_SHAR is a cuts manifest (.jsonl.gz), a Shar directory, or a WeNet list.
@@ -169,6 +171,7 @@ def export_cmd(source, out, shards_dir, shard_size, jobs, audio_dir):
     To WeNet tar shards plus their list:
       wenet-lhotse export data/cuts.jsonl.gz --shards data/shards -o data/shards.list
     """
+    from wenet_lhotse.convert.executor import ClusterError
     from wenet_lhotse.errors import WenetDataError
 
     try:
@@ -176,24 +179,30 @@ def export_cmd(source, out, shards_dir, shard_size, jobs, audio_dir):
             from wenet_lhotse.convert.export import export_shards
 
             lst = export_shards(source, shards_dir, shard_size=shard_size, list_path=out,
-                                num_workers=jobs, progress=True)
+                                num_workers=jobs, progress=True, cluster=cluster)
             click.echo(f"shards: {shards_dir}, list: {lst}")
         else:
+            if cluster:
+                raise click.UsageError("--cluster applies to --shards (a raw list export "
+                                       "writes its audio files from this process)")
             if out is None:
                 raise click.UsageError("pass -o data.list (or --shards DIR for tar shards)")
             from wenet_lhotse.convert.export import export_raw_list
 
             lst = export_raw_list(source, out, audio_dir=audio_dir, progress=True)
             click.echo(f"raw list: {lst}")
-    except (WenetDataError, ValueError) as err:
+    except (WenetDataError, ValueError, ClusterError) as err:
         raise click.ClickException(str(err)) from None
 
 
 @main.command("validate")
-@click.argument("path", type=click.Path(exists=True))
+@click.argument("path", type=InputPath(exists=True))
 @click.option("--max-report", type=int, default=100, show_default=True,
               help="Print at most this many problems (all are counted).")
-def validate_cmd(path, max_report):
+@click.option("-j", "--jobs", type=int, default=1, show_default=True,
+              help="Processes checking tars / Shar shards in parallel (shard lists, Shar).")
+@click.option("--cluster", default=None, metavar="tcp://HOST:PORT", help=CLUSTER_HELP)
+def validate_cmd(path, max_report, jobs, cluster):
     """Read PATH completely, decoding every utterance's audio, and report each problem
     with its file and line (lists, manifests) or tar and member (shards, Shar).
 
@@ -205,8 +214,12 @@ def validate_cmd(path, max_report):
       wenet-lhotse validate data/train/data.list
     """
     from wenet_lhotse.convert.check import validate
+    from wenet_lhotse.convert.executor import ClusterError
 
-    res = validate(path, progress=True)
+    try:
+        res = validate(path, progress=True, num_jobs=jobs, cluster=cluster)
+    except ClusterError as err:
+        raise click.ClickException(str(err)) from None
     items = list(res.problems)
     for item in items[:max_report]:
         click.echo(f"{item.location}: [{item.kind}] {item.message}")
@@ -221,12 +234,15 @@ def validate_cmd(path, max_report):
 
 
 @main.command("stats")
-@click.argument("path", type=click.Path(exists=True))
+@click.argument("path", type=InputPath(exists=True))
 @click.option("--plot", type=click.Path(dir_okay=False), default=None,
               help="Also write duration and text-length histograms to this PNG "
                    "(needs matplotlib).")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
-def stats_cmd(path, plot, as_json):
+@click.option("-j", "--jobs", type=int, default=1, show_default=True,
+              help="Processes reading tars (shard lists) or probing headers (raw lists).")
+@click.option("--cluster", default=None, metavar="tcp://HOST:PORT", help=CLUSTER_HELP)
+def stats_cmd(path, plot, as_json, jobs, cluster):
     """Describe PATH: utterances, hours, speakers, and the distribution
     (min/mean/percentiles/max) of duration (seconds) and text length (characters).
 
@@ -237,9 +253,13 @@ def stats_cmd(path, plot, as_json):
     Example:
       wenet-lhotse stats data/train/data.list --plot train_stats.png
     """
+    from wenet_lhotse.convert.executor import ClusterError
     from wenet_lhotse.convert.stats import corpus_stats, plot_stats
 
-    st = corpus_stats(path, progress=not as_json)
+    try:
+        st = corpus_stats(path, progress=not as_json, num_jobs=jobs, cluster=cluster)
+    except ClusterError as err:
+        raise click.ClickException(str(err)) from None
     click.echo(json.dumps(st.summary(), indent=2) if as_json else st.format())
     if plot:
         try:

@@ -10,20 +10,22 @@ and member (shards, Shar).
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import logging
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, Iterator, List, Optional, Tuple
 
 from lhotse.cut import Cut
 from lhotse.serialization import deserialize_item
 from lhotse.utils import Pathlike
 
+from wenet_lhotse.convert.executor import map_tasks
 from wenet_lhotse.errors import SkipReport, WenetDataError, short_error
 from wenet_lhotse.formats.keyset import KeySet
 from wenet_lhotse.formats.raw_list import read_raw_list
-from wenet_lhotse.formats.shard_reader import read_one_tar, read_shard_entries
+from wenet_lhotse.formats.remote import is_remote, open_remote
+from wenet_lhotse.formats.shard_reader import ShardEntry, read_one_tar, read_shard_entries
 from wenet_lhotse.sources.detect import detect_input_kind
 from wenet_lhotse.sources.shar_dir import shar_files
 
@@ -78,12 +80,50 @@ class _LineFinder:
         return self._index.get(key)
 
 
-def validate(path: Pathlike, *, progress: bool = False) -> ValidationResult:
+@dataclass
+class _Checked:
+    """What one task found in one tar or Shar shard: per cut ``(id, source, member,
+    problem or None, duration in seconds)``, in order, and the reader's problems."""
+
+    cuts: List[Tuple[str, str, Optional[str], Optional[str], float]]
+    problems: SkipReport
+
+
+def _check_tar(tar: ShardEntry) -> _Checked:
+    """Decode every utterance of one WeNet tar (a task)."""
+    problems = SkipReport(log=False)
+    cuts = [(c.id, tar.url, c.id, _check_audio(c), c.duration)
+            for c in read_one_tar(tar, strict=False, skip_report=problems)]
+    return _Checked(cuts, problems)
+
+
+def _check_shar_shard(fields: Dict[str, List[str]]) -> _Checked:
+    """Decode every utterance of one Shar shard (a task); a broken tar or manifest
+    ends the shard with one problem."""
+    from lhotse import CutSet
+
+    problems = SkipReport(log=False)
+    tar_name = fields["recording"][0]
+    cuts = []
+    try:
+        for c in CutSet.from_shar(fields=fields):
+            cuts.append((c.id, tar_name, c.id, _check_audio(c), c.duration))
+    except Exception as err:
+        problems.add(WenetDataError(f"shard unreadable: {type(err).__name__}: {err}",
+                                    tar_name, kind="truncated"), log=False)
+    return _Checked(cuts, problems)
+
+
+def validate(path: Pathlike, *, progress: bool = False, num_jobs: int = 1,
+             cluster: Optional[str] = None) -> ValidationResult:
     """Read ``path`` (raw list, shard list, cuts manifest or Shar directory) completely,
     decoding every utterance's audio. Never raises for bad data: every problem is
     recorded in the result.
 
     :param progress: show a tqdm bar (unit: utterances).
+    :param num_jobs: local processes, one tar or Shar shard each (shard lists, Shar).
+    :param cluster: a Dask scheduler address: tars / Shar shards are checked on its
+        workers. Problems are listed in input order either way.
     """
     from tqdm.auto import tqdm
 
@@ -99,20 +139,19 @@ def validate(path: Pathlike, *, progress: bool = False) -> ValidationResult:
 
     seen = KeySet()  # per-tar/per-shard readers cannot see repeats across tars
 
-    def check(cut: Cut, source: str, line: Optional[int] = None,
-              member: Optional[str] = None) -> None:
-        if kind in ("shard", "shar") and not seen.add(cut.id):
-            problems.add(WenetDataError(f"duplicate key {cut.id!r} (seen earlier in this "
+    def check(key: str, source: str, member: Optional[str], msg: Optional[str],
+              duration: float, line: Optional[int] = None) -> None:
+        if kind in ("shard", "shar") and not seen.add(key):
+            problems.add(WenetDataError(f"duplicate key {key!r} (seen earlier in this "
                                         "input)", source, line=line, member=member,
                                         kind="duplicate"), log=False)
             bar.update(1)
             return
-        msg = _check_audio(cut)
         if msg is None:
             res.num_ok += 1
-            res.seconds_ok += cut.duration
+            res.seconds_ok += duration
         else:
-            problems.add(WenetDataError(f"{cut.id!r}: {msg}", source, line=line, member=member,
+            problems.add(WenetDataError(f"{key!r}: {msg}", source, line=line, member=member,
                                         kind="bad_audio"), log=False)
         bar.update(1)
 
@@ -129,14 +168,16 @@ def validate(path: Pathlike, *, progress: bool = False) -> ValidationResult:
                         f"{cut.id!r} ({cut.recording.sources[0].source}): {msg}", path,
                         line=find(cut.id), kind="bad_audio"), log=False)
                 bar.update(1)
-        elif kind == "shard":
-            for tar in read_shard_entries([path]):
-                for cut in read_one_tar(tar, strict=False, skip_report=problems):
-                    check(cut, tar.url, member=cut.id)
         elif kind == "cuts":
             _validate_manifest(path, problems, check)
         else:
-            _validate_shar(Path(path), problems, check)
+            jobs = (read_shard_entries([path]) if kind == "shard"
+                    else _shar_jobs(path, problems))
+            task = _check_tar if kind == "shard" else _check_shar_shard
+            for _, part in map_tasks(task, jobs, num_jobs=num_jobs, cluster=cluster):
+                problems.extend(part.problems.items)
+                for key, source, member, msg, duration in part.cuts:
+                    check(key, source, member, msg, duration)
     finally:
         bar.close()
     if res.num_ok == 0 and not len(problems):
@@ -145,12 +186,20 @@ def validate(path: Pathlike, *, progress: bool = False) -> ValidationResult:
     return res
 
 
+def _open_text(path: str):
+    """A (gzipped) text file, local or on object storage, as UTF-8 text."""
+    if is_remote(path):
+        raw = open_remote(path)
+        return io.TextIOWrapper(gzip.GzipFile(fileobj=raw) if path.endswith(".gz") else raw,
+                                encoding="utf-8")
+    return (gzip.open if path.endswith(".gz") else open)(path, "rt", encoding="utf-8")
+
+
 def _validate_manifest(path: str, problems: SkipReport, check) -> None:
-    opener = gzip.open if path.endswith(".gz") else open
     seen = set()
     no = 0
     try:
-        with opener(path, "rt", encoding="utf-8") as f:
+        with _open_text(path) as f:
             for no, line in enumerate(f, 1):
                 if not line.strip():
                     continue
@@ -165,15 +214,14 @@ def _validate_manifest(path: str, problems: SkipReport, check) -> None:
                                                 kind="duplicate"), log=False)
                     continue
                 seen.add(cut.id)
-                check(cut, path, line=no)
+                check(cut.id, path, None, _check_audio(cut), cut.duration, line=no)
     except (OSError, EOFError, UnicodeDecodeError) as err:  # cut short, not gzip, bad bytes
         problems.add(WenetDataError(f"unreadable after line {no}: {err}", path, line=no + 1,
                                     kind="truncated"), log=False)
 
 
-def _validate_shar(in_dir: Path, problems: SkipReport, check) -> None:
-    from lhotse import CutSet
-
+def _shar_jobs(in_dir: str, problems: SkipReport) -> Iterator[Dict[str, List[str]]]:
+    """The fields of each complete Shar shard, in order; unpaired files are problems."""
     files = shar_files(in_dir)
     tars = {f: {i: p for i, p in by_index.items() if p.endswith(".tar")}
             for f, by_index in files.items() if f != "cuts"}
@@ -185,13 +233,7 @@ def _validate_shar(in_dir: Path, problems: SkipReport, check) -> None:
             problems.add(WenetDataError(f"no recording.{i:06d}.tar next to it", cuts_path,
                                         kind="unpaired"), log=False)
             continue
-        tar_name = fields["recording"][0]
-        try:
-            for cut in CutSet.from_shar(fields=fields):
-                check(cut, tar_name, member=cut.id)
-        except Exception as err:  # a broken tar or manifest ends this shard
-            problems.add(WenetDataError(f"shard unreadable: {type(err).__name__}: {err}",
-                                        tar_name, kind="truncated"), log=False)
+        yield fields
     others = {i for by_index in tars.values() for i in by_index} - set(cut_files)
     for i in sorted(others):
         problems.add(WenetDataError("tar without its cuts manifest", str(in_dir),

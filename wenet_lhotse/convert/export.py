@@ -20,6 +20,7 @@ from lhotse import AudioSource, fastcopy
 from lhotse.cut import Cut
 from lhotse.utils import Pathlike
 
+from wenet_lhotse.convert.executor import cluster_slots, open_cluster
 from wenet_lhotse.convert.lossless import encode_lossless
 from wenet_lhotse.formats.layout import is_whole_recording
 from wenet_lhotse.formats.raw_list import write_raw_list
@@ -114,6 +115,7 @@ def export_shards(
     list_path: Optional[Pathlike] = None,
     num_workers: int = 1,
     progress: bool = False,
+    cluster: Optional[str] = None,
 ) -> Path:
     """Write WeNet tar shards (``make_shard_list.py`` layout) and their list file.
 
@@ -122,12 +124,18 @@ def export_shards(
     :param shard_size: utterances per tar.
     :param list_path: the shard list to write (default ``out_dir/shards.list``).
     :param num_workers: processes encoding tars in parallel.
+    :param cluster: a Dask scheduler address: tars are encoded on its workers (which
+        must see ``out_dir``); the list is written here, once. A rerun keeps the tars
+        that are already complete.
     :return: the shard list path.
     """
     from tqdm.auto import tqdm
 
     cuts, _ = open_cuts(src)
     it = tqdm(cuts, desc="export", unit="utt", disable=not progress)
-    lst = write_wenet_shards(it, out_dir, shard_size=shard_size, list_path=list_path,
-                             num_workers=num_workers)
-    return lst
+    if cluster:
+        with open_cluster(cluster) as executor:
+            return write_wenet_shards(it, out_dir, shard_size=shard_size, list_path=list_path,
+                                      num_workers=cluster_slots(executor), executor=executor)
+    return write_wenet_shards(it, out_dir, shard_size=shard_size, list_path=list_path,
+                              num_workers=num_workers)

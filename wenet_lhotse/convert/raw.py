@@ -149,12 +149,14 @@ def iter_raw_cuts(
     num_workers: int = 4,
     executor: str = "process",
     check_duplicates: bool = True,
+    cluster: Optional[str] = None,
 ) -> Iterator[Cut]:
     """The cuts of WeNet raw list(s), in list order, with audio headers read by a pool.
     See :func:`iter_raw_cuts_with_lines` for the arguments."""
     for cut, _, _ in iter_raw_cuts_with_lines(
             paths, wav_root=wav_root, strict=strict, skip_report=skip_report,
-            num_workers=num_workers, executor=executor, check_duplicates=check_duplicates):
+            num_workers=num_workers, executor=executor, check_duplicates=check_duplicates,
+            cluster=cluster):
         yield cut
 
 

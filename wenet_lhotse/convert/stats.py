@@ -7,12 +7,15 @@ import logging
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 from lhotse.utils import Pathlike
 
+from wenet_lhotse.convert.executor import map_tasks
 from wenet_lhotse.errors import SkipReport
+from wenet_lhotse.formats.shard_reader import ShardEntry, read_one_tar, read_shard_entries
+from wenet_lhotse.sources.detect import detect_input_kind
 from wenet_lhotse.sources.open import open_cuts
 
 logger = logging.getLogger(__name__)
@@ -82,26 +85,69 @@ class CorpusStats:
         return "\n".join(lines)
 
 
-def corpus_stats(path: Pathlike, *, strict: bool = False, progress: bool = False) -> CorpusStats:
+def _metadata(cut) -> Tuple[float, int, List[str]]:
+    """(duration in seconds, text length in characters, speakers) of one cut."""
+    return (cut.duration, sum(len(s.text or "") for s in cut.supervisions),
+            [s.speaker for s in cut.supervisions if s.speaker is not None])
+
+
+def _tar_metadata(job: Tuple[ShardEntry, bool]) -> Tuple[list, SkipReport]:
+    """The metadata of every utterance of one WeNet tar (a task: tars must be read
+    through to see their members)."""
+    tar, strict = job
+    report = SkipReport(log=False)
+    return [_metadata(c) for c in read_one_tar(tar, strict=strict, skip_report=report)], report
+
+
+def corpus_stats(path: Pathlike, *, strict: bool = False, progress: bool = False,
+                 num_jobs: int = 1, cluster: Optional[str] = None) -> CorpusStats:
     """Statistics of a raw list, shard list, cuts manifest or Shar directory.
 
     Reads metadata only: raw lists probe audio headers, Shar reads just its cut
     manifests; shard lists must stream their tars. Bad items are skipped and counted
     unless ``strict``.
+
+    :param num_jobs: local processes for shard lists (one tar each) and raw lists
+        (header probing).
+    :param cluster: a Dask scheduler address: the same work on its workers.
     """
     from tqdm.auto import tqdm
 
     report = SkipReport()
-    cuts, kind = open_cuts(path, strict=strict, skip_report=report, with_audio=False)
+    kind = detect_input_kind(path)
     durations = array("d")  # 8 bytes per utterance
     text_lengths = array("q")
     speakers = set()
-    for cut in tqdm(cuts, desc="stats", unit="utt", disable=not progress):
-        durations.append(cut.duration)
-        text_lengths.append(sum(len(s.text or "") for s in cut.supervisions))
-        for s in cut.supervisions:
-            if s.speaker is not None:
-                speakers.add(s.speaker)
+    bar = tqdm(desc="stats", unit="utt", disable=not progress)
+
+    def add(items) -> None:
+        for d, n, spk in items:
+            durations.append(d)
+            text_lengths.append(n)
+            speakers.update(spk)
+        bar.update(len(items))
+
+    try:
+        if kind == "shard":
+            jobs = ((t, strict) for t in read_shard_entries([str(path)], strict=strict,
+                                                              skip_report=report))
+            for _, (items, skips) in map_tasks(_tar_metadata, jobs, num_jobs=num_jobs,
+                                              cluster=cluster):
+                report.extend(skips.items)
+                add(items)
+        elif kind == "raw" and (num_jobs > 1 or cluster):
+            from wenet_lhotse.convert.raw import iter_raw_cuts
+
+            for cut in iter_raw_cuts(str(path), strict=strict, skip_report=report,
+                                     num_workers=num_jobs, cluster=cluster):
+                add([_metadata(cut)])
+        else:
+            cuts, kind = open_cuts(path, kind=kind, strict=strict, skip_report=report,
+                                   with_audio=False)
+            for cut in cuts:
+                add([_metadata(cut)])
+    finally:
+        bar.close()
     return CorpusStats(str(path), kind, np.frombuffer(durations, dtype=np.float64),
                        np.frombuffer(text_lengths, dtype=np.int64), len(speakers), report)
 

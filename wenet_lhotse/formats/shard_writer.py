@@ -7,9 +7,11 @@ import functools
 import io
 import json
 import logging
+import os
 import tarfile
+from concurrent.futures import Executor
 from pathlib import Path
-from typing import Iterable, Iterator, List, Optional, Tuple
+from typing import Iterable, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 from lhotse.utils import Pathlike
@@ -82,8 +84,24 @@ def _write_one_shard(
     return len(cuts)
 
 
+def _tar_is_complete(tar_path: str, keys: List[str]) -> bool:
+    """True when ``tar_path`` exists, reads to its end, and holds exactly ``keys``
+    (walks the headers only, seeking over the data)."""
+    if not os.path.isfile(tar_path):
+        return False
+    try:
+        with tarfile.open(tar_path, "r:") as tar:
+            found = {m.name.rsplit(".", 1)[0] for m in tar}
+    except (OSError, EOFError, tarfile.TarError):
+        return False
+    return found == set(keys)
+
+
 def _write_job(job: Tuple[List, str], resample_to: Optional[int], extras: bool) -> int:
-    return _write_one_shard(job[0], job[1], resample_to, extras)
+    cuts, tar_path = job
+    if _tar_is_complete(tar_path, [c.id for c in cuts]):
+        return len(cuts)  # a rerun: written before (tars are written atomically)
+    return _write_one_shard(cuts, tar_path, resample_to, extras)
 
 
 def _chunks(cuts: Iterable, size: int) -> Iterator[List]:
@@ -108,6 +126,7 @@ def write_wenet_shards(
     prefix: str = "shards",
     extra_members: bool = True,
     progress: bool = False,
+    executor: Union[str, Executor] = "process",
 ) -> Path:
     """Write cuts as WeNet shards, laid out as WeNet's ``tools/make_shard_list.py``
     does, and return the shard list file (one absolute tar path per line).
@@ -128,6 +147,11 @@ def write_wenet_shards(
     :param extra_members: False writes only ``key.txt`` and ``key.wav``, nothing else.
     :param num_workers: processes encoding shards in parallel (1: in this process).
     :param progress: show a tqdm bar (shards written).
+    :param executor: or an Executor with ``num_workers`` slots to run the tar writers on
+        (e.g. a Dask cluster's; it must see ``out_dir``).
+
+    Restartable: a tar already holding exactly its utterances (from an earlier run with
+    the same input and ``shard_size``) is kept, not rewritten.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -144,7 +168,7 @@ def write_wenet_shards(
         bar = tqdm(desc="shards", unit="tar")
     total = 0
     write = functools.partial(_write_job, resample_to=resample_to, extras=extra_members)
-    for (_, tar_path), n in map_bounded(write, jobs, num_workers):
+    for (_, tar_path), n in map_bounded(write, jobs, num_workers, executor=executor):
         total += n
         tar_paths.append(tar_path)
         if bar is not None:

@@ -15,6 +15,7 @@ from lhotse.utils import Pathlike, fastcopy
 
 from wenet_lhotse.errors import SkipReport, WenetDataError
 from wenet_lhotse.formats.raw_list import read_raw_list
+from wenet_lhotse.formats.remote import is_remote
 from wenet_lhotse.formats.shard_reader import read_shard_list
 from wenet_lhotse.formats.streams import as_path_list
 from wenet_lhotse.sources.detect import KINDS, detect_data_type, detect_input_kind
@@ -52,6 +53,8 @@ def open_kind(
     if kind == "shar":
         if fields is None and len(paths) != 1:
             raise ValueError(f"{paths}: a Shar source takes one directory")
+        if fields is None and is_remote(paths[0]):  # Lhotse globs in_dir locally only
+            fields = shar_fields(paths[0])
         if not with_audio:
             return read_shar(paths[0], with_audio=False)
         if shar_shards is not None:
@@ -93,6 +96,8 @@ def read_shar(in_dir: Pathlike, *, with_audio: bool = True) -> CutSet:
     """Open a Shar directory lazily; ``with_audio=False`` reads only the cut manifests
     (no tar is opened), which is what statistics need."""
     if with_audio:
+        if is_remote(str(in_dir)):
+            return CutSet.from_shar(fields=shar_fields(in_dir))
         return CutSet.from_shar(in_dir=in_dir)
     cuts = cuts_files(in_dir)
     if not cuts:
