@@ -5,7 +5,8 @@ Generates on disk (streaming, under --workdir, reused when present):
 * a metadata-only Shar directory: ``cuts.NNNNNN.jsonl.gz``, 10,000 cuts each, no
   audio tars (AISHELL-like durations 1-15 s, mean ~5 s; each cut names a WAV path
   that is never opened);
-* a WeNet raw list of the same utterances carrying ``duration``/``sample_rate``.
+* a WeNet raw list of ``--raw-lines`` lines, all naming one real 1 s WAV (so probing a
+  header costs its lower bound: the header is always in the page cache).
 
 Then, each measurement in a fresh process (so peak RSS is its own), as rank 0 of
 ``--world-size`` (``RANK``/``WORLD_SIZE`` set, no process group: the sampler's
@@ -19,9 +20,8 @@ batch's cut ids (no audio, no features: the sampler alone):
   (``num_workers=0``; with workers it runs once per worker);
 * resume at 90% of the epoch (map mode): seconds to build a fresh loader, load the
   state dict and get the next batch (checked equal to the batch the first loader gave);
-* raw list: building a loader from the list (parsing every line into a cut; headers
-  are not read since the lines carry durations) vs from the probe cache written by the
-  first run; at ``--raw-lines`` lines (the uncached raw list is held in memory);
+* raw list: building a loader and getting its first batch with no probe cache (every
+  header read) vs with the cache the first run wrote; at ``--raw-lines`` lines;
 * the training step of the smallest recipe model (``recipes/aishell/conf/
   train_tiny.yaml``: ``TinyCtcModel`` hidden 256, 3 layers) on a 12,000-frame batch on
   this CPU, to compare with the sampler's rate.
@@ -80,13 +80,19 @@ def generate(workdir: Path, n: int, raw_lines: int) -> None:
         done.write_text("ok\n")
         print(f"generated {n} cuts in {shar} in {time.perf_counter() - t0:.0f} s", flush=True)
     raw = workdir / f"raw_{raw_lines}.list"
-    if not raw.exists():
+    if raw_lines and not raw.exists():
+        # Every line names the same real 1 s WAV: header probing then costs its lower
+        # bound (the header is in the page cache), never a disk seek.
+        import numpy as np
+        import soundfile as sf
+
+        wav = workdir / "one.wav"
+        sf.write(wav, np.zeros(16000, dtype=np.int16), 16000, subtype="PCM_16")
         tmp = raw.with_suffix(".tmp")
         with open(tmp, "w", encoding="utf-8") as f:
-            for i, d in enumerate(_durations(raw_lines, 1)):
-                f.write(json.dumps({"key": f"u{i:09d}", "wav": f"/data/wav/u{i:09d}.wav",
-                                    "txt": "我们今天去公园散步", "duration": round(d, 4),
-                                    "sample_rate": 16000}, ensure_ascii=False) + "\n")
+            for i in range(raw_lines):
+                f.write(json.dumps({"key": f"u{i:09d}", "wav": str(wav),
+                                    "txt": "我们今天去公园散步"}, ensure_ascii=False) + "\n")
         tmp.rename(raw)
 
 
@@ -118,8 +124,10 @@ def measure(source: str, mode: str, seconds: float, extra: dict) -> dict:
             "peak_rss_mb": peak_rss_mb()}
 
 
-def measure_resume(source: str, fraction: float) -> dict:
-    """Restore at ``fraction`` of the epoch (map mode), timed from building the loader."""
+def measure_resume(source: str, fraction: float, num_cuts: int, world_size: int) -> dict:
+    """Restore at ``fraction`` of the epoch (map mode), timed from building the loader.
+    One pass: the first loader runs until it has emitted ``fraction`` of this rank's
+    cuts (``num_cuts / world_size``), saves its state and the next batch."""
     from wenet_lhotse.loader.build import build_dataloader
 
     def build():
@@ -128,14 +136,13 @@ def measure_resume(source: str, fraction: float) -> dict:
 
     loader = build()
     it = iter(loader)
+    target = fraction * num_cuts / world_size
+    seen = k = 0
     t0 = time.perf_counter()
-    total = sum(1 for _ in it)
-    epoch_s = time.perf_counter() - t0
-    loader = build()
-    it = iter(loader)
-    k = int(total * fraction)
-    for _ in range(k):
-        next(it)
+    while seen < target:
+        seen += len(next(it))
+        k += 1
+    run_s = time.perf_counter() - t0
     sd = loader.state_dict()
     expected = next(it)
     t0 = time.perf_counter()
@@ -144,7 +151,7 @@ def measure_resume(source: str, fraction: float) -> dict:
     got = next(iter(fresh))
     restore = time.perf_counter() - t0
     assert got == expected, "restored loader did not continue with the next batch"
-    return {"restore_s": restore, "batch": k, "total": total, "epoch_s": epoch_s,
+    return {"restore_s": restore, "batch": k, "cuts": seen, "run_s": run_s,
             "peak_rss_mb": peak_rss_mb()}
 
 
@@ -195,7 +202,7 @@ def child(args) -> None:
     elif what == "streamed":
         out = measure(args.source, "streamed", args.seconds, {})
     elif what == "resume":
-        out = measure_resume(args.source, 0.9)
+        out = measure_resume(args.source, 0.9, args.resume_cuts, args.world_size)
     elif what == "raw":
         out = measure_raw(args.source)
     elif what == "step":
@@ -208,7 +215,8 @@ def child(args) -> None:
 def run_child(what: str, source: str, args, env_extra: dict) -> dict:
     env = {**os.environ, **env_extra}
     cmd = [sys.executable, __file__, "--child", what, "--source", source,
-           "--seconds", str(args.seconds)]
+           "--seconds", str(args.seconds), "--resume-cuts", str(args.resume_cuts),
+           "--world-size", str(args.world_size)]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True)
     for line in out.stdout.splitlines():
         if line.startswith("RESULT "):
@@ -220,6 +228,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--num-cuts", type=int, default=10_000_000)
     ap.add_argument("--raw-lines", type=int, default=1_000_000)
+    ap.add_argument("--resume-cuts", type=int, default=1_000_000,
+                    help="corpus size for the resume figure (reaching 90%% of an epoch "
+                         "takes 0.9 epoch of sampling)")
     ap.add_argument("--world-size", type=int, default=2)
     ap.add_argument("--seconds", type=float, default=10.0, help="batches/s measured over this")
     ap.add_argument("--workdir", default="/tmp/wenet_lhotse_scale")
@@ -250,10 +261,13 @@ def main() -> None:
               f"{r['batches_per_s']:.0f} batches/s, peak RSS {r['peak_rss_mb']:.0f} MiB",
               flush=True)
     if "resume" not in skip:
-        r = run_child("resume", shar, args, rank0)
-        print(f"  resume: at 90% (batch {r['batch']}/{r['total']} of rank 0) "
-              f"{r['restore_s']:.2f} s (the epoch itself: {r['epoch_s']:.0f} s), "
-              f"peak RSS {r['peak_rss_mb']:.0f} MiB", flush=True)
+        if args.resume_cuts != args.num_cuts:
+            generate(workdir, args.resume_cuts, 0)
+        r = run_child("resume", str(workdir / f"shar_{args.resume_cuts}"), args, rank0)
+        print(f"  resume: {args.resume_cuts} cuts, at 90% of rank 0's epoch (batch "
+              f"{r['batch']}, {r['cuts']} cuts, {r['run_s']:.0f} s of sampling to get there): "
+              f"restored and next batch in {r['restore_s']:.2f} s, peak RSS "
+              f"{r['peak_rss_mb']:.0f} MiB", flush=True)
     if "raw" not in skip:
         raw = str(workdir / f"raw_{args.raw_lines}.list")
         for p in Path(raw).parent.glob(Path(raw).name + ".*probe*"):

@@ -99,6 +99,25 @@ def test_two_nodes_wenet_shards(sharded, tmp_path):
     check_epochs(ranks, by_shard, 2)
 
 
+def test_two_nodes_shar_on_s3(sharded, s3, tmp_path):
+    """The same job reading a Shar prefix on the S3 server (8 shards of 3)."""
+    import gzip
+    import json as js
+
+    from wenet_lhotse.convert.shar import wenet_to_shar
+
+    wenet_to_shar(sharded.shards_list, tmp_path / "shar", num_jobs=1)
+    url = s3.put_dir(tmp_path / "shar", "train/shar")
+    by_shard = {}
+    for i in range(8):
+        with gzip.open(tmp_path / "shar" / f"cuts.{i:06d}.jsonl.gz", "rt") as f:
+            for line in f:
+                by_shard[js.loads(line)["id"]] = i
+    out = tmp_path / "run"
+    ranks = _wait(_agents(url, out, epochs=2, env=s3.env), out)
+    check_epochs(ranks, by_shard, 2)
+
+
 def test_killed_node_surfaces_as_error(sharded, tmp_path):
     out = tmp_path / "kill"
     procs = _agents(str(sharded.shards_list), out, epochs=1000, step_sleep=0.5)
