@@ -1,0 +1,81 @@
+"""Raw-list header probing split across real torchrun ranks (gloo), cached by content."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from lhotse import CutSet
+from servers import free_port
+
+from wenet_lhotse.errors import SkipReport, WenetDataError
+from wenet_lhotse.formats import read_raw_list
+from wenet_lhotse.sources.probe_cache import BLOCK_LINES, probed_raw_list
+
+HERE = Path(__file__).parent
+
+
+@pytest.fixture
+def long_list(corpus, tmp_path):
+    """4 blocks of lines over the corpus's real WAVs (distinct keys), one bad line."""
+    items = [json.loads(x) for x in corpus.data_list.read_text().splitlines()]
+    lines = []
+    for i in range(4 * BLOCK_LINES - 1):
+        it = items[i % len(items)]
+        lines.append(json.dumps({**it, "key": f"{it['key']}-{i}"}, ensure_ascii=False))
+    lines.insert(700, json.dumps({"key": "gone", "wav": str(tmp_path / "missing.wav")}))
+    path = tmp_path / "data.list"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _torchrun(lst: Path, out: Path):
+    out.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+           f"--master_port={free_port()}", "--master_addr=127.0.0.1",
+           str(HERE / "ddp_probe.py"), str(lst), str(out)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE.parent)}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+def test_strict_names_the_bad_line(long_list):
+    with pytest.raises(WenetDataError, match=r"data\.list:701: audio file not found"):
+        probed_raw_list(long_list)
+
+
+@pytest.mark.slow
+def test_two_ranks_probe_half_each_then_the_cache(long_list, tmp_path):
+    good = long_list.with_name("good.list")
+    good.write_text("".join(x + "\n" for x in long_list.read_text().splitlines()
+                            if '"gone"' not in x))
+    first = _torchrun(good, tmp_path / "run1")
+    n = len(good.read_text().splitlines())
+    assert [r["from_cache"] for r in first] == [False, False]
+    assert sorted(r["lines_probed"] for r in first) == [n - 2 * BLOCK_LINES, 2 * BLOCK_LINES]
+    assert first[0]["manifest"] == first[1]["manifest"]
+    cached = list(CutSet.from_jsonl_lazy(first[0]["manifest"]))
+    direct = list(read_raw_list(good))
+    assert [c.to_dict() for c in cached] == [c.to_dict() for c in direct]
+    again = _torchrun(good, tmp_path / "run2")
+    assert [(r["from_cache"], r["lines_probed"]) for r in again] == [(True, 0), (True, 0)]
+
+
+def test_skips_are_cached_and_reported_again(long_list, tmp_path):
+    report = SkipReport()
+    res = probed_raw_list(long_list, strict=False, skip_report=report)
+    assert not res.from_cache and res.lines_probed == 4 * BLOCK_LINES
+    assert [(i.line, i.kind) for i in report] == [(701, "missing_audio")]
+    again = SkipReport()
+    res2 = probed_raw_list(long_list, strict=False, skip_report=again)
+    assert res2.from_cache and res2.lines_probed == 0
+    assert list(again) == list(report)
+    # editing the list changes its key: the old cache is not used
+    long_list.write_text(long_list.read_text() + "\n")
+    res3 = probed_raw_list(long_list, strict=False, skip_report=SkipReport())
+    assert not res3.from_cache and res3.manifest != res.manifest
