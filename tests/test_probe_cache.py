@@ -79,3 +79,25 @@ def test_skips_are_cached_and_reported_again(long_list, tmp_path):
     long_list.write_text(long_list.read_text() + "\n")
     res3 = probed_raw_list(long_list, strict=False, skip_report=SkipReport())
     assert not res3.from_cache and res3.manifest != res.manifest
+
+
+def test_loader_with_probe_cache_gives_the_same_batches(corpus, tmp_path):
+    from wenet_lhotse.loader.build import build_dataloader
+
+    class Keys:
+        def __getitem__(self, cuts):
+            return [c.id for c in cuts]
+
+    conf = {"batch_conf": {"batch_type": "dynamic", "max_frames_in_batch": 1500},
+            "lhotse_conf": {"num_buckets": 2}}
+    cached = {**conf, "lhotse_conf": {**conf["lhotse_conf"], "probe_cache": str(tmp_path)}}
+
+    def batches(c):
+        return list(build_dataloader(str(corpus.data_list), None, c, "train", dataset=Keys(),
+                                     seed=3)[1])
+
+    plain = batches(conf)
+    assert not list(tmp_path.iterdir())
+    assert batches(cached) == plain  # the first run writes the cache ...
+    assert len(list(tmp_path.glob("data.list.probe-*.jsonl.gz"))) == 1
+    assert batches(cached) == plain  # ... the second reads it

@@ -372,13 +372,20 @@ def make_wenet_dataset(tokenizer: Any, dataset_conf: Mapping[str, Any], split: s
 
 
 def _map_reader(spec: SourceSpec, shuffle: bool, seed: int, strict: bool,
-                skip_report: Optional[SkipReport]):
+                skip_report: Optional[SkipReport], probe_cache: Any = False):
     if spec.type == "cuts":
         return JsonlReader(spec.paths, shuffle_files=shuffle, seed=seed)
     if spec.type == "shar":
         return shar_reader(spec.paths[0], shuffle_files=shuffle, seed=seed)
     # raw lists (durations from audio headers, probed once) and, for cv, shard lists:
     # held in memory, fully reshuffled each epoch.
+    if spec.type == "raw" and probe_cache:
+        from wenet_lhotse.sources.probe_cache import probed_raw_list
+
+        probed = probed_raw_list(spec.paths, strict=strict, skip_report=skip_report,
+                                 cache_dir=None if probe_cache is True else probe_cache)
+        cuts = list(CutSet.from_jsonl_lazy(probed.manifest))
+        return ListReader(cuts, shuffle=shuffle, seed=seed)
     cuts = list(open_source(spec, strict=strict, skip_report=skip_report))
     if spec.type == "shard":
         logger.warning("source %s: WeNet shards loaded into memory for map-style loading "
@@ -510,7 +517,8 @@ def build_dataloader(
         loader_kw["worker_init_fn"] = make_worker_init_fn(rank=rk, world_size=ws, seed=seed)
 
     if mode == "map":
-        streams = [PositionedStream(_map_reader(s, cfg.shuffle, seed, strict, skip_report), tf)
+        streams = [PositionedStream(_map_reader(s, cfg.shuffle, seed, strict, skip_report,
+                                                lconf.probe_cache), tf)
                    for s, tf in zip(specs, transforms)]
         mux = ResumableMux(streams, weights, seed=seed, stop_early=lconf.mux_stop_early)
         mux.start(0)

@@ -40,6 +40,8 @@ translated to a duration budget for Lhotse's ``DynamicBucketingSampler``:
       steps_per_epoch: null    # streamed mode: fixed steps per epoch (else: first rank out)
       snapshot_depth: 64       # batches of resume state kept (>= prefetch depth)
       return_pcm: false        # add pcm / pcm_length (the waveform) to each batch
+      probe_cache: false       # raw lists: probe headers once across ranks, cache them
+                               # beside the list (true) or in this directory
       cv_partition: true       # split cv across ranks (false: all on every rank, as WeNet;
                                # the default under the init_dataset_and_dataloader drop-in)
       lang_from_data: false    # langs from the data's own language (a raw line's lang)
@@ -79,6 +81,7 @@ class LhotseConf:
     return_pcm: bool = False
     cv_partition: bool = True
     lang_from_data: bool = False
+    probe_cache: Any = False
 
     @classmethod
     def from_dict(cls, conf: Optional[Mapping[str, Any]]) -> LhotseConf:

@@ -7,8 +7,9 @@ take hours before the first batch. :func:`probed_raw_list` instead:
 
 1. looks for a cache keyed by the lists' content (SHA-256 of their bytes, plus the
    directory relative ``wav`` paths resolve against): a Lhotse cuts manifest
-   ``<list>.probe-<key>.jsonl.gz`` beside the first list, or in ``cache_dir`` /
-   ``$WENET_LHOTSE_CACHE`` (for read-only list directories); and a JSON sidecar
+   ``<list>.probe-<key>.jsonl.gz`` beside the first list (or, when that directory is
+   read-only, in ``~/.cache/wenet_lhotse``), or in ``cache_dir`` /
+   ``$WENET_LHOTSE_CACHE``; and a JSON sidecar
    with the lines that were skipped and why, so a later run reports them too;
 2. if there is none, splits the list into blocks of :data:`BLOCK_LINES` lines; block
    ``b`` is probed by rank ``b % world_size``; when a ``torch.distributed`` group is
@@ -18,6 +19,10 @@ take hours before the first batch. :func:`probed_raw_list` instead:
    local rank 0 of each node writes the cache atomically;
 3. returns the manifest, which every later run (and every rank of this one, after a
    barrier) reads in seconds.
+
+The loader uses it when ``lhotse_conf.probe_cache`` is set (``true``, or a cache
+directory); by default it reads raw lists as WeNet does, every rank probing by itself,
+and writes nothing next to the user's data.
 
 The cut of a line is exactly what :func:`~wenet_lhotse.formats.raw_list.read_raw_list`
 makes of it (same parser), so a cached run equals an uncached one. Editing a list
@@ -83,7 +88,10 @@ def cache_paths(paths: Sequence[str], wav_root: str,
                 cache_dir: Optional[Pathlike] = None) -> Tuple[Path, Path]:
     """``(cuts manifest, skips sidecar)`` of the cache for these lists."""
     first = Path(paths[0])
-    where = cache_dir or os.environ.get("WENET_LHOTSE_CACHE") or first.parent
+    where = cache_dir or os.environ.get("WENET_LHOTSE_CACHE")
+    if not where:  # beside the list, unless its directory is read-only
+        where = (first.parent if os.access(first.parent, os.W_OK)
+                 else Path.home() / ".cache" / "wenet_lhotse")
     stem = f"{first.name}.probe-{list_key(paths, wav_root)}"
     return Path(where) / f"{stem}.jsonl.gz", Path(where) / f"{stem}.skips.json"
 
