@@ -7,8 +7,11 @@ import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from lhotse import CutSet
+from lhotse.utils import fastcopy
 
 from wenet_lhotse.corpus import generate_corpus
+from wenet_lhotse.formats import read_raw_list
 
 
 @pytest.fixture(scope="session")
@@ -76,3 +79,24 @@ def wenet_root():
 
 
 from servers import dask_cluster, moto_endpoint, s3, s3_auth, s3_proxy  # noqa: E402,F401
+
+
+@pytest.fixture(scope="session")
+def data(corpus, tmp_path_factory):
+    """The corpus for the loader tests: as a cuts manifest, a Shar dir (6 cuts per shard)
+    and the raw list, plus two big metadata-only manifests for mux statistics."""
+    root = tmp_path_factory.mktemp("loader")
+    cuts = CutSet.from_cuts(list(read_raw_list(corpus.data_list)))
+    cuts.to_file(root / "cuts.jsonl.gz")
+    shar = root / "shar"
+    shar.mkdir()
+    cuts.to_shar(shar, fields={"recording": "flac"}, shard_size=6)
+    # Two larger metadata-only sources (ids renamed copies of real cuts) for mux statistics.
+    big = []
+    for name in ("a", "b"):
+        path = root / f"{name}.jsonl.gz"
+        CutSet.from_cuts(fastcopy(c, id=f"{name}-{i}") for i, c in
+                         enumerate(list(cuts) * 150)).to_file(path)
+        big.append(path)
+    return {"cuts": cuts, "manifest": root / "cuts.jsonl.gz", "shar": shar, "big": big,
+            "raw": corpus.data_list}

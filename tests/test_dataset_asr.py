@@ -281,7 +281,7 @@ def test_lang_auto(cuts, tok):
 
 def test_with_pooled_features(cuts, tok, texts):
     """The package's own input strategy (WeNet fbank, dither, spec_aug, a worker pool)."""
-    pool = pytest.importorskip("wenet_lhotse.features.pool")
+    pool = pytest.importorskip("wenet_lhotse.features.strategy")
     fbank = pytest.importorskip("wenet_lhotse.features.fbank")
     extractor = fbank.WenetFbank(fbank.WenetFbankConfig(num_mel_bins=80, dither=0.1))
     batch_cuts = batch_of(cuts, 5)

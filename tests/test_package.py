@@ -37,6 +37,8 @@ PUBLIC = {
 LAYERS = {"errors": 0, "formats": 1, "sources": 2, "text": 3, "features": 3, "dataset": 3,
           "convert": 3, "loader": 4}
 TOP = 5  # wenet_compat, wenet_train, cli, demo, corpus
+#: Side by side, never importing each other: training input and the conversion tools.
+APART = {("loader", "convert"), ("convert", "loader")}
 
 #: Old import paths kept as one-line re-exports, with a name each must still give.
 OLD_PATHS = {
@@ -85,6 +87,56 @@ def _imports():
 
 
 def test_no_module_imports_from_a_higher_layer():
+    def part(module: str) -> str:
+        return module.split(".")[1] if "." in module else ""
+
     upward = sorted({(m, t) for m, t in _imports()
                      if not m.endswith("__init__") and _layer(t) > _layer(m)})
     assert not upward, upward
+    sideways = sorted({(m, t) for m, t in _imports() if (part(m), part(t)) in APART})
+    assert not sideways, sideways
+
+
+def _module_names() -> set:
+    out = set()
+    for path in ROOT.rglob("*.py"):
+        parts = path.relative_to(ROOT.parent).with_suffix("").parts
+        out.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return out
+
+
+def test_no_import_cycles():
+    """Module-level and function-level imports together form no cycle (``from pkg import
+    submodule`` counts as an import of the submodule, not of the package)."""
+    modules = _module_names()
+    graph = {m: set() for m in modules}
+    for path in ROOT.rglob("*.py"):
+        parts = path.relative_to(ROOT.parent).with_suffix("").parts
+        me = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("wenet_lhotse"):
+                for alias in node.names:
+                    sub = f"{node.module}.{alias.name}"
+                    graph[me].add(sub if sub in modules else node.module)
+    state: dict = {}
+
+    def visit(m, stack):
+        state[m] = "open"
+        for n in graph.get(m, ()):
+            if n == m:
+                continue
+            if state.get(n) == "open":
+                raise AssertionError(" -> ".join(stack[stack.index(n):] + [n]))
+            if n not in state:
+                visit(n, stack + [n])
+        state[m] = "done"
+
+    for m in sorted(modules):
+        if m not in state:
+            visit(m, [m])
+
+
+def test_no_module_is_much_over_400_lines():
+    long = {str(p.relative_to(ROOT)): n for p in ROOT.rglob("*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 420}
+    assert not long, long

@@ -1,13 +1,7 @@
 """WeNet batches from Lhotse cuts: the map-style dataset and WeNet's filter_conf."""
 
 from wenet_lhotse.dataset.asr import IGNORE_ID, WenetAsrDataset
-from wenet_lhotse.dataset.collate import (
-    cut_lang,
-    cut_speaker,
-    cut_task,
-    cut_text,
-    num_frames_10ms,
-)
+from wenet_lhotse.dataset.cut_fields import cut_lang, cut_speaker, cut_task, num_frames_10ms
 from wenet_lhotse.dataset.filters import (
     REASONS,
     FilterConf,
@@ -16,6 +10,7 @@ from wenet_lhotse.dataset.filters import (
     filter_stats,
     wenet_filter,
 )
+from wenet_lhotse.formats.layout import cut_text
 
 __all__ = [
     "FilterConf",

@@ -36,9 +36,10 @@ from lhotse import CutSet
 from lhotse.cut import Cut
 from lhotse.dataset.collation import collate_vectors
 
-from wenet_lhotse.dataset.collate import cut_lang, cut_speaker, cut_task, cut_text
+from wenet_lhotse.dataset.cut_fields import cut_lang, cut_speaker, cut_task
 from wenet_lhotse.dataset.langid import custom_lang
 from wenet_lhotse.errors import BATCH_SKIPS_KEY, SkipReport, WenetDataError
+from wenet_lhotse.formats.layout import cut_text
 from wenet_lhotse.text.tokenizer import CJK_PATTERN, read_symbol_table
 
 logger = logging.getLogger(__name__)

@@ -25,7 +25,8 @@ from typing import Any, Mapping, Optional, Union
 from lhotse import CutSet
 from lhotse.cut import Cut
 
-from wenet_lhotse.dataset.collate import cut_text, num_frames_10ms
+from wenet_lhotse.dataset.cut_fields import num_frames_10ms
+from wenet_lhotse.formats.layout import cut_text
 
 logger = logging.getLogger(__name__)
 

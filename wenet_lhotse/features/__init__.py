@@ -2,7 +2,8 @@
 
 Submodules: :mod:`.fbank` (Lhotse extractors and the ``feats_type`` factory),
 :mod:`.kaldi` (pure-torch Kaldi fbank/MFCC kernels), :mod:`.whisper` (Whisper log-mel),
-:mod:`.augment` (speed perturbation, resampling, spec_aug/sub/trim), :mod:`.pool`
+:mod:`.augment` (speed perturbation, spec_aug/sub/trim), :mod:`.pipeline` (the per-cut
+recipe and its seeds), :mod:`.pool` (the process pool), :mod:`.strategy`
 (:class:`PooledFeatures`), :mod:`.reference` (locating torchaudio for comparisons).
 """
 
@@ -18,7 +19,8 @@ from wenet_lhotse.features.fbank import (
     WhisperLogMelConfig,
     extractor_from_wenet_conf,
 )
-from wenet_lhotse.features.pool import PooledBatch, PooledFeatures, cut_seed
+from wenet_lhotse.features.pipeline import cut_seed
+from wenet_lhotse.features.strategy import PooledBatch, PooledFeatures
 
 __all__ = [
     "PooledBatch",

@@ -2,13 +2,9 @@
 DDP-safe step counts, cheap resume, and WeNet's ``init_dataset_and_dataloader`` drop-in
 (:mod:`wenet_lhotse.wenet_compat`)."""
 
-from wenet_lhotse.loader.build import (
-    LhotseDataLoader,
-    StreamedEpochDataset,
-    build_dataloader,
-    make_wenet_dataset,
-)
+from wenet_lhotse.loader.build import build_dataloader, make_wenet_dataset, resolve_mode
 from wenet_lhotse.loader.config import BatchingConfig, LhotseConf, LoaderConfig
+from wenet_lhotse.loader.dataloader import LhotseDataLoader, MapDataLoader, StreamedDataLoader
 from wenet_lhotse.loader.distributed import (
     DataWaitMeter,
     EqualStepsIterator,
@@ -16,15 +12,11 @@ from wenet_lhotse.loader.distributed import (
     reduce_cv_loss,
     world_info,
 )
-from wenet_lhotse.loader.resume import (
-    JsonlReader,
-    ListReader,
-    PositionedStream,
-    ResumableBucketingSampler,
-    ResumableMux,
-    SharAudioAttacher,
-    shar_reader,
-)
+from wenet_lhotse.loader.mux import PositionedStream, ResumableMux
+from wenet_lhotse.loader.readers import JsonlReader, ListReader, shar_reader
+from wenet_lhotse.loader.sampler import ResumableBucketingSampler
+from wenet_lhotse.loader.shar_audio import SharAudioAttacher
+from wenet_lhotse.loader.streamed import StreamedEpochDataset
 from wenet_lhotse.sources import (
     SourceSpec,
     TagCuts,
@@ -43,11 +35,13 @@ __all__ = [
     "LhotseDataLoader",
     "ListReader",
     "LoaderConfig",
+    "MapDataLoader",
     "PositionedStream",
     "ResumableBucketingSampler",
     "ResumableMux",
     "SharAudioAttacher",
     "SourceSpec",
+    "StreamedDataLoader",
     "StreamedEpochDataset",
     "TagCuts",
     "build_dataloader",
@@ -58,6 +52,7 @@ __all__ = [
     "parse_sources",
     "plan_partition",
     "reduce_cv_loss",
+    "resolve_mode",
     "shar_reader",
     "world_info",
 ]

@@ -112,14 +112,18 @@ class BatchingConfig:
     formula: str = ""
 
     def resolve(self, mean_duration: float) -> float:
-        """The duration budget in seconds, given the data's mean cut duration (seconds)."""
+        """The duration budget in seconds, given the data's mean cut duration (seconds).
+        The config is not changed (it may be shared between splits)."""
         if self.max_duration is not None:
             return self.max_duration
-        budget = self.static_batch_size * mean_duration
-        self.formula = (f"batch_size {self.static_batch_size} x mean duration "
-                        f"{mean_duration:.2f} s = {budget:.1f} s")
-        self.max_duration = budget
-        return budget
+        return self.static_batch_size * mean_duration
+
+    def explain(self, mean_duration: float) -> str:
+        """How :meth:`resolve` finds the budget, for logs ("" when given as is)."""
+        if self.max_duration is not None:
+            return self.formula
+        return (f"batch_size {self.static_batch_size} x mean duration "
+                f"{mean_duration:.2f} s = {self.resolve(mean_duration):.1f} s")
 
 
 @dataclass

@@ -1,13 +1,12 @@
-"""Per-cut metadata the WeNet batch needs (text, language, task, speaker, length in
-10 ms frames), read from Lhotse cuts without touching audio."""
+"""Per-cut metadata the WeNet batch needs (language, task, speaker, length in 10 ms
+frames), read from Lhotse cuts without touching audio. The transcript is
+:func:`wenet_lhotse.formats.layout.cut_text` (``single=True``)."""
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
 from lhotse.cut import Cut
-
-from wenet_lhotse.formats.layout import cut_source, cut_text  # noqa: F401 - re-exported
 
 #: Tag keys the loader's mixing writes into ``cut.custom``.
 LANG_TAG = "lang"

@@ -1,4 +1,4 @@
-"""Resume: state_dict mid-epoch, restore in a fresh process, exactly the batches that follow,
+"""loader.dataloader: state_dict mid-epoch (map and streamed), restore in a fresh process,
 without touching the audio of the skipped batches."""
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def test_state_at_epoch_end_resumes_next_epoch(data):
 SCRIPT = textwrap.dedent("""
     import json, sys, torch
     from wenet_lhotse.loader.build import build_dataloader
-    from tests.test_loader_resume import AudioKeys, CONF
+    from tests.test_loader_dataloader import AudioKeys, CONF
     src, state_path, k, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     _, loader = build_dataloader(json.loads(src), None, CONF, "train", dataset=AudioKeys(),
                                  seed=4, num_workers=2, prefetch_factor=3)
@@ -187,31 +187,6 @@ def test_resume_twice(data, kind):
     got += list(d)  # rest of epoch 0
     got += list(d)  # epoch 1
     assert got == expected
-
-
-def test_tar_scan_matches_tarfile_with_long_names(data, tmp_path):
-    """Shar members are located from the headers: our ustar fast path and the tarfile
-    fallback (PAX headers for long or non-ASCII names) agree with tarfile itself."""
-    import io
-    import os
-
-    from wenet_lhotse.loader.resume import _TarScan
-
-    tar = tmp_path / "x.tar"
-    names = ["short.flac", "a" * 150 + ".flac", "b.c.flac", "ü-long" * 30 + ".flac", "d.json"]
-    with tarfile.open(tar, "w", format=tarfile.PAX_FORMAT) as tf:
-        for name in names:
-            blob = os.urandom(700)
-            info = tarfile.TarInfo(name)
-            info.size = len(blob)
-            tf.addfile(info, io.BytesIO(blob))
-    for path in [tar, *sorted(data["shar"].glob("recording.*.tar"))]:
-        with tarfile.open(path) as tf:
-            ref = {m.name.rsplit(".", 1)[0]: (m.offset_data, m.size, m.name) for m in tf
-                   if not m.name.endswith(".json")}
-        scan = _TarScan(str(path))
-        assert {k: scan.find(k) for k in reversed(list(ref))} == ref
-        assert scan.find("absent") is None
 
 
 def test_streamed_resume_exact_after_a_worker_ran_out(data):

@@ -1,0 +1,244 @@
+"""The DataLoaders the builder returns: one per loading mode, each counting the batches
+the training loop consumed so that its ``state_dict()`` says exactly what comes next.
+
+* :class:`MapDataLoader` (``mode == "map"``): the sampler runs in this process over
+  metadata (:class:`~.sampler.ResumableBucketingSampler` for train, a fixed plan for
+  cv/infer); workers run :class:`LoaderDataset` (Shar audio attached, then
+  ``dataset[cuts]``). State: ``{"mode": "map", "sampler": sampler.state_dict(consumed)}``.
+* :class:`StreamedDataLoader` (``mode == "streamed"``): over a
+  :class:`~.streamed.StreamedEpochDataset`; under DDP all ranks stop at the same step
+  (:class:`~.distributed.EqualStepsIterator`). State: epoch, batches consumed in total
+  and per DataLoader worker, the last worker, the worker count.
+
+Both are :class:`LhotseDataLoader` s (``batch_size=None``) and gather every item
+skipped in fault-tolerant mode, wherever it was skipped, into ``skip_report``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple
+
+import torch
+from lhotse import CutSet
+
+from wenet_lhotse.errors import BATCH_SKIPS_KEY, SkipReport
+from wenet_lhotse.loader.distributed import EqualStepsIterator
+from wenet_lhotse.loader.sampler import ResumableBucketingSampler
+from wenet_lhotse.loader.streamed import SKIP_TURN, StreamedEpochDataset, WorkerBatch
+
+
+class LoaderDataset(torch.utils.data.Dataset):
+    """What the DataLoader workers run for map-style loading: takes ``(epoch, cuts)``
+    from :class:`EpochTaggedSampler` (or plain ``cuts``), forwards a new epoch to
+    ``dataset.set_epoch`` (persistent workers never see the main process's epoch
+    otherwise; augmentation seeds depend on it), runs ``attach(cuts)`` (Shar audio
+    for these cuts only), then ``dataset[cuts]``."""
+
+    def __init__(self, dataset: Any, attach: Any = None) -> None:
+        self.dataset = dataset
+        self.attach = attach
+        self._epoch: Optional[int] = None
+
+    def __getitem__(self, item: Any) -> Any:
+        if isinstance(item, tuple):
+            epoch, cuts = item
+            if epoch != self._epoch and hasattr(self.dataset, "set_epoch"):
+                self.dataset.set_epoch(epoch)
+            self._epoch = epoch
+        else:
+            cuts = item
+        if self.attach is not None:
+            cuts = self.attach(cuts)
+        return self.dataset[cuts]
+
+
+class EpochTaggedSampler(torch.utils.data.Sampler):
+    """Yields ``(epoch, batch)`` from a :class:`ResumableBucketingSampler`."""
+
+    def __init__(self, sampler: ResumableBucketingSampler) -> None:
+        self.sampler = sampler
+
+    def __iter__(self) -> Iterator[Tuple[int, CutSet]]:
+        # Start the epoch now (not at the first next()), so that a state_dict() taken
+        # right after iter(loader) already refers to the new epoch.
+        return self._tagged(iter(self.sampler))
+
+    def _tagged(self, it: Iterator[CutSet]) -> Iterator[Tuple[int, CutSet]]:
+        while True:  # not ``for``: iter(it) would start yet another epoch
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            yield self.sampler.epoch, batch
+
+
+class PlannedSampler(torch.utils.data.Sampler):
+    """Yields a fixed list of CutSet batches (the cv plan for this rank) on every ``iter()``."""
+
+    def __init__(self, batches: Sequence[CutSet]) -> None:
+        self.batches = list(batches)
+
+    def __iter__(self) -> Iterator[CutSet]:
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+class LhotseDataLoader(torch.utils.data.DataLoader):
+    """A ``DataLoader`` (``batch_size=None``) that counts the batches the training loop
+    consumed; :class:`MapDataLoader` and :class:`StreamedDataLoader` say what the count
+    means for their ``state_dict()``."""
+
+    mode = ""
+
+    def __init__(self, dataset: Any, *, skip_report: Optional[SkipReport] = None,
+                 **kw: Any) -> None:
+        super().__init__(dataset, batch_size=None, **kw)
+        #: every item skipped in fault-tolerant mode, wherever it was skipped (readers in
+        #: this process, and readers, features and dataset in DataLoader workers)
+        self.skip_report = skip_report if skip_report is not None else SkipReport()
+        self.consumed = 0
+        self.epoch = -1
+        self._finished = False  # the current epoch's iterator is exhausted
+        self._restored: Optional[Dict[str, Any]] = None
+
+    def __iter__(self) -> Iterator[Any]:
+        inner = super().__iter__()
+        self._finished = False
+        restored, self._restored = self._restored, None
+        self._start_epoch(restored)
+        return self._count(self._batches(inner))
+
+    def _start_epoch(self, restored: Optional[Dict[str, Any]]) -> None:
+        if restored is not None:
+            self.consumed, self.epoch = restored["consumed"], restored["epoch"]
+        else:
+            self.consumed = 0
+            self.epoch += 1
+
+    def _batches(self, inner: Iterator[Any]) -> Iterator[Any]:
+        return inner
+
+    def _unwrap(self, item: Any) -> Any:
+        return item
+
+    @property
+    def bucketing_sampler(self) -> Optional[ResumableBucketingSampler]:
+        """The map-style train sampler (``None`` for cv plans and streamed loading)."""
+        s = self.sampler
+        s = getattr(s, "sampler", s)
+        return s if isinstance(s, ResumableBucketingSampler) else None
+
+    def _count(self, it: Iterator[Any]) -> Iterator[Any]:
+        for item in it:
+            self.consumed += 1
+            batch = self._unwrap(item)
+            if isinstance(batch, dict) and BATCH_SKIPS_KEY in batch:
+                self.skip_report.extend(batch.pop(BATCH_SKIPS_KEY))  # logged where skipped
+            yield batch
+        self._finished = True
+
+    def _position(self, per_worker: Mapping[int, int], last_worker: int) -> Dict[str, Any]:
+        """The position state: the start of the next epoch once this one is over."""
+        if self._finished:
+            return {"mode": self.mode, "epoch": self.epoch + 1, "consumed": 0, "per_worker": {},
+                    "num_workers": self.num_workers}
+        return {"mode": self.mode, "epoch": max(self.epoch, 0), "consumed": self.consumed,
+                "per_worker": {str(k): v for k, v in per_worker.items()},
+                "last_worker": last_worker, "num_workers": self.num_workers}
+
+    def state_dict(self) -> Dict[str, Any]:  # pragma: no cover - see the subclasses
+        raise NotImplementedError
+
+    def load_state_dict(self, sd: Mapping[str, Any]) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+
+class MapDataLoader(LhotseDataLoader):
+    """Map-style loading: batches are planned in this process from metadata."""
+
+    mode = "map"
+
+    def _start_epoch(self, restored: Optional[Dict[str, Any]]) -> None:
+        super()._start_epoch(restored)
+        if self.bucketing_sampler is not None:
+            self.epoch = self.bucketing_sampler.epoch
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Enough to continue with exactly the next batch: the sampler's snapshot at the
+        number of batches consumed (train), else the position in the plan (cv/infer)."""
+        if self.bucketing_sampler is not None:
+            return {"mode": "map", "sampler": self.bucketing_sampler.state_dict(self.consumed)}
+        return self._position({}, -1)
+
+    def load_state_dict(self, sd: Mapping[str, Any]) -> None:
+        """Restore from :meth:`state_dict`; call before the first ``iter()``."""
+        if sd.get("mode") != "map":
+            raise ValueError("state was saved by a streamed loader; this one is not")
+        if self.bucketing_sampler is None:
+            raise ValueError("state was saved by a map-style train loader; this one is not")
+        sampler = self.bucketing_sampler
+        sampler.load_state_dict(sd["sampler"])
+        self.consumed = int(sd["sampler"]["consumed"])
+        self._finished = False
+        self._restored = {"epoch": sampler.epoch, "consumed": self.consumed}
+
+
+class StreamedDataLoader(LhotseDataLoader):
+    """Streamed loading over a :class:`~.streamed.StreamedEpochDataset`; with
+    ``equal_steps_group`` (DDP) or ``max_steps`` every rank stops at the same step."""
+
+    mode = "streamed"
+
+    def __init__(self, dataset: StreamedEpochDataset, *, equal_steps_group: Any = None,
+                 max_steps: Optional[int] = None, **kw: Any) -> None:
+        super().__init__(dataset, **kw)
+        self.equal_steps_group = equal_steps_group
+        self.max_steps = max_steps
+        self.per_worker: Dict[int, int] = {}  # batches consumed per worker id
+        self.last_worker = -1  # the worker of the last consumed batch
+
+    def _start_epoch(self, restored: Optional[Dict[str, Any]]) -> None:
+        super()._start_epoch(restored)
+        if restored is not None:
+            self.per_worker = dict(restored.get("per_worker", {}))
+            self.last_worker = restored.get("last_worker", -1)
+        else:
+            self.per_worker, self.last_worker = {}, -1
+
+    def _batches(self, inner: Iterator[Any]) -> Iterator[Any]:
+        # drop the round-robin placeholders of a restored epoch
+        it: Iterator[Any] = (item for item in inner if item is not SKIP_TURN)
+        if self.equal_steps_group is not None or self.max_steps is not None:
+            it = EqualStepsIterator(it, self.equal_steps_group, self.max_steps)
+        return it
+
+    def _unwrap(self, item: WorkerBatch) -> Any:
+        wid, batch = item
+        self.per_worker[wid] = self.per_worker.get(wid, 0) + 1
+        self.last_worker = wid
+        return batch
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Where the training loop is: the next batch comes after replaying the sampler
+        over metadata (no audio decoded, no features computed) up to it."""
+        return self._position(self.per_worker, self.last_worker)
+
+    def load_state_dict(self, sd: Mapping[str, Any]) -> None:
+        """Restore from :meth:`state_dict`; call before the first ``iter()``. Needs the
+        same ``num_workers`` (each worker's tars depend on the worker count)."""
+        if sd.get("mode") == "map":
+            raise ValueError("state was saved by a map-style train loader; this one is not")
+        if sd.get("num_workers", self.num_workers) != self.num_workers:
+            raise ValueError(f"state saved with num_workers={sd['num_workers']}; this loader "
+                             f"has {self.num_workers}: streamed resume needs the same count")
+        per_worker = {int(k): int(v) for k, v in (sd.get("per_worker") or {}).items()}
+        last = int(sd.get("last_worker", -1))
+        offset = (last + 1) % max(self.num_workers, 1) if last >= 0 else 0
+        self.dataset.resume(int(sd["epoch"]), per_worker, offset)
+        self.epoch, self.consumed, self._finished = int(sd["epoch"]), int(sd["consumed"]), False
+        # a state_dict() taken before iterating gives the same state back
+        self.per_worker, self.last_worker = dict(per_worker), last
+        self._restored = {"epoch": self.epoch, "consumed": self.consumed,
+                          "per_worker": per_worker, "last_worker": last}

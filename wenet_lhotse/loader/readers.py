@@ -1,0 +1,226 @@
+"""Sources whose cuts have integer positions in a per-epoch deterministic order, so
+that a resumable sampler can restart at any position without parsing what precedes it
+(see :mod:`.sampler`):
+
+* :class:`ListReader`: cuts held in memory; a position is an index into the
+  (shuffled) order;
+* :class:`JsonlReader`: ``.jsonl(.gz)`` manifests and Shar ``cuts.*.jsonl.gz``; a
+  position is a line number, and earlier lines are skipped unparsed. Shar audio is not
+  touched here: each cut names its tar in ``custom["shar_tar"]`` and
+  :class:`~.shar_audio.SharAudioAttacher` fetches it for emitted batches only.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+from lhotse.cut import Cut
+from lhotse.lazy import Dillable
+from lhotse.serialization import decode_json_line, deserialize_item, open_best
+
+from wenet_lhotse.sources.shar_dir import shar_files
+
+
+class PositionedReader(Dillable):
+    """A source whose cuts have integer positions in a per-epoch deterministic order.
+
+    Subclasses implement :meth:`iter_from`, yielding ``(position, cut)`` for
+    positions ``>= start`` in increasing order, without parsing what precedes ``start``.
+    """
+
+    epoch: int = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def iter_from(self, start: int) -> Iterator[Tuple[int, Cut]]:  # pragma: no cover
+        raise NotImplementedError
+
+    def as_lazy_cuts(self) -> Iterator[Cut]:
+        """The cuts of the current epoch, in order (for a ``CutSet``)."""
+        return Tracked(self, 0)
+
+    def read_raw(self, positions: set) -> Dict[int, Any]:
+        """The items at ``positions`` in a cheap unparsed form (see :meth:`materialize`)."""
+        last = max(positions)
+        out = {}
+        for pos, cut in self.iter_from(min(positions)):
+            if pos in positions:
+                out[pos] = cut
+            if pos >= last:
+                break
+        return out
+
+    def materialize(self, raw: Any) -> Cut:
+        """The cut for an item returned by :meth:`read_raw`."""
+        return raw
+
+    def state(self) -> Dict[str, Any]:
+        """Facts worth keeping in a checkpoint to make restoring cheaper."""
+        return {}
+
+    def load_state(self, state: Dict[str, Any]) -> None:
+        pass
+
+
+class ListReader(PositionedReader):
+    """Cuts held in memory (e.g. a WeNet raw list, whose durations come from probing
+    the audio headers once). With ``shuffle`` the order is a full permutation seeded
+    by ``seed + epoch``; a position is an index into that order."""
+
+    def __init__(self, cuts: Sequence[Cut], shuffle: bool = False, seed: int = 0) -> None:
+        self.cuts = list(cuts)
+        self.shuffle = shuffle
+        self.seed = seed
+        self.epoch = 0
+
+    def _order(self) -> List[int]:
+        order = list(range(len(self.cuts)))
+        if self.shuffle:
+            random.Random(self.seed + self.epoch).shuffle(order)
+        return order
+
+    def iter_from(self, start: int) -> Iterator[Tuple[int, Cut]]:
+        order = self._order()
+        for pos in range(start, len(order)):
+            yield pos, self.cuts[order[pos]]
+
+    def read_raw(self, positions: set) -> Dict[int, Any]:
+        order = self._order()
+        return {p: self.cuts[order[p]] for p in positions if p < len(order)}
+
+    def __len__(self) -> int:
+        return len(self.cuts)
+
+
+class JsonlReader(PositionedReader):
+    """Lhotse cuts manifests (``.jsonl`` / ``.jsonl.gz``), read lazily.
+
+    A position is a line number counted over the files in their per-epoch order
+    (shuffled with ``seed + epoch`` when ``shuffle_files``). Lines before ``start``
+    are read but not parsed; whole files before it are skipped using their line
+    counts (counted once, on first need).
+
+    :param shar_tars: for Shar, the ``recording.*.tar`` of each cuts file; each cut
+        then gets ``custom["shar_tar"]`` so that :class:`SharAudioAttacher` can
+        fetch its audio later.
+    """
+
+    def __init__(self, paths: Sequence[str], shuffle_files: bool = False, seed: int = 0,
+                 shar_tars: Optional[Sequence[Optional[str]]] = None) -> None:
+        self.paths = [str(p) for p in paths]
+        self.shuffle_files = shuffle_files
+        self.seed = seed
+        self.shar_tars = list(shar_tars) if shar_tars is not None else None
+        self.epoch = 0
+        self._line_counts: Dict[str, int] = {}
+
+    def _file_order(self) -> List[int]:
+        order = list(range(len(self.paths)))
+        if self.shuffle_files:
+            random.Random(self.seed + self.epoch).shuffle(order)
+        return order
+
+    def iter_from(self, start: int) -> Iterator[Tuple[int, Cut]]:
+        offset = 0
+        for i in self._file_order():
+            path = self.paths[i]
+            n = self._line_counts.get(path)
+            if n is not None and offset + n <= start:
+                offset += n  # a whole file before ``start``: not even opened
+                continue
+            tar = self.shar_tars[i] if self.shar_tars is not None else None
+            n = 0
+            with _open_lines(path) as f:
+                for lineno, line in enumerate(f):
+                    n = lineno + 1
+                    if offset + lineno < start or not line.strip():
+                        continue  # skipped lines are not decoded nor parsed
+                    cut = deserialize_item(decode_json_line(line))
+                    if tar is not None:
+                        cut.custom = {**(cut.custom or {}), "shar_tar": tar}
+                    yield offset + lineno, cut
+            self._line_counts[path] = n
+            offset += n
+
+    def read_raw(self, positions: set) -> Dict[int, Any]:
+        """The JSON lines (bytes, unparsed) at ``positions``; files before the first
+        position are skipped by their known line counts, reading stops after the last."""
+        out: Dict[int, Any] = {}
+        start, last = min(positions), max(positions)
+        offset = 0
+        for i in self._file_order():
+            if offset > last:
+                break
+            path = self.paths[i]
+            n = self._line_counts.get(path)
+            if n is not None and offset + n <= start:
+                offset += n
+                continue
+            tar = self.shar_tars[i] if self.shar_tars is not None else None
+            n, complete = 0, True
+            with _open_lines(path) as f:
+                for lineno, line in enumerate(f):
+                    n = lineno + 1
+                    if offset + lineno in positions:
+                        out[offset + lineno] = (line, tar)
+                    if offset + lineno >= last:
+                        complete = False
+                        break
+            if complete:
+                self._line_counts[path] = n
+            offset += n
+        return out
+
+    def materialize(self, raw: Any) -> Cut:
+        line, tar = raw
+        cut = deserialize_item(decode_json_line(line))
+        if tar is not None:
+            cut.custom = {**(cut.custom or {}), "shar_tar": tar}
+        return cut
+
+    def state(self) -> Dict[str, Any]:
+        return {"line_counts": dict(self._line_counts)}
+
+    def load_state(self, state: Dict[str, Any]) -> None:
+        self._line_counts.update(state.get("line_counts") or {})
+
+
+def _open_lines(path: str):
+    """A binary line iterator: skipping a line then costs no UTF-8 decoding."""
+    if path.endswith(".gz") and Path(path).is_file():
+        import gzip
+
+        return gzip.open(path, "rb")
+    if Path(path).is_file():
+        return open(path, "rb")
+    return open_best(path, "rb")
+
+
+def shar_reader(in_dir: str, shuffle_files: bool = False, seed: int = 0) -> JsonlReader:
+    """A :class:`JsonlReader` over a Shar directory's ``cuts.*.jsonl*`` (metadata only)."""
+    files = shar_files(in_dir)
+    cuts = {i: p for i, p in files.get("cuts", {}).items() if ".jsonl" in p}
+    if not cuts:
+        raise ValueError(f"{Path(in_dir)}: no Shar cuts.*.jsonl* files")
+    recordings = {i: p for i, p in files.get("recording", {}).items() if ".tar" in p}
+    return JsonlReader([cuts[i] for i in sorted(cuts)], shuffle_files=shuffle_files, seed=seed,
+                       shar_tars=[recordings.get(i) for i in sorted(cuts)])
+
+
+class Tracked(Dillable):
+    """Yields the reader's cuts from ``start`` and records the last position read.
+    Lhotse's lazy filter/map pull one item at a time, so after a transformed cut
+    comes out, ``pos`` is that cut's position."""
+
+    def __init__(self, reader: PositionedReader, start: int) -> None:
+        self.reader = reader
+        self.start = start
+        self.pos = start - 1
+
+    def __iter__(self):
+        for pos, cut in self.reader.iter_from(self.start):
+            self.pos = pos
+            yield cut

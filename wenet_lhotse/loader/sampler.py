@@ -1,0 +1,326 @@
+"""Deterministic, cheaply resumable sampling for map-style loading (the sampler).
+
+Lhotse 1.33 restores a sampler by replaying the epoch up to the saved batch
+(``DynamicBucketingSampler._fast_forward``), reading every cut of the skipped
+part again (and, for Shar, every audio member). Here the sampler's whole state
+at a batch boundary is small and explicit, so restoring costs what the bucket
+buffer costs, whatever the position in the epoch:
+
+* every source is a :class:`~.readers.PositionedReader`: a deterministic per-epoch order
+  of cuts, each with an integer *position*, that can start at any position
+  without parsing what comes before (a list index, or a line number in a
+  ``.jsonl(.gz)`` manifest / Shar ``cuts.*.jsonl.gz`` whose earlier lines are
+  skipped unparsed; Shar audio is not touched at all: it is attached to the
+  cuts of emitted batches only, see :class:`~.shar_audio.SharAudioAttacher`);
+* :class:`~.mux.ResumableMux` reproduces ``CutSet.mux`` (same RNG draws, same order)
+  with its state (RNG, next position per source, exhausted flags) exposed;
+* :class:`ResumableBucketingSampler` is Lhotse's ``DynamicBucketingSampler``
+  (same bucket selection, shuffling and batching code, reused from Lhotse's
+  ``DynamicBucketer``) with the bucketer's state held in attributes.
+
+A snapshot (positions of the cuts in the bucket buffer, RNG states, the mux
+state) is kept for each of the last few emitted batches, because DataLoader
+workers prefetch: :meth:`ResumableBucketingSampler.state_dict` takes the number
+of batches the training loop actually consumed. Restoring re-reads only the
+buffered cuts (per source, from the lowest buffered position to the current
+one) and never reads audio.
+
+The Lhotse internals this module relies on (``DynamicBucketer._select_bucket``,
+``_collect_cuts_in_buckets``, ``bucket.mutex``/``queue``, ``BucketSelectionState``,
+``pick_at_random``, ``DurationBatcher``, ``CutSampler.__next__`` calling
+``_next_batch``) are private: ``pyproject.toml`` pins Lhotse to the tested minor
+version and ``tests/test_lhotse_seam.py`` fails loudly when they change.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import warnings
+from collections import deque
+from typing import Any, Deque, Dict, List, Optional, Tuple
+
+import numpy as np
+import torch
+from lhotse import CutSet
+from lhotse.cut import Cut
+from lhotse.dataset.dataloading import resolve_seed
+from lhotse.dataset.sampling.dynamic import DurationBatcher
+from lhotse.dataset.sampling.dynamic_bucketing import (
+    BucketSelectionState,
+    DynamicBucketer,
+    DynamicBucketingSampler,
+    pick_at_random,
+)
+from lhotse.lazy import Dillable
+
+from wenet_lhotse.loader.mux import LazyCut, ResumableMux, tuplify
+
+logger = logging.getLogger(__name__)
+
+
+class _MuxCuts(Dillable):
+    """Lets the parent constructor see a lazy CutSet (it is never iterated through this)."""
+
+    def __init__(self, mux: ResumableMux) -> None:
+        self.mux = mux
+
+    def __iter__(self):  # pragma: no cover - the sampler iterates the mux directly
+        raise RuntimeError("iterate the ResumableBucketingSampler, not its input")
+
+
+class _ResumableBucketer(DynamicBucketer):
+    """Lhotse's ``DynamicBucketer`` stepped one batch at a time with its state in
+    attributes. Each step: select a bucket (Lhotse's code), draw a batch (Lhotse's
+    ``pick_at_random`` + ``DurationBatcher``), remove it from the bucket and refill
+    the buffer by as many cuts -- the same order of RNG draws and reads as Lhotse,
+    only the refill happens before the batch is returned, not after."""
+
+    def __init__(self, mux: ResumableMux, sel_state: BucketSelectionState, **kw) -> None:
+        super().__init__(mux, **kw)
+        self.mux = mux
+        self.cuts_iter = mux
+        self.sel_state = sel_state
+        # id(cut) -> (cut, stream index, position), for buffered and recently emitted cuts
+        self.loc: Dict[int, Tuple[Cut, int, int]] = {}
+        self.emitted: List[int] = []  # id() of cuts handed out since the last snapshot
+
+    def _collect_cuts_in_buckets(self, n_cuts: int) -> None:
+        try:
+            for _ in range(n_cuts):
+                cut = next(self.cuts_iter)
+                self.loc[id(cut)] = (cut, *self.mux.last)
+                idx = self.constraint.select_bucket(buckets=self.duration_bins, example=cut)
+                self.buckets[idx].put(cut)
+        except StopIteration:
+            pass
+
+    def next_batch(self) -> CutSet:
+        bucket = self._select_bucket(self.sel_state)  # raises StopIteration at the end
+        used: List[int] = []
+        if self.shuffle:
+            candidates = pick_at_random(bucket, rng=self.rng, out_indexes_used=used)
+        else:
+            with bucket.mutex:
+                candidates = list(bucket.queue)
+        batcher = DurationBatcher(candidates, constraint=self.constraint.copy(),
+                                  diagnostics=self.diagnostics)
+        batch = next(iter(batcher))
+        if used:
+            used.sort(reverse=True)
+            with bucket.mutex:
+                q = bucket.queue
+                for i in used:
+                    del q[i]
+        else:
+            for _ in range(len(batch)):
+                bucket.get()
+        self.emitted.extend(id(c) for c in batch)
+        self._collect_cuts_in_buckets(len(batch))
+        if any(isinstance(c, LazyCut) for c in batch):
+            batch = CutSet.from_cuts(c.materialize() if isinstance(c, LazyCut) else c
+                                     for c in batch)
+        return batch
+
+    def snapshot(self) -> Tuple:
+        """Cheap (references only): bucket contents, RNG states, mux state."""
+        return (tuple(tuple(b.queue) for b in self.buckets), self.rng.getstate(),
+                self.sel_state.save(), self.mux.state())
+
+
+class ResumableBucketingSampler(DynamicBucketingSampler):
+    """``DynamicBucketingSampler`` over a :class:`ResumableMux`, for map-style loading.
+
+    Differences from Lhotse's class, all deliberate:
+
+    * each ``iter()`` starts the next epoch (WeNet's ``train.py`` never calls
+      ``set_epoch`` and keeps workers persistent); an explicit ``set_epoch(e)``
+      before ``iter()`` still wins, and the first ``iter()`` uses epoch 0 (or
+      the restored one);
+    * ``state_dict(consumed)`` / ``load_state_dict`` restore from a snapshot of
+      the bucket buffer (cost: re-reading the buffered cuts' metadata) instead
+      of replaying the epoch;
+    * ``duration_bins`` are required (computed from metadata by the builder).
+
+    Rank-aware behaviour (every rank iterates the same cuts and keeps every
+    ``world_size``-th batch; equal batch counts) is Lhotse's ``CutSampler.__next__``.
+    """
+
+    def __init__(self, mux: ResumableMux, *, duration_bins: List[float],
+                 max_duration: Optional[float] = None, max_cuts: Optional[int] = None,
+                 shuffle: bool = False, drop_last: bool = False, buffer_size: int = 20000,
+                 quadratic_duration: Optional[float] = None, world_size: Optional[int] = None,
+                 rank: Optional[int] = None, seed: int = 0, sync_buckets: bool = True,
+                 snapshot_depth: int = 64) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # buffer-size heuristics; reported by the builder
+            super().__init__(CutSet(_MuxCuts(mux)), max_duration=max_duration, max_cuts=max_cuts,
+                             shuffle=shuffle, drop_last=drop_last,
+                             duration_bins=list(duration_bins), buffer_size=buffer_size,
+                             quadratic_duration=quadratic_duration, world_size=world_size,
+                             rank=rank, seed=seed, sync_buckets=sync_buckets)
+        if not isinstance(seed, int):
+            raise ValueError("ResumableBucketingSampler needs an integer seed (ranks must agree)")
+        self.mux = mux
+        self.snapshot_depth = snapshot_depth
+        self._bucketer: Optional[_ResumableBucketer] = None
+        self._started = False
+        self._explicit_epoch = False
+        self._epoch_done = False
+        self._emitted = 0
+        self._snapshots: Deque[Tuple[int, Tuple]] = deque(maxlen=snapshot_depth + 1)
+        self._emitted_ids: Deque[List[int]] = deque(maxlen=snapshot_depth + 1)
+
+    # -- epochs
+
+    def set_epoch(self, epoch: int) -> None:
+        super().set_epoch(epoch)
+        self._explicit_epoch = True
+
+    def _new_bucketer(self, sel_state: Optional[Dict] = None) -> _ResumableBucketer:
+        bucket_rng = None
+        if self.sync_buckets:
+            seed = 1234
+            info = torch.utils.data.get_worker_info()
+            if info is not None:
+                seed += info.id
+            bucket_rng = random.Random(seed)
+        state = BucketSelectionState(bucket_rng=bucket_rng, num_buckets=len(self.duration_bins) + 1,
+                                     world_size=self.world_size)
+        if sel_state is not None:
+            state.restore({k: tuplify(v) if k == "_bucket_rng" else v
+                           for k, v in sel_state.items()})
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            # Lhotse's buffer-size heuristic (a mean over the bins) is noise here.
+            warnings.simplefilter("ignore")
+            return self._make_bucketer(state, bucket_rng)
+
+    def _make_bucketer(self, state: BucketSelectionState, bucket_rng) -> _ResumableBucketer:
+        return _ResumableBucketer(
+            self.mux, state, duration_bins=self.duration_bins, world_size=self.world_size,
+            max_duration=self.max_duration, max_cuts=self.max_cuts, drop_last=self.drop_last,
+            buffer_size=self.buffer_size, quadratic_duration=self.quadratic_duration,
+            shuffle=self.shuffle, rng=self.rng, bucket_rng=bucket_rng,
+            diagnostics=self.diagnostics)
+
+    def __iter__(self) -> ResumableBucketingSampler:
+        if self._just_restored_state:
+            return self
+        if self._explicit_epoch:
+            self._explicit_epoch = False
+        elif self._started:
+            super().set_epoch(self.epoch + 1)
+        self._started = True
+        self.rng = random.Random(resolve_seed(self.seed) + self.epoch)
+        self.diagnostics.reset_current_epoch()
+        self.mux.start(self.epoch)
+        self._bucketer = self._new_bucketer()
+        self._bucketer._collect_cuts_in_buckets(self.buffer_size)
+        self._reset_snapshots()
+        return self
+
+    def _reset_snapshots(self) -> None:
+        self._epoch_done = False
+        self._emitted = 0
+        self._snapshots.clear()
+        self._emitted_ids.clear()
+        self._snapshots.append((0, self._bucketer.snapshot()))
+        self._emitted_ids.append([])
+
+    def _next_batch(self) -> CutSet:
+        if self._bucketer is None:
+            raise StopIteration
+        return self._bucketer.next_batch()
+
+    def __next__(self) -> CutSet:
+        try:
+            batch = super().__next__()
+        except StopIteration:
+            self._epoch_done = True
+            raise
+        self._emitted += 1
+        if len(self._snapshots) == self._snapshots.maxlen:
+            # The oldest snapshot leaves the window: forget where its emitted cuts were.
+            for key in self._emitted_ids[0]:
+                self._bucketer.loc.pop(key, None)
+        self._snapshots.append((self._emitted, self._bucketer.snapshot()))
+        self._emitted_ids.append(self._bucketer.emitted)
+        self._bucketer.emitted = []
+        return batch
+
+    # -- state
+
+    def state_dict(self, consumed: Optional[int] = None) -> Dict[str, Any]:
+        """The state after ``consumed`` batches of the current epoch were *consumed*
+        (default: all batches emitted so far). Plain data (ints, lists): fits
+        ``torch.save`` and JSON."""
+        if consumed is None:
+            consumed = self._emitted
+        base = {"seed": self.seed, "world_size": self.world_size, "shuffle": self.shuffle,
+                "version": 1}
+        if self._bucketer is None or (self._epoch_done and consumed >= self._emitted):
+            # Nothing started, or the epoch is over: resume at the start of the next one.
+            epoch = self.epoch + 1 if self._bucketer is not None else self.epoch
+            return {**base, "epoch": epoch, "consumed": 0, "snapshot": None}
+        snap = dict(self._snapshots).get(consumed)
+        if snap is None:
+            raise ValueError(
+                f"no sampler snapshot for batch {consumed} of epoch {self.epoch} (have "
+                f"{[k for k, _ in self._snapshots]}); raise snapshot_depth above the "
+                f"DataLoader's prefetch depth")
+        buckets, rng_state, sel_state, mux_state = snap
+        loc = self._bucketer.loc
+        positions = [[[*loc[id(c)][1:], c.duration] for c in b] for b in buckets]
+        readers = [s.reader.state() for s in self.mux.streams]
+        return {**base, "epoch": self.epoch, "consumed": consumed, "snapshot": {
+            "buckets": positions, "rng": rng_state, "sel": sel_state, "mux": mux_state,
+            "readers": readers}}
+
+    def load_state_dict(self, sd: Dict[str, Any]) -> None:
+        sd = dict(sd)
+        if sd.get("world_size") != self.world_size:
+            raise ValueError(f"cannot restore a sampler saved with world_size="
+                             f"{sd.get('world_size')} into world_size={self.world_size}: "
+                             f"batches would differ")
+        if sd.get("seed") != self.seed:
+            raise ValueError(f"sampler seed mismatch: saved {sd.get('seed')}, now {self.seed}")
+        self.shuffle = sd["shuffle"]
+        self.epoch = sd["epoch"]
+        self.diagnostics.set_epoch(self.epoch)
+        self._started = True
+        snap = sd["snapshot"]
+        if snap is None:
+            # Start of an epoch: the next iter() begins it.
+            self._explicit_epoch = True
+            self._just_restored_state = False
+            self._bucketer = None
+            return
+        self.rng = random.Random()
+        self.rng.setstate(tuplify(snap["rng"]))
+        self._bucketer = self._new_bucketer(snap["sel"])
+        for stream, rstate in zip(self.mux.streams, snap.get("readers") or []):
+            stream.reader.load_state(rstate)
+        wanted: Dict[int, set] = {}
+        for b in snap["buckets"]:
+            for s, p, _ in b:
+                wanted.setdefault(s, set()).add(p)
+        # The buffered cuts: their durations come from the state; their metadata is fetched
+        # unparsed (one pass over the lines up to the last buffered one) and parsed only
+        # when their batch is emitted.
+        self.mux.start(self.epoch, snap["mux"])
+        raws = {s: self.mux.streams[s].reader.read_raw(ps) for s, ps in wanted.items()}
+        missing = [(s, p) for s, ps in wanted.items() for p in ps if p not in raws[s]]
+        if missing:
+            raise ValueError(f"cannot restore the sampler: {len(missing)} buffered cuts not found "
+                             f"again (first: source {missing[0][0]}, position {missing[0][1]}); "
+                             f"did the data change since the checkpoint?")
+        for bucket, items in zip(self._bucketer.buckets, snap["buckets"]):
+            for s, p, duration in items:
+                cut = LazyCut(self.mux.streams[s], p, duration, raws[s][p])
+                self._bucketer.loc[id(cut)] = (cut, s, p)
+                bucket.put(cut)
+        self._reset_snapshots()
+        self._emitted = sd["consumed"]
+        self._snapshots.clear()
+        self._snapshots.append((self._emitted, self._bucketer.snapshot()))
+        self._just_restored_state = True

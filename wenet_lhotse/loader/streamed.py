@@ -1,0 +1,124 @@
+"""Streamed loading: each DataLoader worker of each rank reads its own tars.
+
+:class:`StreamedEpochDataset` is Lhotse's iterable mode, one epoch per ``iter()``:
+every (rank, worker) opens its share of the tars of every source, shuffled for the
+epoch, and runs its own ``DynamicBucketingSampler(world_size=1, rank=0)``. What it
+yields to the loader (:class:`~.dataloader.StreamedDataLoader`) is the protocol below:
+a :class:`WorkerBatch` per batch, and :data:`SKIP_TURN` from a worker whose turn a
+restored epoch skips.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Dict, Iterator, Mapping, NamedTuple, Optional, Sequence, Tuple
+
+import torch
+from lhotse import CutSet
+from lhotse.dataset.sampling.dynamic_bucketing import DynamicBucketingSampler
+
+from wenet_lhotse.errors import BATCH_SKIPS_KEY, SkipReport
+from wenet_lhotse.formats.split import reader_share
+from wenet_lhotse.sources import SourceSpec, mux_sources, open_source, spec_shar_fields
+
+#: Yielded by a worker that has no batch for its round-robin turn (restored epochs).
+SKIP_TURN = None
+
+
+class WorkerBatch(NamedTuple):
+    """A batch and the DataLoader worker that made it (resume counts per worker)."""
+
+    worker: int
+    batch: Any
+
+
+class StreamedEpochDataset(torch.utils.data.IterableDataset):
+    """Lhotse's iterable mode, one epoch per ``iter()``: opens the sources with this
+    (rank, worker)'s share of the tars shuffled for the epoch, runs a
+    ``DynamicBucketingSampler(world_size=1, rank=0)`` over them and yields
+    ``WorkerBatch(worker id, dataset[batch])``. The epoch counter lives in each worker's
+    copy and advances on every ``iter()`` (persistent workers each get exactly one
+    ``iter()`` per epoch)."""
+
+    def __init__(self, dataset: Any, specs: Sequence[SourceSpec], transforms: Sequence[Any],
+                 sampler_kw: Dict[str, Any], seed: int, shuffle: bool, stop_early: bool,
+                 rank: int, world_size: int, strict: bool = True) -> None:
+        super().__init__()
+        self.dataset = dataset
+        self.specs = list(specs)
+        self.transforms = list(transforms)
+        self.sampler_kw = dict(sampler_kw)
+        self.seed = seed
+        self.shuffle = shuffle
+        self.stop_early = stop_early
+        self.rank, self.world_size = rank, world_size
+        self.strict = strict
+        self.skip_report = SkipReport()  # this worker's reader skips, forwarded per batch
+        self.epoch = -1
+        self._next_epoch: Optional[int] = None
+        # (epoch, {worker id: batches it already delivered in that epoch},
+        #  the worker the restored epoch continues with)
+        self._skip: Tuple[int, Dict[int, int], int] = (-1, {}, 0)
+
+    def set_epoch(self, epoch: int) -> None:
+        self._next_epoch = epoch
+
+    def resume(self, epoch: int, per_worker: Mapping[int, int], next_worker: int) -> None:
+        """Continue ``epoch`` after the batches each worker already delivered in it
+        (``per_worker``: worker id -> batches); ``next_worker`` is the worker whose batch
+        comes next (the DataLoader asks its workers round-robin)."""
+        self.set_epoch(epoch)
+        self._skip = (epoch, dict(per_worker), next_worker)
+
+    def cuts_for_epoch(self, epoch: int, worker: int = 0, num_workers: int = 1) -> CutSet:
+        """This rank's and (logical) worker's share of the tars of every source."""
+        cutsets = []
+        for spec, tf in zip(self.specs, self.transforms):
+            kw: Dict[str, Any] = {}
+            if spec.type == "shard":
+                kw = {"rank": self.rank, "world_size": self.world_size, "worker_id": worker,
+                      "num_workers": num_workers}
+            else:  # Shar: the same split, done here so that the worker id is ours
+                order = list(range(len(spec_shar_fields(spec)["cuts"])))
+                if self.shuffle:
+                    random.Random(self.seed + epoch).shuffle(order)
+                kw = {"shar_shards": reader_share(order, self.rank, self.world_size, worker,
+                                                  num_workers)}
+            cutsets.append(open_source(spec, strict=self.strict, shuffle_shards=self.shuffle,
+                                       seed=self.seed, epoch=epoch, split_for_dataloading=True,
+                                       transform=tf, skip_report=self.skip_report, **kw))
+        return mux_sources(cutsets, [s.weight for s in self.specs], seed=self.seed + epoch,
+                           stop_early=self.stop_early)
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._next_epoch is not None:
+            self.epoch, self._next_epoch = self._next_epoch, None
+        else:
+            self.epoch += 1
+        if hasattr(self.dataset, "set_epoch"):
+            self.dataset.set_epoch(self.epoch)
+        info = torch.utils.data.get_worker_info()
+        wid, nw = (info.id, info.num_workers) if info is not None else (0, 1)
+        skip_epoch, per_worker, offset = self._skip
+        if skip_epoch != self.epoch:
+            per_worker, offset = {}, 0
+        sampler = DynamicBucketingSampler(self.cuts_for_epoch(self.epoch, wid, nw),
+                                          world_size=1, rank=0, seed=self.seed,
+                                          shuffle=self.shuffle, **self.sampler_kw)
+        sampler.set_epoch(self.epoch)
+        skip = per_worker.get(wid, 0)
+        if wid < offset:
+            # The DataLoader asks its workers round-robin from worker 0; a restored epoch
+            # must go on with worker `offset` (the one after the last consumed batch's).
+            # Workers before it hand in a placeholder the loader drops.
+            yield SKIP_TURN
+        for i, batch in enumerate(sampler):
+            if i < skip:
+                continue  # sampled from metadata; no audio decoded, no features computed
+            out = self.dataset[batch]
+            skipped = self.skip_report.take_new()
+            if skipped and isinstance(out, dict):
+                out.setdefault(BATCH_SKIPS_KEY, []).extend(skipped)
+            # The worker id travels with the batch: the loader counts batches per
+            # worker, which makes resume exact even after some workers ran out of tars.
+            yield WorkerBatch(wid, out)
