@@ -219,14 +219,3 @@ def test_write_path_is_returned_and_parent_created(corpus, tmp_path):
     assert out == tmp_path / "new" / "dir" / "d.list"
     assert len(out.read_text(encoding="utf-8").splitlines()) == len(corpus.keys)
     assert os.listdir(out.parent) == ["d.list"]
-
-
-def test_keyset_grows_and_stays_exact():
-    from wenet_lhotse.formats.keyset import KeySet
-
-    keys = KeySet(capacity=4)
-    names = [f"spk{i % 7}/utt.{i}" for i in range(5000)]
-    assert all(keys.add(k) for k in names)
-    assert len(keys) == 5000
-    assert not any(keys.add(k) for k in names[::37])
-    assert all(k in keys for k in names) and "spk0/utt.5000" not in keys
