@@ -104,7 +104,8 @@ def profile_stages(dataset, batches, clock: StageClock) -> List[Dict[str, Any]]:
 
     from wenet_lhotse.features import augment, kaldi
     from wenet_lhotse.features.fbank import INT16_SCALE
-    from wenet_lhotse.features.pool import PooledBatch, _collate, cut_seed
+    from wenet_lhotse.features.pipeline import cut_seed
+    from wenet_lhotse.features.strategy import PooledBatch, _collate
 
     features = dataset.features
     p = features.pipeline
