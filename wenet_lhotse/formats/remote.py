@@ -8,7 +8,7 @@ s3fs first retries the failed range itself; if it gives up, we reopen the object
 with backoff and continue *from the byte offset already handed to the reader* (a
 range request), so a blip loses nothing and no byte is delivered twice. A permanent
 failure (no such bucket or object, access denied, or transient errors that outlast
-``retries``) raises :class:`~wenet_lhotse.formats.errors.WenetDataError` (kind
+``retries``) raises :class:`~wenet_lhotse.errors.WenetDataError` (kind
 ``"io"`` or ``"missing_file"``) naming the URL; the shard reader adds the member
 reached and a fault-tolerant reader counts it.
 
