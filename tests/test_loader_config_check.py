@@ -158,7 +158,9 @@ def test_every_lhotse_conf_key_is_checked():
         "dataset_conf.lhotse_conf.mode: expected one of auto, map, streamed, got 'mapp'"
     for key in rules:
         if isinstance(getattr(defaults, key), bool):
-            assert error({"lhotse_conf": {key: "yes"}}).endswith("expected a boolean, got 'yes'")
+            assert error({"lhotse_conf": {key: "yes"}}).endswith("got 'yes'")
+            assert "expected a boolean" in error({"lhotse_conf": {key: "yes"}})
+    check_dataset_conf({"lhotse_conf": {"probe_cache": "/tmp/probe-cache"}})
 
 
 def test_yaml_file_errors(tmp_path):

@@ -95,6 +95,17 @@ def anything(v: Any) -> Optional[str]:
     return None
 
 
+#: yaml words that a user meant as a boolean, never as a directory name.
+_BOOL_WORDS = {"true", "false", "yes", "no", "on", "off", "0", "1", ""}
+
+
+def boolean_or_dir(v: Any) -> Optional[str]:
+    """``true``/``false``, or a directory path (``probe_cache``)."""
+    if isinstance(v, bool) or (isinstance(v, str) and v.strip().lower() not in _BOOL_WORDS):
+        return None
+    return "expected a boolean (or a cache directory)"
+
+
 def mapping(v: Any) -> Optional[str]:
     return None if isinstance(v, Mapping) else "expected a mapping (key: value)"
 
@@ -163,6 +174,7 @@ LHOTSE_RULES: Dict[str, Check] = {
     "snapshot_depth": _SIZE,
     "sources": optional(list_of(anything, 1)),
     "cv_sources": optional(list_of(anything, 1)),
+    "probe_cache": boolean_or_dir,
 }
 
 
