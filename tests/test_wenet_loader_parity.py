@@ -99,8 +99,6 @@ def test_cv_batches_equal_wenets_utterance_by_utterance(wenet, data, monkeypatch
     assert {w["lang"] for w in want.values()} == {"zh", "en"}  # the test exercises langid
 
 
-@pytest.mark.xfail(reason="cv dither: waiting for the features/ split (layout: loader)",
-                   strict=False)
 def test_cv_keeps_the_yamls_dither_as_wenet_does(wenet, data, monkeypatch):
     """WeNet's cv conf keeps fbank_conf.dither: two cv passes differ, as WeNet's do."""
     theirs, ours = _loaders(wenet, monkeypatch, data, None)  # dither 0.1 (aishell's)
@@ -195,3 +193,45 @@ def test_bad_audio_is_skipped_and_reported_as_wenet_skips_it(wenet, data, monkey
     assert len(report) == 2, report
     assert any(f"{data_list}:4" in r and "missing.wav" in r for r in report), report
     assert any(f"{data_list}:7" in r for r in report), report
+
+
+@pytest.mark.parametrize("mode", ["fixed", "off"])
+def test_cv_dither_opt_ins(wenet, data, monkeypatch, mode):
+    """lhotse_conf.cv_dither: ``fixed`` -- the yaml's dither with the same noise every pass
+    (cv losses comparable across epochs); ``off`` -- no dither in cv."""
+    conf = {"fbank_conf": {"num_mel_bins": 20, "dither": 1.0},
+            "lhotse_conf": {"cv_dither": mode}}
+    _, ours = _loaders(wenet, monkeypatch, data, conf)
+    a, b = _by_key(ours[3]), _by_key(ours[3])
+    assert all(torch.equal(a[k]["feats"], b[k]["feats"]) for k in a)
+    plain = {"fbank_conf": {"num_mel_bins": 20, "dither": 0.0}}
+    _, ref = _loaders(wenet, monkeypatch, data, plain)
+    c = _by_key(ref[3])
+    same = all(torch.equal(a[k]["feats"], c[k]["feats"]) for k in a)
+    assert same == (mode == "off")
+
+
+def test_step_mode_cycle_repeats_every_utterance_as_wenet(wenet, data, monkeypatch):
+    """``save_interval`` in the yaml: both factories set ``dataset_conf.cycle = max_epoch``
+    and one pass of the train loader holds every utterance ``max_epoch`` times."""
+    import yaml
+
+    from wenet_lhotse.wenet_compat import init_dataset_and_dataloader
+
+    _, train_utils, init_tokenizer = wenet
+    root, corpus, spk = data
+    config = write_config(root / "cycle.yaml", corpus.units, spk,
+                          {"fbank_conf": {"num_mel_bins": 20, "dither": 0.0}},
+                          save_interval=5, max_epoch=3)
+    args = _args(wenet, monkeypatch, config, corpus, root / "exp")
+    configs = yaml.safe_load(config.read_text())
+    tokenizer = init_tokenizer.init_tokenizer(configs)
+    counts = {}
+    for name, factory in (("wenet", train_utils.init_dataset_and_dataloader),
+                          ("ours", init_dataset_and_dataloader)):
+        conf = copy.deepcopy(configs)
+        train_dl = factory(args, conf, tokenizer)[2]
+        assert conf["dataset_conf"]["cycle"] == 3
+        keys = [k for b in train_dl for k in b["keys"]]
+        counts[name] = sorted(keys)
+    assert counts["ours"] == counts["wenet"] == sorted(corpus.keys * 3)

@@ -141,8 +141,14 @@ class WenetAsrDataset(torch.utils.data.Dataset):
         """Whether ``features`` is asked to augment (only for ``split="train"``)."""
         return self.split == "train"
 
+    #: keep the features' epoch (and so every seeded draw, e.g. cv dither) fixed
+    freeze_epoch: bool = False
+
     def set_epoch(self, epoch: int) -> None:
-        """Forwarded to ``features.set_epoch`` when it has one (augmentation seeds)."""
+        """Forwarded to ``features.set_epoch`` when it has one (augmentation seeds),
+        unless :attr:`freeze_epoch`."""
+        if self.freeze_epoch:
+            return
         set_epoch = getattr(self.features, "set_epoch", None)
         if callable(set_epoch):
             set_epoch(epoch)

@@ -56,6 +56,10 @@ class CutPipeline:
     spec_sub: Optional[SpecSubConfig] = None
     spec_trim: Optional[SpecTrimConfig] = None
     return_audio: bool = False
+    #: the channel read from multi-channel audio (WeNet's ``singal_channel_conf.channel``)
+    channel: int = 0
+    #: apply the extractor's dither also when not augmenting (WeNet's cv keeps it)
+    eval_dither: bool = False
 
     def process(self, cut: Any, seed: int, augment: bool):
         """``(feats (frames, dim) float32, pcm (samples,) float32 or None)`` for one cut
@@ -76,8 +80,12 @@ class CutPipeline:
     def _process(self, cut: Any, seed: int, augment: bool):
         audio = cut.load_audio()
         samples = np.asarray(audio, dtype=np.float32)
-        if samples.ndim == 2:
-            samples = samples[0]  # Kaldi's fbank (channel=-1) reads channel 0, as WeNet
+        if samples.ndim == 2:  # WeNet's singal_channel: pick one channel of several
+            if samples.shape[0] > 1 or self.channel > 0:
+                if self.channel >= samples.shape[0]:
+                    raise ValueError(f"singal_channel_conf.channel {self.channel}: the audio "
+                                     f"has {samples.shape[0]} channel(s)")
+            samples = samples[self.channel if samples.shape[0] > 1 else 0]
         sr = int(cut.sampling_rate)
         if self.resample_to and sr != self.resample_to:
             samples = resample(samples, sr, self.resample_to)
@@ -87,7 +95,7 @@ class CutPipeline:
             factor = choose_speed(rng, self.speeds)
             samples = speed_perturb(samples, sr, factor)
         generator = torch.Generator().manual_seed(seed)
-        dither = None if augment else 0.0
+        dither = None if augment or self.eval_dither else 0.0
         if hasattr(self.extractor, "compute"):
             feats = self.extractor.compute([samples], sr, dither=dither, generator=generator)[0]
             feats = feats.numpy()

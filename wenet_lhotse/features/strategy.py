@@ -52,8 +52,12 @@ class PooledFeatures:
     :param return_audio: also return the waveform the features were computed from.
     :param start_method: multiprocessing start method; default ``fork`` where
         available (cheap; workers set 1 torch thread), else ``spawn``.
+    :param channel: the channel read from multi-channel audio (WeNet's
+        ``singal_channel_conf.channel``; mono audio needs 0).
+    :param eval_dither: keep the extractor's dither with ``augment=False`` (WeNet's cv).
 
-    ``augment=False`` (cv/test) turns off speed perturbation, dither and ``spec_*``.
+    ``augment=False`` (cv/test) turns off speed perturbation, ``spec_*`` and (unless
+    ``eval_dither``) dither.
     Each process that calls the object (main, or each DataLoader worker) lazily starts
     its own pool; :meth:`close` stops it (garbage collection and exit do too). One call
     at a time per object: calls from several threads at once are not supported.
@@ -72,6 +76,8 @@ class PooledFeatures:
         fault_tolerant: bool = False,
         return_audio: bool = False,
         start_method: Optional[str] = None,
+        channel: int = 0,
+        eval_dither: bool = False,
     ) -> None:
         if extractor is None:
             from wenet_lhotse.features.fbank import WenetFbank
@@ -93,6 +99,8 @@ class PooledFeatures:
             spec_sub=as_config(spec_sub, SpecSubConfig),
             spec_trim=as_config(spec_trim, SpecTrimConfig),
             return_audio=return_audio,
+            channel=int(channel),
+            eval_dither=bool(eval_dither),
         )
         self.num_workers = int(num_workers)
         self.seed = int(seed)

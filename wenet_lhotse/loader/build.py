@@ -40,6 +40,7 @@ from lhotse.dataset.sampling.dynamic_bucketing import (
 from wenet_lhotse.errors import SkipReport
 from wenet_lhotse.formats.split import reader_share
 from wenet_lhotse.loader.config import LoaderConfig
+from wenet_lhotse.loader.cycle import CycledReader
 from wenet_lhotse.loader.dataloader import (
     EpochTaggedSampler,
     LhotseDataLoader,
@@ -98,8 +99,13 @@ def make_wenet_dataset(tokenizer: Any, dataset_conf: Mapping[str, Any], split: s
         on = conf.get(name, default)
         return (conf.get(f"{name}_conf") or True) if train and on else None
 
+    lconf = conf.get("lhotse_conf") or {}
+    cv_dither = lconf.get("cv_dither", "wenet")
     features = PooledFeatures(
         extractor_from_wenet_conf(conf), num_workers=pool_workers,
+        # WeNet's singal_channel_conf; WeNet's cv keeps the yaml's dither (cv_dither)
+        channel=int((conf.get("singal_channel_conf") or {}).get("channel", 0)),
+        eval_dither=split == "cv" and cv_dither != "off",
         speed_perturb=bool(conf.get("speed_perturb", False)) and train,
         # WeNet's defaults: resample to 16 kHz and spec_aug on unless the yaml says otherwise
         resample_to=(conf.get("resample_conf") or {}).get("resample_rate", 16000),
@@ -107,31 +113,42 @@ def make_wenet_dataset(tokenizer: Any, dataset_conf: Mapping[str, Any], split: s
         spec_trim=aug("spec_trim"),
         seed=seed, fault_tolerant=fault_tolerant, return_audio=return_pcm)
     speaker_conf = conf.get("speaker_conf") or {}
-    return WenetAsrDataset(tokenizer, features, split=split, return_pcm=return_pcm,
-                           fault_tolerant=fault_tolerant,
-                           speaker_table=speaker_conf.get("speaker_table_path"))
+    dataset = WenetAsrDataset(tokenizer, features, split=split, return_pcm=return_pcm,
+                              fault_tolerant=fault_tolerant,
+                              speaker_table=speaker_conf.get("speaker_table_path"))
+    dataset.freeze_epoch = split == "cv" and cv_dither == "fixed"
+    return dataset
 
 
-def _map_reader(spec: SourceSpec, shuffle: bool, seed: int, strict: bool,
-                skip_report: Optional[SkipReport], probe_cache: Any = False):
+def _map_reader(spec: SourceSpec, cfg: LoaderConfig, seed: int, strict: bool,
+                skip_report: Optional[SkipReport]):
+    """The source as a positioned reader: WeNet's ``list_shuffle`` reorders its lines
+    (raw) or files (manifests, Shar) each pass; ``cycle`` > 1 reads it that many times
+    per epoch (:class:`~.cycle.CycledReader`)."""
+    shuffle = cfg.list_shuffle
+    probe_cache = cfg.lhotse.probe_cache
+    reader: Any
     if spec.type == "cuts":
-        return JsonlReader(spec.paths, shuffle_files=shuffle, seed=seed)
-    if spec.type == "shar":
-        return shar_reader(spec.paths[0], shuffle_files=shuffle, seed=seed)
-    # raw lists (durations from audio headers, probed once) and, for cv, shard lists:
-    # held in memory, fully reshuffled each epoch.
-    if spec.type == "raw" and probe_cache:
-        from wenet_lhotse.sources.probe_cache import probed_raw_list
+        reader = JsonlReader(spec.paths, shuffle_files=shuffle, seed=seed)
+    elif spec.type == "shar":
+        reader = shar_reader(spec.paths[0], shuffle_files=shuffle, seed=seed)
+    else:
+        # raw lists (durations from audio headers, probed once) and, for cv, shard lists:
+        # held in memory, reshuffled each pass.
+        if spec.type == "raw" and probe_cache:
+            from wenet_lhotse.sources.probe_cache import probed_raw_list
 
-        probed = probed_raw_list(spec.paths, strict=strict, skip_report=skip_report,
-                                 cache_dir=None if probe_cache is True else probe_cache)
-        cuts = list(CutSet.from_jsonl_lazy(probed.manifest))
-        return ListReader(cuts, shuffle=shuffle, seed=seed)
-    cuts = list(open_source(spec, strict=strict, skip_report=skip_report))
-    if spec.type == "shard":
-        logger.warning("source %s: WeNet shards loaded into memory for map-style loading "
-                       "(%d cuts)", spec.name, len(cuts))
-    return ListReader(cuts, shuffle=shuffle, seed=seed)
+            probed = probed_raw_list(spec.paths, strict=strict, skip_report=skip_report,
+                                     cache_dir=None if probe_cache is True else probe_cache)
+            cuts = list(CutSet.from_jsonl_lazy(probed.manifest))
+        else:
+            cuts = list(open_source(spec, strict=strict, skip_report=skip_report))
+        if spec.type == "shard":
+            logger.warning("source %s: WeNet shards loaded into memory for map-style "
+                           "loading (%d cuts)", spec.name, len(cuts))
+        reader = ListReader(cuts, shuffle=shuffle, seed=seed,
+                            buffer_size=cfg.list_shuffle_size)
+    return CycledReader(reader, cfg.cycle) if cfg.cycle > 1 else reader
 
 
 def estimate_bins(cuts: Sequence[Cut], num_buckets: int) -> List[float]:
@@ -223,8 +240,7 @@ def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
     cfg, lconf, split = plan.cfg, plan.cfg.lhotse, plan.split
     specs, seed, ws, rk = plan.specs, plan.seed, plan.world_size, plan.rank
     num_workers, prefetch_factor = plan.num_workers, plan.prefetch_factor
-    streams = [PositionedStream(_map_reader(s, cfg.shuffle, seed, plan.strict, plan.skip_report,
-                                            lconf.probe_cache), tf)
+    streams = [PositionedStream(_map_reader(s, cfg, seed, plan.strict, plan.skip_report), tf)
                for s, tf in zip(specs, plan.transforms)]
     mux = ResumableMux(streams, plan.weights, seed=seed, stop_early=lconf.mux_stop_early)
     mux.start(0)
@@ -279,7 +295,7 @@ def build_streamed_loader(plan: LoaderPlan, dataset: Any) -> StreamedDataLoader:
     ds = StreamedEpochDataset(dataset, specs, transforms, sampler_kw, seed=seed,
                               shuffle=cfg.shuffle, stop_early=lconf.mux_stop_early,
                               rank=rk if partition else 0, world_size=ws if partition else 1,
-                              strict=strict)
+                              strict=strict, cycle=cfg.cycle)
     group = gloo_group() if ws > 1 and train else None
     if ws > 1 and train and group is None:
         logger.warning("world_size %d but torch.distributed is not initialized: ranks cannot "

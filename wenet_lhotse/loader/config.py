@@ -46,6 +46,8 @@ translated to a duration budget for Lhotse's ``DynamicBucketingSampler``:
                                # the default under the init_dataset_and_dataloader drop-in)
       lang_from_data: false    # langs from the data's own language (a raw line's lang)
                                # before WeNet's langid, which ignores it
+      cv_dither: wenet         # wenet: the yaml's dither in cv, new noise every pass |
+                               # fixed: the same noise every pass | off: no dither in cv
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from typing import Any, Dict, List, Mapping, Optional
 logger = logging.getLogger(__name__)
 
 MODES = ("auto", "map", "streamed")
+CV_DITHER = ("wenet", "fixed", "off")
 
 
 @dataclass
@@ -82,6 +85,7 @@ class LhotseConf:
     cv_partition: bool = True
     lang_from_data: bool = False
     probe_cache: Any = False
+    cv_dither: str = "wenet"
 
     @classmethod
     def from_dict(cls, conf: Optional[Mapping[str, Any]]) -> LhotseConf:
@@ -93,6 +97,9 @@ class LhotseConf:
         out = cls(**conf)
         if out.mode not in MODES:
             raise ValueError(f"lhotse_conf.mode must be one of {MODES}, got {out.mode!r}")
+        if out.cv_dither not in CV_DITHER:
+            raise ValueError(f"lhotse_conf.cv_dither must be one of {CV_DITHER}, "
+                             f"got {out.cv_dither!r}")
         if out.num_buckets < 1:
             raise ValueError("lhotse_conf.num_buckets must be >= 1")
         return out
@@ -136,6 +143,12 @@ class LoaderConfig:
     shuffle: bool
     buffer_size: int
     frame_shift_ms: float = 10.0
+    #: WeNet's ``cycle``: passes over the data per epoch (train only)
+    cycle: int = 1
+    #: WeNet's ``list_shuffle``: reshuffle the list's lines / tars each pass (train only),
+    #: with a buffer of ``list_shuffle_size`` items (None: a full permutation)
+    list_shuffle: bool = False
+    list_shuffle_size: Optional[int] = None
     extra: Dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -143,7 +156,7 @@ class LoaderConfig:
                    ) -> LoaderConfig:
         """Read WeNet's ``dataset_conf`` (plus ``lhotse_conf`` inside it, if any).
 
-        For ``split != "train"`` shuffling is off (WeNet's cv is unshuffled).
+        For ``split != "train"`` shuffling is off and ``cycle`` is 1 (WeNet's cv).
         """
         conf = dict(dataset_conf or {})
         lconf = LhotseConf.from_dict(conf.get("lhotse_conf"))
@@ -152,8 +165,16 @@ class LoaderConfig:
         shuffle = bool(conf.get("shuffle", True)) and split == "train"
         shuffle_size = int((conf.get("shuffle_conf") or {}).get("shuffle_size", 0) or 0)
         buffer_size = max(lconf.buffer_size, shuffle_size)
+        train = split == "train"
+        cycle = int(conf.get("cycle", 1) or 1) if train else 1
+        if cycle < 1:
+            raise ValueError(f"dataset_conf.cycle must be >= 1, got {cycle}")
+        list_shuffle = bool(conf.get("list_shuffle", True)) and train
+        list_size = (conf.get("list_shuffle_conf") or {}).get("shuffle_size")
         return cls(dataset_conf=conf, lhotse=lconf, batching=batching, shuffle=shuffle,
-                   buffer_size=buffer_size, frame_shift_ms=shift)
+                   buffer_size=buffer_size, frame_shift_ms=shift, cycle=cycle,
+                   list_shuffle=list_shuffle,
+                   list_shuffle_size=int(list_size) if list_size is not None else None)
 
 
 def frame_shift_ms(dataset_conf: Mapping[str, Any]) -> float:

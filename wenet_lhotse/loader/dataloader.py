@@ -16,6 +16,7 @@ skipped in fault-tolerant mode, wherever it was skipped, into ``skip_report``.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple
 
 import torch
@@ -25,6 +26,8 @@ from wenet_lhotse.errors import BATCH_SKIPS_KEY, SkipReport
 from wenet_lhotse.loader.distributed import EqualStepsIterator
 from wenet_lhotse.loader.sampler import ResumableBucketingSampler
 from wenet_lhotse.loader.streamed import SKIP_TURN, StreamedEpochDataset, WorkerBatch
+
+logger = logging.getLogger(__name__)
 
 
 class LoaderDataset(torch.utils.data.Dataset):
@@ -73,13 +76,17 @@ class EpochTaggedSampler(torch.utils.data.Sampler):
 
 
 class PlannedSampler(torch.utils.data.Sampler):
-    """Yields a fixed list of CutSet batches (the cv plan for this rank) on every ``iter()``."""
+    """Yields a fixed list of CutSet batches (the cv plan for this rank) on every ``iter()``,
+    each as ``(pass, batch)``: :class:`LoaderDataset` forwards the pass number to the
+    dataset's ``set_epoch``, so that cv dither draws new noise each pass, as WeNet's."""
 
     def __init__(self, batches: Sequence[CutSet]) -> None:
         self.batches = list(batches)
+        self.passes = 0
 
-    def __iter__(self) -> Iterator[CutSet]:
-        return iter(self.batches)
+    def __iter__(self) -> Iterator[Tuple[int, CutSet]]:
+        n, self.passes = self.passes, self.passes + 1
+        return iter([(n, b) for b in self.batches])
 
     def __len__(self) -> int:
         return len(self.batches)
@@ -102,6 +109,7 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
         self.epoch = -1
         self._finished = False  # the current epoch's iterator is exhausted
         self._restored: Optional[Dict[str, Any]] = None
+        self._reported = 0  # skip_report items already summarised at an epoch's end
 
     def __iter__(self) -> Iterator[Any]:
         inner = super().__iter__()
@@ -138,6 +146,16 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
                 self.skip_report.extend(batch.pop(BATCH_SKIPS_KEY))  # logged where skipped
             yield batch
         self._finished = True
+        self._report_skips()
+
+    def _report_skips(self) -> None:
+        """At an epoch's end, one WARNING listing the items skipped since the last one
+        (with list file and line, or tar and member), as WeNet's logs show them."""
+        items = list(self.skip_report)
+        new, self._reported = items[self._reported:], len(items)
+        if new:
+            logger.warning("epoch %d: %d item(s) skipped: %s", self.epoch, len(new),
+                           "; ".join(str(i) for i in new))
 
     def _position(self, per_worker: Mapping[int, int], last_worker: int) -> Dict[str, Any]:
         """The position state: the start of the next epoch once this one is over."""

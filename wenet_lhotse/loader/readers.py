@@ -65,22 +65,47 @@ class PositionedReader(Dillable):
         pass
 
 
+def buffer_shuffle_order(n: int, buffer_size: Optional[int], rng: random.Random) -> List[int]:
+    """A permutation of ``range(n)`` as a shuffle buffer of ``buffer_size`` items emits
+    them (WeNet's ``list_shuffle_conf.shuffle_size``; torch's ``Shuffler`` algorithm:
+    fill the buffer, then emit a random item and put the next one in its place; at the
+    end the rest in random order). ``None`` or ``>= n``: a full permutation."""
+    order = list(range(n))
+    if buffer_size is None or buffer_size >= n:
+        rng.shuffle(order)
+        return order
+    out: List[int] = []
+    buf: List[int] = []
+    for i in order:
+        if len(buf) < max(buffer_size, 1):
+            buf.append(i)
+            continue
+        j = rng.randrange(len(buf))
+        out.append(buf[j])
+        buf[j] = i
+    rng.shuffle(buf)
+    return out + buf
+
+
 class ListReader(PositionedReader):
     """Cuts held in memory (e.g. a WeNet raw list, whose durations come from probing
-    the audio headers once). With ``shuffle`` the order is a full permutation seeded
-    by ``seed + epoch``; a position is an index into that order."""
+    the audio headers once). With ``shuffle`` the order is a permutation seeded by
+    ``seed + epoch`` (full, or as a shuffle buffer of ``buffer_size`` gives it); a
+    position is an index into that order."""
 
-    def __init__(self, cuts: Sequence[Cut], shuffle: bool = False, seed: int = 0) -> None:
+    def __init__(self, cuts: Sequence[Cut], shuffle: bool = False, seed: int = 0,
+                 buffer_size: Optional[int] = None) -> None:
         self.cuts = list(cuts)
         self.shuffle = shuffle
         self.seed = seed
+        self.buffer_size = buffer_size
         self.epoch = 0
 
     def _order(self) -> List[int]:
-        order = list(range(len(self.cuts)))
-        if self.shuffle:
-            random.Random(self.seed + self.epoch).shuffle(order)
-        return order
+        if not self.shuffle:
+            return list(range(len(self.cuts)))
+        return buffer_shuffle_order(len(self.cuts), self.buffer_size,
+                                    random.Random(self.seed + self.epoch))
 
     def iter_from(self, start: int) -> Iterator[Tuple[int, Cut]]:
         order = self._order()

@@ -42,7 +42,7 @@ class StreamedEpochDataset(torch.utils.data.IterableDataset):
 
     def __init__(self, dataset: Any, specs: Sequence[SourceSpec], transforms: Sequence[Any],
                  sampler_kw: Dict[str, Any], seed: int, shuffle: bool, stop_early: bool,
-                 rank: int, world_size: int, strict: bool = True) -> None:
+                 rank: int, world_size: int, strict: bool = True, cycle: int = 1) -> None:
         super().__init__()
         self.dataset = dataset
         self.specs = list(specs)
@@ -53,6 +53,7 @@ class StreamedEpochDataset(torch.utils.data.IterableDataset):
         self.stop_early = stop_early
         self.rank, self.world_size = rank, world_size
         self.strict = strict
+        self.cycle = int(cycle)  # WeNet's dataset_conf.cycle: passes over the tars per epoch
         self.skip_report = SkipReport()  # this worker's reader skips, forwarded per batch
         self.epoch = -1
         self._next_epoch: Optional[int] = None
@@ -71,7 +72,16 @@ class StreamedEpochDataset(torch.utils.data.IterableDataset):
         self._skip = (epoch, dict(per_worker), next_worker)
 
     def cuts_for_epoch(self, epoch: int, worker: int = 0, num_workers: int = 1) -> CutSet:
-        """This rank's and (logical) worker's share of the tars of every source."""
+        """This rank's and (logical) worker's share of the tars of every source; with
+        ``cycle`` > 1, that many passes (tars reshuffled per pass), one after another."""
+        if self.cycle == 1:
+            return self._pass_cuts(epoch, worker, num_workers)
+        out = self._pass_cuts(epoch * self.cycle, worker, num_workers)
+        for p in range(1, self.cycle):
+            out = out + self._pass_cuts(epoch * self.cycle + p, worker, num_workers)
+        return out
+
+    def _pass_cuts(self, epoch: int, worker: int, num_workers: int) -> CutSet:
         cutsets = []
         for spec, tf in zip(self.specs, self.transforms):
             kw: Dict[str, Any] = {}
