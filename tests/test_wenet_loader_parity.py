@@ -235,3 +235,19 @@ def test_step_mode_cycle_repeats_every_utterance_as_wenet(wenet, data, monkeypat
         keys = [k for b in train_dl for k in b["keys"]]
         counts[name] = sorted(keys)
     assert counts["ours"] == counts["wenet"] == sorted(corpus.keys * 3)
+
+
+def test_drop_in_stops_at_a_misspelled_key_naming_it(wenet, data, monkeypatch):
+    import yaml
+
+    from wenet_lhotse.errors import WenetConfigError
+    from wenet_lhotse.wenet_compat import init_dataset_and_dataloader
+
+    _, _, init_tokenizer = wenet
+    root, corpus, spk = data
+    config = write_config(root / "typo.yaml", corpus.units, spk,
+                          {"batch_conf": {"batch_type": "static", "batch_sise": 8}})
+    args = _args(wenet, monkeypatch, config, corpus, root / "exp")
+    configs = yaml.safe_load(config.read_text())
+    with pytest.raises(WenetConfigError, match=r"dataset_conf\.batch_conf\.batch_sise"):
+        init_dataset_and_dataloader(args, configs, init_tokenizer.init_tokenizer(configs))

@@ -96,6 +96,18 @@ def cv_dataset_conf(train_conf: Mapping[str, Any]) -> Dict[str, Any]:
     return conf
 
 
+def check_wenet_configs(configs: Mapping[str, Any]) -> None:
+    """Start-up checks of the yaml (:mod:`wenet_lhotse.loader.config_check`): every
+    ``dataset_conf`` key, and the symbol table against ``tokenizer_conf.special_tokens``
+    for tokenizers that read one. Raises ``WenetConfigError`` naming the yaml key."""
+    from wenet_lhotse.loader.config_check import check_dataset_conf, check_special_tokens
+
+    check_dataset_conf(configs.get("dataset_conf"))
+    tconf = configs.get("tokenizer_conf") or {}
+    if configs.get("tokenizer", "char") in ("char", "bpe") and tconf.get("symbol_table_path"):
+        check_special_tokens(tconf["symbol_table_path"], tconf.get("special_tokens"))
+
+
 def wenet_dataset(tokenizer: Any, dataset_conf: Mapping[str, Any], split: str,
                   seed: int = 777) -> Any:
     """Our ``dataset[cuts] -> batch`` for WeNet's ``dataset_conf``, with WeNet's behaviour
@@ -144,6 +156,7 @@ def init_dataset_and_dataloader(args: Any, configs: MutableMapping[str, Any], to
     if "save_interval" in configs:
         configs.setdefault("dataset_conf", {})
         configs["dataset_conf"]["cycle"] = configs.get("max_epoch", 100)
+    check_wenet_configs(configs)
     configs["vocab_size"] = tokenizer.vocab_size()
     train_conf = dict(configs.get("dataset_conf") or {})
     lconf = wenet_lhotse_conf(train_conf)
@@ -182,6 +195,9 @@ def Dataset(data_type: str, data_list_file: DataArg, tokenizer: Any = None,  # n
     from wenet_lhotse.loader.ordered import OrderedBatches
 
     conf = dict(conf or {})
+    from wenet_lhotse.loader.config_check import check_dataset_conf
+
+    check_dataset_conf(conf)
     batch_conf = dict(conf.get("batch_conf") or {})
     if batch_conf.get("batch_type", "static") != "static":
         raise ValueError("dataset_conf.batch_conf.batch_type: the decoding drop-in makes "
