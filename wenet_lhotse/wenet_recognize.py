@@ -18,20 +18,14 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-from wenet_lhotse.wenet_train import run_patched
+from wenet_lhotse.wenet_train import import_wenet_module, run_patched
 
 
 def patch_wenet() -> None:
     """Point WeNet's ``Dataset`` at ours. Raises ImportError without WeNet."""
-    try:
-        import wenet.dataset.dataset as wenet_dataset
-    except ImportError as e:
-        raise ImportError(
-            "WeNet is not importable: put a WeNet checkout on PYTHONPATH "
-            "(export PYTHONPATH=/path/to/wenet:$PYTHONPATH)") from e
     from wenet_lhotse.wenet_compat import Dataset
 
-    wenet_dataset.Dataset = Dataset
+    import_wenet_module("wenet.dataset.dataset").Dataset = Dataset
 
 
 def main(argv: Optional[List[str]] = None, module: str = "wenet.bin.recognize") -> None:

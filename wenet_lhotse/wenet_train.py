@@ -18,21 +18,28 @@ This is the one-import change, done for you.
 
 from __future__ import annotations
 
+import importlib
 import runpy
 import sys
-from typing import Callable, List, Optional
+from typing import Any, Callable, List, Optional
 
 
-def patch_wenet() -> None:
-    """Point WeNet's loader factory at ours. Raises ImportError without WeNet."""
+def import_wenet_module(name: str) -> Any:
+    """``importlib.import_module(name)`` for a WeNet module; an ImportError that says how
+    to make WeNet importable."""
     try:
-        import wenet.utils.train_utils as train_utils
+        return importlib.import_module(name)
     except ImportError as e:
         raise ImportError(
             "WeNet is not importable: put a WeNet checkout on PYTHONPATH "
             "(export PYTHONPATH=/path/to/wenet:$PYTHONPATH)") from e
+
+
+def patch_wenet() -> None:
+    """Point WeNet's loader factory at ours. Raises ImportError without WeNet."""
     from wenet_lhotse.wenet_compat import init_dataset_and_dataloader
 
+    train_utils = import_wenet_module("wenet.utils.train_utils")
     train_utils.init_dataset_and_dataloader = init_dataset_and_dataloader
 
 
