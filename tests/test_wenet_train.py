@@ -14,7 +14,13 @@ import sys
 
 import pytest
 
-from wenet_harness.runs import run_train, saved_steps, speaker_table, write_config
+from wenet_harness.runs import (
+    run_train,
+    saved_steps,
+    speaker_table,
+    units_special_tokens,
+    write_config,
+)
 from wenet_lhotse.corpus import generate_corpus
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -98,7 +104,8 @@ def test_train_data_takes_several_lists(data, tmp_path):
     b.write_text("".join(lines[40:]), encoding="utf-8")
     (init_tokenizer_mod,) = import_wenet("wenet.utils.init_tokenizer")
     configs = {"tokenizer": "char", "tokenizer_conf": {
-        "symbol_table_path": str(corpus.units), "non_lang_syms_path": None},
+        "symbol_table_path": str(corpus.units), "non_lang_syms_path": None,
+        "special_tokens": units_special_tokens(corpus.units)},
         "dataset_conf": {"fbank_conf": {"num_mel_bins": 20},
                          "batch_conf": {"batch_type": "static", "batch_size": 8}}}
     tok = init_tokenizer_mod.init_tokenizer(configs)

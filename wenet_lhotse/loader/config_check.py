@@ -202,13 +202,14 @@ def _from_annotation(tp: Any) -> Check:
 
 def lhotse_conf_rules() -> Dict[str, Check]:
     """Each ``lhotse_conf`` key's check, from :class:`LhotseConf`'s fields."""
-    from wenet_lhotse.loader.config import MODES, LhotseConf
+    from wenet_lhotse.loader.config import CV_DITHER, MODES, LhotseConf
 
     hints = typing.get_type_hints(LhotseConf)
     rules = {f.name: _from_annotation(hints.get(f.name, Any))
              for f in dataclasses.fields(LhotseConf)}
     rules.update({k: v for k, v in LHOTSE_RULES.items() if k in rules})
     rules["mode"] = choice(*MODES)
+    rules["cv_dither"] = choice(*CV_DITHER)
     return rules
 
 
