@@ -136,3 +136,60 @@ def test_lhotse_reads_and_writes_s3(s3, corpus_cuts):
     assert [c.id for c in got] == [c.id for c in cuts]
     for a, b in zip(got, cuts):
         assert (a.load_audio() == b.load_audio()).all()
+
+
+def _upload_shards(s3, tmp_path, utts, shard_size, dur):
+    from wenet_lhotse.corpus import generate_corpus
+
+    c = generate_corpus(tmp_path, num_utterances=utts, min_duration=dur, max_duration=dur,
+                        shard_size=shard_size, seed=5)
+    urls = []
+    for p in c.shards_list.read_text().split():
+        name = p.rsplit("/", 1)[1]
+        s3.fs().put_file(p, f"{s3.bucket}/{name}")
+        urls.append(s3.url(name))
+    return urls
+
+
+def test_failures_past_retries_are_counted_in_fault_tolerant_mode(s3_proxy, monkeypatch,
+                                                                   tmp_path):
+    """Every response carrying tar bytes is cut, past all retries; one object is
+    missing: each is one counted skip naming its URL, the others are read."""
+    import wenet_lhotse.formats.remote as remote
+    from wenet_lhotse.errors import SkipReport
+    from wenet_lhotse.formats import read_shard_list
+
+    monkeypatch.setattr(remote, "RETRIES", 1)
+    monkeypatch.setattr(remote, "BACKOFF", 0.01)
+    s3, proxy = s3_proxy
+    urls = _upload_shards(s3, tmp_path, 4, 2, 1.5)
+    lst = tmp_path / "s3.list"
+    lst.write_text("".join(u + "\n" for u in urls + [s3.url("gone.tar")]))
+    proxy.arm(cut_after=20_000, times=1000)
+    report = SkipReport()
+    assert list(read_shard_list(lst, strict=False, skip_report=report)) == []
+    assert [(i.source, i.kind) for i in report] == [
+        (urls[0], "io"), (urls[1], "io"), (s3.url("gone.tar"), "missing_file")]
+    assert "Response payload is not completed" in list(report)[0].message
+
+
+def test_object_gone_mid_shard_names_the_member(s3, monkeypatch, tmp_path):
+    """The object is deleted while its tar is being streamed (small range requests):
+    the failure is permanent at once and names the URL and the member reached."""
+    import wenet_lhotse.formats.remote as remote
+    from wenet_lhotse.errors import SkipReport
+    from wenet_lhotse.formats import read_shard_list
+
+    monkeypatch.setattr(remote, "BLOCK_SIZE", 32 << 10)
+    [url] = _upload_shards(s3, tmp_path, 3, 3, 3.0)
+    lst = tmp_path / "one.list"
+    lst.write_text(url + "\n")
+    report = SkipReport()
+    it = iter(read_shard_list(lst, strict=False, skip_report=report))
+    first = next(it)
+    s3.fs().rm_file(url.split("://", 1)[1])
+    rest = list(it)
+    assert len(rest) < 2 and first.id not in [c.id for c in rest]
+    [item] = list(report)
+    assert item.source == url and item.kind == "missing_file" and item.member
+    assert "no such object" in item.message

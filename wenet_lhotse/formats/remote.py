@@ -49,6 +49,11 @@ logger = logging.getLogger(__name__)
 #: memory with many DataLoader workers each streaming a tar).
 BLOCK_SIZE = 8 << 20
 
+#: Consecutive failed attempts tolerated per read, and the first wait (seconds) of the
+#: exponential backoff between them (0.5, 1, 2, 4, 8 s: ~15 s before giving up).
+RETRIES = 5
+BACKOFF = 0.5
+
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
 #: Schemes handled elsewhere: local files, and WeNet's http(s) (formats.streams).
 _NOT_REMOTE = {"file", "http", "https"}
@@ -91,6 +96,9 @@ def is_transient(err: BaseException) -> bool:
     if isinstance(err, (FileNotFoundError, PermissionError, IsADirectoryError,
                         NotADirectoryError, WenetDataError, ValueError, TypeError)):
         return False
+    if type(err).__name__ in ("ClientPayloadError", "ContentLengthError",
+                              "TransferEncodingError"):
+        return True  # a body cut short (aiohttp reports it with status 400)
     status = _status(err)
     if status is not None:
         return status >= 500 or status in (408, 429)
@@ -127,18 +135,18 @@ class RetryingReader(io.RawIOBase):
     :param url: the object (``s3://bucket/key``).
     :param retries: consecutive failed attempts tolerated before giving up.
     :param backoff: first wait (seconds).
-    :param block_size: bytes per range request.
+    :param block_size: bytes per range request (default :data:`BLOCK_SIZE`).
     """
 
     def __init__(self, url: str, retries: int = 5, backoff: float = 0.5,
-                 block_size: int = BLOCK_SIZE) -> None:
+                 block_size: Optional[int] = None) -> None:
         super().__init__()
         self.name = url
         self.pos = 0  # bytes delivered to the caller
         self.num_retries = 0  # reopenings done (for logs and tests)
         self._retries = retries
         self._backoff = backoff
-        self._block_size = block_size
+        self._block_size = block_size or BLOCK_SIZE
         self._fs, self._path = _filesystem(url)
         self._file = None
         self._call(lambda: None)  # open now: a missing object fails here
@@ -196,9 +204,13 @@ class RetryingReader(io.RawIOBase):
             super().close()
 
 
-def open_remote(url: str, retries: int = 5, backoff: float = 0.5) -> BinaryIO:
-    """Open an object-storage URL for sequential binary reading (see module doc)."""
-    return io.BufferedReader(RetryingReader(url, retries, backoff), buffer_size=1 << 16)
+def open_remote(url: str, retries: Optional[int] = None,
+                backoff: Optional[float] = None) -> BinaryIO:
+    """Open an object-storage URL for sequential binary reading (see module doc);
+    ``retries``/``backoff`` default to :data:`RETRIES`/:data:`BACKOFF`."""
+    reader = RetryingReader(url, RETRIES if retries is None else retries,
+                            BACKOFF if backoff is None else backoff)
+    return io.BufferedReader(reader, buffer_size=1 << 16)
 
 
 @contextmanager

@@ -224,6 +224,9 @@ class LazyWenetShardIterator(Dillable):
                 return  # the pending group is incomplete; nothing after it is reachable
             except WenetDataError as e:  # a download or command failed mid-stream
                 stream.close_error()
+                if e.member is None and member is not None:  # name where it broke off
+                    e = WenetDataError(f"{e.message} (in or after member {member})", name,
+                                       member=member, kind=e.kind)
                 self._handle(e)
                 return
             err = stream.close_error()
