@@ -123,3 +123,14 @@ def test_raw_list_on_s3_to_manifest_on_s3(sharded, s3, tmp_path):
     got = gzip.decompress(s3.fs().cat_file(f"{s3.bucket}/cuts.jsonl.gz"))
     assert got == gzip.decompress((tmp_path / "local.jsonl.gz").read_bytes())
     assert json.loads(got.splitlines()[0])["id"] == sharded.keys[0]
+
+
+def test_cmvn_on_cluster_equals_local(sharded, dask_cluster):
+    from wenet_lhotse.convert.cmvn import compute_cmvn
+
+    local = compute_cmvn(sharded.shards_list, num_jobs=1)
+    remote = compute_cmvn(sharded.shards_list, cluster=dask_cluster.address)
+    assert remote.frame_num == local.frame_num and remote.num_utts == 24
+    # the same sums, merged in another order: equal up to float64 rounding
+    np.testing.assert_allclose(remote.mean_stat, local.mean_stat, rtol=1e-12)
+    np.testing.assert_allclose(remote.var_stat, local.var_stat, rtol=1e-12)

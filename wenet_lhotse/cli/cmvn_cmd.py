@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from wenet_lhotse.cli.data import _default_jobs, _print_skips
+from wenet_lhotse.cli.data import CLUSTER_HELP, InputPath, _default_jobs, _print_skips
 from wenet_lhotse.cli.main import main
 
 #: The features without a yaml: WeNet's aishell and librispeech recipes' dataset_conf.
@@ -13,7 +13,7 @@ RECIPE_FEATURES = {"resample_conf": {"resample_rate": 16000},
 
 
 @main.command("cmvn")
-@click.argument("source", metavar="INPUT", type=click.Path(exists=True))
+@click.argument("source", metavar="INPUT", type=InputPath(exists=True))
 @click.option("-c", "--config", "config_path", type=click.Path(exists=True, dir_okay=False),
               default=None,
               help="WeNet training yaml: its dataset_conf gives the features "
@@ -32,7 +32,8 @@ RECIPE_FEATURES = {"resample_conf": {"resample_rate": 16000},
 @click.option("--skip-errors", is_flag=True,
               help="Skip unreadable utterances (each is logged and counted) instead of "
                    "stopping at the first one.")
-def cmvn_cmd(source, config_path, out, jobs, chunk_size, wav_root, skip_errors):
+@click.option("--cluster", default=None, metavar="tcp://HOST:PORT", help=CLUSTER_HELP)
+def cmvn_cmd(source, config_path, out, jobs, chunk_size, wav_root, skip_errors, cluster):
     """Compute WeNet's global CMVN statistics (what WeNet's tools/compute_cmvn_stats.py
     writes: mean_stat, var_stat, frame_num) over every utterance of INPUT.
 
@@ -46,6 +47,7 @@ def cmvn_cmd(source, config_path, out, jobs, chunk_size, wav_root, skip_errors):
           -o data/train/global_cmvn -j 8
     """
     from wenet_lhotse.convert.cmvn import CmvnConfig, compute_cmvn, write_cmvn
+    from wenet_lhotse.convert.executor import ClusterError
     from wenet_lhotse.errors import SkipReport
     from wenet_lhotse.loader.config_check import load_wenet_yaml
 
@@ -55,9 +57,12 @@ def cmvn_cmd(source, config_path, out, jobs, chunk_size, wav_root, skip_errors):
         dataset_conf = RECIPE_FEATURES
     config = CmvnConfig.from_wenet(dataset_conf)
     report = SkipReport()
-    stats = compute_cmvn(source, config=config, num_jobs=max(1, jobs), chunk_size=chunk_size,
-                         strict=not skip_errors, skip_report=report, wav_root=wav_root,
-                         progress=True)
+    try:
+        stats = compute_cmvn(source, config=config, num_jobs=max(1, jobs),
+                             chunk_size=chunk_size, strict=not skip_errors, skip_report=report,
+                             wav_root=wav_root, progress=True, cluster=cluster)
+    except ClusterError as err:
+        raise click.ClickException(str(err)) from None
     path = write_cmvn(stats, out)
     _print_skips(report)
     click.echo(f"global_cmvn: {path} ({stats.num_utts} utterances, {stats.frame_num} frames, "

@@ -30,16 +30,17 @@ so any executor with ``submit`` (a local process pool here) can run them.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
+from wenet_lhotse.convert.executor import map_tasks
 from wenet_lhotse.errors import SkippedItem, SkipReport, WenetDataError
 
 logger = logging.getLogger(__name__)
@@ -241,12 +242,14 @@ def iter_chunks(
     return slices(), None
 
 
-def _init_worker() -> None:
-    # One torch thread per worker: the pool is the parallelism, and a forked child must
-    # not enter the OpenMP pool its parent had started (it would hang).
+def _chunk_task(chunk: CmvnChunk, config: CmvnConfig, strict: bool) -> ChunkResult:
+    """:func:`chunk_stats` as a task. One torch thread: the pool (or cluster) is the
+    parallelism, per-utterance fbank gains nothing from threads, and a forked child must
+    not enter the OpenMP pool its parent had started (it would hang)."""
     import torch
 
     torch.set_num_threads(1)
+    return chunk_stats(chunk, config, strict)
 
 
 def compute_cmvn(
@@ -260,6 +263,7 @@ def compute_cmvn(
     skip_report: Optional[SkipReport] = None,
     wav_root: Optional[Pathlike] = None,
     progress: bool = False,
+    cluster: Optional[str] = None,
 ) -> CmvnStats:
     """Global CMVN statistics of every utterance in ``path``.
 
@@ -271,6 +275,8 @@ def compute_cmvn(
     :param strict: raise on the first bad item; else skip it and record it in
         ``skip_report``.
     :param progress: a tqdm bar (unit: utterances).
+    :param cluster: a Dask scheduler address: chunks run on its workers (which must see
+        the input paths); the statistics are merged here.
     """
     import torch
     from tqdm.auto import tqdm
@@ -291,31 +297,14 @@ def compute_cmvn(
         bar.update(res.stats.num_utts + len(res.skipped))
         bar.set_postfix(frames=total.frame_num, skipped=len(report))
 
-    pool = (ProcessPoolExecutor(num_jobs, initializer=_init_worker) if num_jobs > 1
-            else None)
-    pending: List[Future] = []
     threads = torch.get_num_threads()
+    task = functools.partial(_chunk_task, config=config, strict=strict)
     try:
-        if pool is None:
-            torch.set_num_threads(1)  # per-utterance fbank: threads cost more than they give
-        for chunk in chunks:
-            if pool is None:
-                done(chunk_stats(chunk, config, strict))
-                continue
-            pending.append(pool.submit(chunk_stats, chunk, config, strict))
-            if len(pending) >= 2 * num_jobs:  # bounded: the input is streamed, not loaded
-                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in finished:
-                    pending.remove(fut)
-                    done(fut.result())
-        for fut in list(pending):
-            done(fut.result())
-            pending.remove(fut)
+        # bounded: the input is streamed, not loaded; merged as chunks complete
+        for _, res in map_tasks(task, chunks, num_jobs=num_jobs, cluster=cluster,
+                                ordered=False):
+            done(res)
     finally:
-        for fut in pending:
-            fut.cancel()
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
         torch.set_num_threads(threads)
         bar.close()
     if total.frame_num == 0:
