@@ -33,3 +33,4 @@ def test_distributed_page_commands_run(dask_cluster, s3, tmp_path):
     manifest = gzip.decompress(fs.cat_file(f"{s3.bucket}/train/cuts.jsonl.gz")).splitlines()
     assert len(manifest) == 24
     assert len((tmp_path / "data" / "back.list").read_text().split()) == 24 // 1000 + 1
+    assert '"frame_num"' in (tmp_path / "data" / "global_cmvn").read_text()

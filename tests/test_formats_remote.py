@@ -193,3 +193,16 @@ def test_object_gone_mid_shard_names_the_member(s3, monkeypatch, tmp_path):
     [item] = list(report)
     assert item.source == url and item.kind == "missing_file" and item.member
     assert "no such object" in item.message
+
+
+def test_no_credentials_is_one_line_at_once(s3, monkeypatch, tmp_path):
+    import s3fs
+
+    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    s3fs.S3FileSystem.clear_instance_cache()
+    with pytest.raises(WenetDataError, match=r"NoCredentialsError: .*AWS_ACCESS_KEY_ID") as e:
+        open_remote(s3.url("x.tar"))
+    assert "\n" not in str(e.value)

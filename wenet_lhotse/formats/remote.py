@@ -96,6 +96,8 @@ def is_transient(err: BaseException) -> bool:
     if isinstance(err, (FileNotFoundError, PermissionError, IsADirectoryError,
                         NotADirectoryError, WenetDataError, ValueError, TypeError)):
         return False
+    if "Credentials" in type(err).__name__:  # botocore's NoCredentialsError, ...
+        return False
     if type(err).__name__ in ("ClientPayloadError", "ContentLengthError",
                               "TransferEncodingError"):
         return True  # a body cut short (aiohttp reports it with status 400)
@@ -109,14 +111,22 @@ def describe(err: BaseException) -> str:
     """One line for an object-storage failure, with what to check. Credentials are
     never part of it (the libraries do not put them in error messages)."""
     if isinstance(err, PermissionError):
-        return (f"access denied ({err}); check the credentials in the environment "
+        return (f"access denied ({_first_line(err)}); check the credentials in the environment "
                 "(AWS_ACCESS_KEY_ID/AWS_PROFILE, ~/.aws) and the bucket policy")
+    if "Credentials" in type(err).__name__:
+        return (f"{type(err).__name__}: {_first_line(err)}; set AWS_ACCESS_KEY_ID/"
+                "AWS_SECRET_ACCESS_KEY or AWS_PROFILE (or ~/.aws/credentials)")
     if isinstance(err, FileNotFoundError):
-        text = str(err)
+        text = _first_line(err)
         if "bucket" in text.lower():
             return f"no such bucket ({text})"
         return "no such object"
-    return f"{type(err).__name__}: {err}".strip().rstrip(":")
+    return f"{type(err).__name__}: {_first_line(err)}".strip().rstrip(":")
+
+
+def _first_line(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return lines[0] if lines else ""
 
 
 def remote_error(err: BaseException, url: str) -> WenetDataError:
@@ -219,7 +229,7 @@ def remote_output(url: str, mode: str = "wb") -> Iterator[BinaryIO]:
     fs, path = _filesystem(url)
     try:
         f = fs.open(path, mode.replace("t", "").replace("b", "") + "b",
-                    block_size=max(BLOCK_SIZE, 5 << 20), autocommit=True)
+                    block_size=max(BLOCK_SIZE, 5 << 20))
     except Exception as err:
         raise remote_error(err, url) from None
     stream = io.TextIOWrapper(f, encoding="utf-8") if "b" not in mode else f
