@@ -69,3 +69,10 @@ def test_shar_prefix_audio_equals_local(corpus_s3, s3):
     assert sorted(c.id for c in got) == sorted(local)
     for c in got:
         assert (c.load_audio() == local[c.id].load_audio()).all()
+
+
+def test_cuts_manifest_on_s3_map_mode(corpus_cuts, s3):
+    """A cuts manifest object is a map-style source (audio files stay local)."""
+    corpus_cuts.to_file(s3.url("cuts.jsonl.gz"))
+    got = epoch_keys(s3.url("cuts.jsonl.gz"), workers=0)
+    assert got == sorted(c.id for c in corpus_cuts)
