@@ -151,8 +151,29 @@ def measure_resume(source: str, fraction: float, num_cuts: int, world_size: int)
     got = next(iter(fresh))
     restore = time.perf_counter() - t0
     assert got == expected, "restored loader did not continue with the next batch"
+    # How far back the buffered cuts reach: restoring rereads (unparsed) the lines from
+    # the oldest buffered cut's file on, so this span is what restoring costs.
+    span = _buffer_span(sd)
     return {"restore_s": restore, "batch": k, "cuts": seen, "run_s": run_s,
-            "peak_rss_mb": peak_rss_mb()}
+            "peak_rss_mb": peak_rss_mb(), "span": span}
+
+
+def _buffer_span(state) -> list:
+    """(oldest, newest) stream position among the buffered cuts of a loader state."""
+    found = []
+
+    def walk(x):
+        if isinstance(x, dict):
+            if "buckets" in x:
+                found.extend(p[-2] for b in x["buckets"] for p in b)
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, (list, tuple)):
+            for v in x:
+                walk(v)
+
+    walk(state)
+    return [min(found), max(found)] if found else [0, 0]
 
 
 def measure_raw(raw_list: str) -> dict:
@@ -277,7 +298,8 @@ def main() -> None:
         print(f"  resume: {args.resume_cuts} cuts, at 90% of rank 0's epoch (batch "
               f"{r['batch']}, {r['cuts']} cuts, {r['run_s']:.0f} s of sampling to get there): "
               f"restored and next batch in {r['restore_s']:.2f} s, peak RSS "
-              f"{r['peak_rss_mb']:.0f} MiB", flush=True)
+              f"{r['peak_rss_mb']:.0f} MiB; buffered cuts span stream positions "
+              f"{r['span'][0]}-{r['span'][1]}", flush=True)
     if "raw" not in skip:
         raw = str(workdir / f"raw_{args.raw_lines}.list")
         for p in (workdir / "probe_cache").glob("*"):
