@@ -12,6 +12,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+import yaml
 
 from wenet_lhotse.errors import WenetConfigError, WenetDataError
 from wenet_lhotse.loader.config_check import (
@@ -211,3 +212,55 @@ def test_special_tokens_against_the_symbol_table(tmp_path):
     bad.write_text("<blank> 0\n<unk>\n")
     with pytest.raises(WenetDataError, match=r"bad.txt:2"):
         check_special_tokens(bad, SPECIAL)
+
+
+def _drop_in(configs, data_list):
+    from types import SimpleNamespace
+
+    from wenet_lhotse.text import CharTokenizer
+    from wenet_lhotse.wenet_compat import init_dataset_and_dataloader
+
+    args = SimpleNamespace(train_data=[str(data_list)], cv_data=str(data_list),
+                           data_type="raw", num_workers=0, pin_memory=False, prefetch=2)
+    tok = CharTokenizer(configs["tokenizer_conf"]["symbol_table_path"])
+    return init_dataset_and_dataloader(args, configs, tok)
+
+
+def test_drop_in_stops_at_start_up(corpus, tmp_path):
+    """WeNet's init_dataset_and_dataloader signature: a typo or a symbol table that
+    disagrees with special_tokens stops before any data is read."""
+    units = str(corpus.units)  # WeNet's current layout: <sos/eos> 2
+    configs = {"tokenizer": "char", "dataset_conf": {"batch_conf": {"batch_sise": 4}},
+               "tokenizer_conf": {"symbol_table_path": units, "special_tokens": SPECIAL}}
+    with pytest.raises(WenetConfigError, match=r"^dataset_conf.batch_conf.batch_sise: "
+                                                r"unknown key; did you mean batch_size\?$"):
+        _drop_in(configs, corpus.data_list)
+    old = _table(tmp_path, [line.split()[0] for line in corpus.units.read_text().splitlines()
+                            if not line.startswith("<sos/eos>")] + ["<sos/eos>"])
+    configs = {"tokenizer": "char", "dataset_conf": {"batch_conf": {"batch_size": 4}},
+               "tokenizer_conf": {"symbol_table_path": str(old), "special_tokens": SPECIAL}}
+    with pytest.raises(WenetConfigError, match=r"special_tokens.<sos>: 2, but units.txt line 3 "
+                                                r"maps id 2 to '▁'"):
+        _drop_in(configs, corpus.data_list)
+    del configs["tokenizer_conf"]["special_tokens"]  # old table, old yaml: fine
+    _, _, train_dl, _ = _drop_in(configs, corpus.data_list)
+    assert next(iter(train_dl))["keys"]
+
+
+def test_bench_checks_the_table_against_the_yaml(corpus, tmp_path):
+    from click.testing import CliRunner
+
+    from wenet_lhotse.cli import main
+
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text(yaml.safe_dump({"dataset_conf": {"batch_conf": {"batch_size": 4}},
+                                   "tokenizer_conf": {"symbol_table_path": str(corpus.units)}}))
+    res = CliRunner().invoke(main, ["bench", str(cfg), "--data", str(corpus.data_list),
+                                    "-n", "1", "--num-workers", "0"])
+    n = len(corpus.units.read_text().splitlines())
+    last = corpus.units.read_text().splitlines()[-1].split()[0]
+    assert res.exit_code == 1
+    assert res.output.strip().splitlines()[-1] == (
+        f"error: {cfg}: tokenizer_conf.special_tokens: not set, so WeNet uses vocab_size - 1 "
+        f"= {n - 1} as <sos>, but units.txt line {n} maps id {n - 1} to {last!r} (the table "
+        "has <sos/eos> 2)")

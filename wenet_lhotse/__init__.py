@@ -20,6 +20,7 @@ _EXPORTS = {
     "WenetConfigError": "wenet_lhotse.errors",
     "check_dataset_conf": "wenet_lhotse.loader.config_check",
     "check_special_tokens": "wenet_lhotse.loader.config_check",
+    "check_wenet_configs": "wenet_lhotse.loader.config_check",
     "load_wenet_yaml": "wenet_lhotse.loader.config_check",
     "compute_cmvn": "wenet_lhotse.convert.cmvn",
     "write_cmvn": "wenet_lhotse.convert.cmvn",

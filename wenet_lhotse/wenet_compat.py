@@ -30,6 +30,7 @@ import os
 from typing import Any, Dict, List, Mapping, MutableMapping, Optional, Sequence, Tuple, Union
 
 from wenet_lhotse.loader.build import CutTransform, build_dataloader, make_wenet_dataset
+from wenet_lhotse.loader.config_check import check_wenet_configs
 from wenet_lhotse.loader.distributed import world_info
 from wenet_lhotse.sources import SourceSpec, detect_source_type
 
@@ -152,6 +153,9 @@ def init_dataset_and_dataloader(args: Any, configs: MutableMapping[str, Any], to
     if not callable(getattr(tokenizer, "vocab_size", None)) or \
             not callable(getattr(tokenizer, "tokenize", None)):
         raise TypeError("tokenizer needs WeNet's tokenize(line) and vocab_size()")
+    # Stop now on a yaml typo or a symbol table that disagrees with special_tokens
+    # (WeNet would train on with a default, or an ordinary unit as <sos>/<eos>).
+    check_wenet_configs(configs)
     # WeNet's step mode: the data repeated max_epoch times, read as one "epoch"
     if "save_interval" in configs:
         configs.setdefault("dataset_conf", {})

@@ -305,13 +305,16 @@ _SPECIAL_NAMES = {"<blank>": ("<blank>",), "<unk>": ("<unk>",),
                   "<sos>": ("<sos/eos>", "<sos>", "<s>"), "<eos>": ("<sos/eos>", "<eos>", "</s>")}
 
 
-def _table_by_id(path: Path) -> Dict[int, tuple]:
-    """id -> (unit, 1-based line) of a WeNet symbol table (a later line wins, as WeNet)."""
+def _table_by_id(table: Union[Pathlike, Mapping[str, int]]) -> Dict[int, tuple]:
+    """id -> (unit, 1-based line or None) of a WeNet symbol table file or dict (a later
+    line wins, as in WeNet)."""
+    if isinstance(table, Mapping):
+        return {int(i): (u, None) for u, i in table.items()}
     from wenet_lhotse.text.tokenizer import read_symbol_table
 
-    read_symbol_table(path)  # validates the format, naming file and line
+    read_symbol_table(table)  # validates the format, naming file and line
     out: Dict[int, tuple] = {}
-    with open(path, encoding="utf-8") as f:
+    with open(table, encoding="utf-8") as f:
         for no, line in enumerate(f, 1):
             arr = line.split()
             if len(arr) == 2:
@@ -319,7 +322,7 @@ def _table_by_id(path: Path) -> Dict[int, tuple]:
     return out
 
 
-def check_special_tokens(symbol_table_path: Pathlike,
+def check_special_tokens(symbol_table: Union[Pathlike, Mapping[str, int]],
                          special_tokens: Optional[Mapping[str, Any]], *,
                          source: Optional[Pathlike] = None,
                          where: str = "tokenizer_conf.special_tokens") -> None:
@@ -329,10 +332,12 @@ def check_special_tokens(symbol_table_path: Pathlike,
     WeNet's ``ASRModel`` takes ``<sos>``/``<eos>`` from ``special_tokens``, or
     ``vocab_size - 1`` without it; a table written for the other layout makes it use an
     ordinary unit as sos/eos without a word. Keys other than these four (Whisper's
-    ``sot``, ...) are not checked."""
+    ``sot``, ...) are not checked. ``symbol_table``: the file (messages name its lines)
+    or a ``{unit: id}`` dict."""
     src = str(source) if source else None
-    path = Path(symbol_table_path)
-    by_id = _table_by_id(path)
+    by_id = _table_by_id(symbol_table)
+    name_of_table = ("the symbol table" if isinstance(symbol_table, Mapping)
+                     else Path(symbol_table).name)
     vocab_size = len(by_id)
     if special_tokens is not None and not isinstance(special_tokens, Mapping):
         raise WenetConfigError(where, f"expected a mapping, got {_show(special_tokens)}", src)
@@ -353,8 +358,28 @@ def check_special_tokens(symbol_table_path: Pathlike,
             key, told = where, (f"not set, so WeNet uses vocab_size - 1 = {wanted} as {name}")
         else:
             key, told = f"{where}.{name}", str(wanted)
-        found = (f"{path.name} line {line} maps id {wanted} to {unit!r}" if unit is not None
-                 else f"{path.name} has no id {wanted}")
+        at = f" line {line}" if line is not None else ""
+        found = (f"{name_of_table}{at} maps id {wanted} to {unit!r}" if unit is not None
+                 else f"{name_of_table} has no id {wanted}")
         having = [f"{u} {i}" for i, (u, _) in sorted(by_id.items()) if u in _SPECIAL_NAMES[name]]
         fix = f" (the table has {', '.join(having)})" if having else ""
         raise WenetConfigError(key, f"{told}, but {found}{fix}", src)
+
+
+#: Tokenizers whose symbol table is a units file with WeNet's special symbols.
+_TABLE_TOKENIZERS = ("char", "bpe")
+
+
+def check_wenet_configs(configs: Mapping[str, Any], *, source: Optional[Pathlike] = None,
+                        symbol_table: Union[None, Pathlike, Mapping[str, int]] = None) -> None:
+    """The start-up checks of a whole WeNet yaml: :func:`check_dataset_conf` and, for
+    the char and BPE tokenizers, :func:`check_special_tokens` on
+    ``tokenizer_conf.symbol_table_path`` (or ``symbol_table`` when given)."""
+    check_dataset_conf(configs.get("dataset_conf"), source=source)
+    if configs.get("tokenizer", "char") not in _TABLE_TOKENIZERS:
+        return
+    tconf = configs.get("tokenizer_conf") or {}
+    table = symbol_table if symbol_table is not None else tconf.get("symbol_table_path")
+    if table is None or (not isinstance(table, Mapping) and not Path(table).is_file()):
+        return  # the tokenizer reports a missing table itself
+    check_special_tokens(table, tconf.get("special_tokens"), source=source)

@@ -148,10 +148,13 @@ class CharTokenizer(BaseTokenizer):
         # WeNet compiles the pattern (and so upper-cases text) whenever
         # non_lang_syms is not None, even for an empty list.
         self.non_lang_syms_pattern = NON_LANG_SYMS_PATTERN if non_lang_syms is not None else None
+        #: the table's file when read from one (start-up checks name its lines)
+        self.symbol_table_path: Optional[str] = None
         if isinstance(symbol_table, Mapping):
             self._symbol_table = dict(symbol_table)
         else:
             self._symbol_table = read_symbol_table(symbol_table)
+            self.symbol_table_path = str(symbol_table)
         if non_lang_syms is None or isinstance(non_lang_syms, (str, os.PathLike)):
             self.non_lang_syms = read_non_lang_symbols(non_lang_syms)
         else:
