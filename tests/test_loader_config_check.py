@@ -8,11 +8,11 @@ import ast
 import glob
 import inspect
 import pickle
+import typing
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
-import yaml
 
 from wenet_lhotse.errors import WenetConfigError, WenetDataError
 from wenet_lhotse.loader.config_check import (
@@ -157,10 +157,10 @@ def test_every_lhotse_conf_key_is_checked():
         "dataset_conf.lhotse_conf.num_bucket: unknown key; did you mean num_buckets?"
     assert error({"lhotse_conf": {"mode": "mapp"}}) == \
         "dataset_conf.lhotse_conf.mode: expected one of auto, map, streamed, got 'mapp'"
+    hints = typing.get_type_hints(LhotseConf)
     for key in rules:
-        if isinstance(getattr(defaults, key), bool):
-            assert error({"lhotse_conf": {key: "yes"}}).endswith("got 'yes'")
-            assert "expected a boolean" in error({"lhotse_conf": {key: "yes"}})
+        if hints[key] is bool:
+            assert error({"lhotse_conf": {key: "yes"}}).endswith("expected a boolean, got 'yes'")
     check_dataset_conf({"lhotse_conf": {"probe_cache": "/tmp/probe-cache"}})
 
 
@@ -245,22 +245,3 @@ def test_drop_in_stops_at_start_up(corpus, tmp_path):
     del configs["tokenizer_conf"]["special_tokens"]  # old table, old yaml: fine
     _, _, train_dl, _ = _drop_in(configs, corpus.data_list)
     assert next(iter(train_dl))["keys"]
-
-
-def test_bench_checks_the_table_against_the_yaml(corpus, tmp_path):
-    from click.testing import CliRunner
-
-    from wenet_lhotse.cli import main
-
-    cfg = tmp_path / "train.yaml"
-    cfg.write_text(yaml.safe_dump({"dataset_conf": {"batch_conf": {"batch_size": 4}},
-                                   "tokenizer_conf": {"symbol_table_path": str(corpus.units)}}))
-    res = CliRunner().invoke(main, ["bench", str(cfg), "--data", str(corpus.data_list),
-                                    "-n", "1", "--num-workers", "0"])
-    n = len(corpus.units.read_text().splitlines())
-    last = corpus.units.read_text().splitlines()[-1].split()[0]
-    assert res.exit_code == 1
-    assert res.output.strip().splitlines()[-1] == (
-        f"error: {cfg}: tokenizer_conf.special_tokens: not set, so WeNet uses vocab_size - 1 "
-        f"= {n - 1} as <sos>, but units.txt line {n} maps id {n - 1} to {last!r} (the table "
-        "has <sos/eos> 2)")

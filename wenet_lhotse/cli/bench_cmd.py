@@ -49,7 +49,7 @@ def bench(config, data, data_type, units, num_batches, num_workers, prefetch, se
 
     from wenet_lhotse.loader.build import build_dataloader
     from wenet_lhotse.loader.config import frame_shift_ms
-    from wenet_lhotse.loader.config_check import check_wenet_configs, load_wenet_yaml
+    from wenet_lhotse.loader.config_check import load_wenet_yaml
     from wenet_lhotse.wenet_compat import DATA_TYPES
 
     if config is not None:
@@ -75,9 +75,6 @@ def bench(config, data, data_type, units, num_batches, num_workers, prefetch, se
             tokenizer = tokenizer_from_wenet_conf(configs)
         except ValueError as err:
             raise click.UsageError(f"{err}; or pass --units") from None
-    if config is not None:  # the table against tokenizer_conf.special_tokens
-        check_wenet_configs(configs, source=config,
-                            symbol_table=getattr(tokenizer, "symbol_table_path", None))
 
     t0 = time.perf_counter()
     cpu0 = time.process_time()
