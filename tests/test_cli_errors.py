@@ -113,3 +113,10 @@ def test_usage_errors_are_one_line_too(bad):
     assert "'ogg' is not one of" in line and "import --help" in line
     res = CliRunner().invoke(main, ["stats", f"{bad}/cuts.jsonl.gz", "--json"])
     assert res.exit_code == 0 and json.loads(res.output)["utterances"] == 20
+
+
+def test_bench_on_a_truncated_manifest_names_it(bad, corpus):
+    res = CliRunner().invoke(main, ["bench", "--data", f"{bad}/trunc.jsonl.gz", "--units",
+                                    str(corpus.units), "-n", "1", "--num-workers", "0"])
+    line = one_error_line(res)
+    assert "trunc.jsonl.gz:" in line and "EOFError" in line

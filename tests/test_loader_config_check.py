@@ -245,3 +245,20 @@ def test_drop_in_stops_at_start_up(corpus, tmp_path):
     del configs["tokenizer_conf"]["special_tokens"]  # old table, old yaml: fine
     _, _, train_dl, _ = _drop_in(configs, corpus.data_list)
     assert next(iter(train_dl))["keys"]
+
+
+def test_build_dataloader_stops_at_start_up(corpus, tmp_path):
+    from wenet_lhotse.loader import build_dataloader
+    from wenet_lhotse.text import CharTokenizer
+
+    tok = CharTokenizer(corpus.units)
+    with pytest.raises(WenetConfigError, match=r"^dataset_conf.fbank_conf.num_mel_bin: "
+                                                r"unknown key; did you mean num_mel_bins\?$"):
+        build_dataloader(corpus.data_list, tok, {"fbank_conf": {"num_mel_bin": 80}})
+    old = _table(tmp_path, ["<blank>", "<unk>", "a", "<sos/eos>"])
+    with pytest.raises(WenetConfigError, match=r"<sos>: 2, but units.txt line 3 maps id 2 to "
+                                                r"'a' \(the table has <sos/eos> 3\)"):
+        build_dataloader(corpus.data_list, CharTokenizer(old), {}, special_tokens=SPECIAL)
+    _, loader = build_dataloader(corpus.data_list, tok, {"batch_conf": {"batch_size": 4}},
+                                 "cv", special_tokens=SPECIAL)
+    assert next(iter(loader))["keys"]

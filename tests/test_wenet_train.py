@@ -95,7 +95,6 @@ def test_train_data_takes_several_lists(data, tmp_path):
     from types import SimpleNamespace
 
     from wenet_harness import import_wenet
-    from wenet_harness.runs import units_special_tokens
     from wenet_lhotse.wenet_compat import init_dataset_and_dataloader
 
     _, corpus, _ = data

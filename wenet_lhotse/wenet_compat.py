@@ -97,18 +97,6 @@ def cv_dataset_conf(train_conf: Mapping[str, Any]) -> Dict[str, Any]:
     return conf
 
 
-def check_wenet_configs(configs: Mapping[str, Any]) -> None:
-    """Start-up checks of the yaml (:mod:`wenet_lhotse.loader.config_check`): every
-    ``dataset_conf`` key, and the symbol table against ``tokenizer_conf.special_tokens``
-    for tokenizers that read one. Raises ``WenetConfigError`` naming the yaml key."""
-    from wenet_lhotse.loader.config_check import check_dataset_conf, check_special_tokens
-
-    check_dataset_conf(configs.get("dataset_conf"))
-    tconf = configs.get("tokenizer_conf") or {}
-    if configs.get("tokenizer", "char") in ("char", "bpe") and tconf.get("symbol_table_path"):
-        check_special_tokens(tconf["symbol_table_path"], tconf.get("special_tokens"))
-
-
 def wenet_dataset(tokenizer: Any, dataset_conf: Mapping[str, Any], split: str,
                   seed: int = 777) -> Any:
     """Our ``dataset[cuts] -> batch`` for WeNet's ``dataset_conf``, with WeNet's behaviour
@@ -153,13 +141,12 @@ def init_dataset_and_dataloader(args: Any, configs: MutableMapping[str, Any], to
     if not callable(getattr(tokenizer, "vocab_size", None)) or \
             not callable(getattr(tokenizer, "tokenize", None)):
         raise TypeError("tokenizer needs WeNet's tokenize(line) and vocab_size()")
-    # Stop now on a yaml typo or a symbol table that disagrees with special_tokens
-    # (WeNet would train on with a default, or an ordinary unit as <sos>/<eos>).
-    check_wenet_configs(configs)
     # WeNet's step mode: the data repeated max_epoch times, read as one "epoch"
     if "save_interval" in configs:
         configs.setdefault("dataset_conf", {})
         configs["dataset_conf"]["cycle"] = configs.get("max_epoch", 100)
+    # Stop now on a yaml typo or a symbol table that disagrees with special_tokens
+    # (WeNet would train on with a default, or an ordinary unit as <sos>/<eos>).
     check_wenet_configs(configs)
     configs["vocab_size"] = tokenizer.vocab_size()
     train_conf = dict(configs.get("dataset_conf") or {})

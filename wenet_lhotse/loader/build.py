@@ -40,6 +40,7 @@ from lhotse.dataset.sampling.dynamic_bucketing import (
 from wenet_lhotse.errors import SkipReport
 from wenet_lhotse.formats.split import reader_share
 from wenet_lhotse.loader.config import LoaderConfig
+from wenet_lhotse.loader.config_check import check_dataset_conf, check_special_tokens
 from wenet_lhotse.loader.cycle import CycledReader
 from wenet_lhotse.loader.dataloader import (
     EpochTaggedSampler,
@@ -320,6 +321,7 @@ def build_dataloader(
     prefetch_factor: Optional[int] = None,
     persistent_workers: bool = True,
     skip_report: Optional[SkipReport] = None,
+    special_tokens: Optional[Mapping[str, int]] = None,
 ) -> Tuple[Any, LhotseDataLoader]:
     """Build ``(dataset, loader)`` for one split.
 
@@ -337,7 +339,11 @@ def build_dataloader(
     :param rank: this rank; default from ``torch.distributed`` / ``RANK``.
     :param skip_report: where items skipped with ``lhotse_conf.fault_tolerant`` are
         counted (default: a new one); also ``loader.skip_report``.
+    :param special_tokens: the yaml's ``tokenizer_conf.special_tokens``; when given, the
+        tokenizer's symbol table is checked against it.
     :return: the map-style dataset (``dataset[cuts]``) and the loader.
+    :raises WenetConfigError: at start-up, for an unknown key or a bad value in
+        ``dataset_conf`` or a symbol table that disagrees with ``special_tokens``.
     """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
@@ -346,6 +352,11 @@ def build_dataloader(
     skip_report = skip_report if skip_report is not None else SkipReport()
     if not isinstance(seed, int):
         raise ValueError("seed must be an int: every rank must draw the same batches")
+    check_dataset_conf(dataset_conf)  # a typo stops here, naming the key (WeNet ignores it)
+    table = (getattr(tokenizer, "symbol_table_path", None)
+             or getattr(tokenizer, "symbol_table", None))
+    if special_tokens is not None and table is not None:
+        check_special_tokens(table, special_tokens)
     cfg = LoaderConfig.from_wenet(dataset_conf, split)
     lconf = cfg.lhotse
     specs = parse_sources(sources)

@@ -20,6 +20,7 @@ from lhotse.cut import Cut
 from lhotse.lazy import Dillable
 from lhotse.serialization import decode_json_line, deserialize_item, open_best
 
+from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.sources.shar_dir import shar_files
 
 
@@ -158,15 +159,18 @@ class JsonlReader(PositionedReader):
                 continue
             tar = self.shar_tars[i] if self.shar_tars is not None else None
             n = 0
-            with _open_lines(path) as f:
-                for lineno, line in enumerate(f):
-                    n = lineno + 1
-                    if offset + lineno < start or not line.strip():
-                        continue  # skipped lines are not decoded nor parsed
+            for lineno, line in _numbered_lines(path):
+                n = lineno + 1
+                if offset + lineno < start or not line.strip():
+                    continue  # skipped lines are not decoded nor parsed
+                try:
                     cut = deserialize_item(decode_json_line(line))
-                    if tar is not None:
-                        cut.custom = {**(cut.custom or {}), "shar_tar": tar}
-                    yield offset + lineno, cut
+                except Exception as err:
+                    raise WenetDataError(f"not a Lhotse cut: {type(err).__name__}: {err}",
+                                         path, line=n, kind="json") from None
+                if tar is not None:
+                    cut.custom = {**(cut.custom or {}), "shar_tar": tar}
+                yield offset + lineno, cut
             self._line_counts[path] = n
             offset += n
 
@@ -186,14 +190,13 @@ class JsonlReader(PositionedReader):
                 continue
             tar = self.shar_tars[i] if self.shar_tars is not None else None
             n, complete = 0, True
-            with _open_lines(path) as f:
-                for lineno, line in enumerate(f):
-                    n = lineno + 1
-                    if offset + lineno in positions:
-                        out[offset + lineno] = (line, tar)
-                    if offset + lineno >= last:
-                        complete = False
-                        break
+            for lineno, line in _numbered_lines(path):
+                n = lineno + 1
+                if offset + lineno in positions:
+                    out[offset + lineno] = (line, tar)
+                if offset + lineno >= last:
+                    complete = False
+                    break
             if complete:
                 self._line_counts[path] = n
             offset += n
@@ -211,6 +214,19 @@ class JsonlReader(PositionedReader):
 
     def load_state(self, state: Dict[str, Any]) -> None:
         self._line_counts.update(state.get("line_counts") or {})
+
+
+def _numbered_lines(path: str) -> Iterator[Tuple[int, bytes]]:
+    """``(0-based line number, line)`` of a manifest; a file cut short or unreadable
+    raises :class:`WenetDataError` naming it and the line (not a bare ``EOFError``)."""
+    read = 0  # lines read whole
+    try:
+        with _open_lines(path) as f:
+            for read, line in enumerate(f, 1):
+                yield read - 1, line
+    except (OSError, EOFError) as err:
+        raise WenetDataError(f"unreadable after line {read}: {type(err).__name__}: {err}",
+                             path, line=read + 1, kind="truncated") from None
 
 
 def _open_lines(path: str):
