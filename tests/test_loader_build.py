@@ -20,9 +20,18 @@ def test_tags_reach_batches(data):
     assert langs == {"zh": 20, "en": 20}
 
 
-def test_static_batches_hold_about_batch_size_cuts(data):
+def test_static_batches_hold_batch_size_cuts(data):
     conf = {"batch_conf": {"batch_type": "static", "batch_size": 4},
             "lhotse_conf": {"num_buckets": 2, "buffer_size": 40}}
+    _, loader = build_dataloader(str(data["manifest"]), None, conf, "train", dataset=Keys())
+    for _ in range(2):
+        sizes = [len(b) for b in loader]
+        assert sizes[:-1] == [4] * (len(sizes) - 1) and len(sizes) == -(-20 // 4)
+
+
+def test_static_batches_by_duration_hold_about_batch_size_cuts(data):
+    conf = {"batch_conf": {"batch_type": "static", "batch_size": 4},
+            "lhotse_conf": {"num_buckets": 2, "buffer_size": 40, "batch_by": "duration"}}
     _, loader = build_dataloader(str(data["manifest"]), None, conf, "train", dataset=Keys())
     sizes = [len(b) for b in loader]
     assert 2.5 <= sum(sizes) / len(sizes) <= 5.5

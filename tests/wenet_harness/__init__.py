@@ -93,3 +93,12 @@ def import_wenet(*modules: str) -> List[ModuleType]:
         for name in list(sys.modules):
             if name.split(".")[0] in STUBBED:
                 del sys.modules[name]
+
+
+def wenet_char_tokenizer(units: Path) -> object:
+    """WeNet's own char tokenizer (``wenet.utils.init_tokenizer``) for a units file."""
+    (init_tokenizer,) = import_wenet("wenet.utils.init_tokenizer")
+    return init_tokenizer.init_tokenizer(
+        {"tokenizer": "char", "tokenizer_conf": {"symbol_table_path": str(units),
+                                                 "non_lang_syms_path": None,
+                                                 "split_with_space": False}})

@@ -3,18 +3,21 @@
 Two ways of loading, chosen per call (``lhotse_conf.mode``, default ``auto``):
 
 * **map** (raw lists, cuts manifests, Shar): the sampler runs in the training
-  process over metadata only (Lhotse's rank-aware ``DynamicBucketingSampler``,
-  :class:`~wenet_lhotse.loader.sampler.ResumableBucketingSampler`); DataLoader
+  process over metadata only
+  (:class:`~wenet_lhotse.loader.sampler.ResumableBucketingSampler`); DataLoader
   workers decode audio and compute features for the batches they are given
   (Shar audio is fetched from its tar for those cuts only). Deterministic and
   cheaply resumable.
 * **streamed** (WeNet tar shards; ``auto`` picks it when any source is a shard
   list): each DataLoader worker of each rank reads its own tars and runs its own
-  sampler (``world_size=1, rank=0``, Lhotse's iterable mode); in training, ranks
+  sampler (:class:`~wenet_lhotse.loader.bucketing.BucketingSampler`, Lhotse's iterable
+  mode); in training, ranks
   stop together through :class:`~wenet_lhotse.loader.distributed.EqualStepsIterator`.
   A cv/infer shard list streams the same way, each utterance exactly once.
 
-Either way each ``iter()`` of the returned loader starts the next epoch
+Either way batches follow WeNet's ``batch_conf`` (a sampling constraint from
+:mod:`~wenet_lhotse.loader.constraints`; ``lhotse_conf.batch_by: duration`` for a
+duration budget), and each ``iter()`` of the returned loader starts the next epoch
 (reshuffling), because WeNet's ``train.py`` never calls ``set_epoch``.
 
 :func:`resolve_mode` decides the mode once; :func:`build_map_loader` and
@@ -32,15 +35,14 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from lhotse import CutSet
 from lhotse.cut import Cut
-from lhotse.dataset.sampling.dynamic_bucketing import (
-    DynamicBucketingSampler,
-    estimate_duration_buckets,
-)
+from lhotse.dataset.sampling.dynamic_bucketing import estimate_duration_buckets
 
 from wenet_lhotse.errors import SkipReport
 from wenet_lhotse.formats.split import reader_share
+from wenet_lhotse.loader.bucketing import BucketingSampler
 from wenet_lhotse.loader.config import LoaderConfig
 from wenet_lhotse.loader.config_check import check_dataset_conf, check_special_tokens
+from wenet_lhotse.loader.constraints import batch_constraint
 from wenet_lhotse.loader.cycle import CycledReader
 from wenet_lhotse.loader.dataloader import (
     EpochTaggedSampler,
@@ -171,23 +173,32 @@ def _metadata(spec: SourceSpec, strict: bool, transform: Any) -> CutSet:
 
 
 def _bins_and_budget(cuts: Iterator[Cut], cfg: LoaderConfig, n: int,
-                     specs: Sequence[SourceSpec]) -> Tuple[List[float], float, str]:
-    """Bucket edges and the duration budget (seconds, and how it was found), from the
-    metadata of the first ``n`` cuts -- only read when needed (no ``duration_bins``
-    given, or a static ``batch_size`` to turn into seconds)."""
-    lconf = cfg.lhotse
-    need = lconf.duration_bins is None or cfg.batching.max_duration is None
+                     specs: Sequence[SourceSpec]) -> Tuple[List[float], Optional[float], str]:
+    """Bucket edges (seconds), the duration budget (seconds; ``None`` when batching by
+    WeNet's numbers) and how batches are formed (for logs), from the metadata of the first
+    ``n`` cuts -- only read when needed (no ``duration_bins`` given, or a static
+    ``batch_size`` to turn into seconds). With WeNet's ``batch_type: bucket`` the buckets
+    are WeNet's (``bucket_boundaries``)."""
+    lconf, batching = cfg.lhotse, cfg.batching
+    bucket_type = batching.by == "wenet" and batching.batch_conf["batch_type"] == "bucket"
+    need = (lconf.duration_bins is None and not bucket_type) or (
+        batching.by == "duration" and batching.max_duration is None)
     sample = list(islice(cuts, n if need else 1))
     if not sample:
         raise ValueError(f"no cuts in {[s.name for s in specs]} (after filter_conf)")
     mean = sum(c.duration for c in sample) / len(sample)
-    budget = cfg.batching.resolve(mean)
-    formula = cfg.batching.explain(mean)
-    if lconf.duration_bins is not None:
+    budget = batching.resolve(mean)
+    formula = batching.explain(mean)
+    if budget is not None:
+        formula = f"max_duration {budget:.1f} s ({formula or 'given'})"
+    if bucket_type:
+        # sampling buckets = WeNet's buckets (their edges, frames, in seconds for the log)
+        bins = [b * cfg.frame_shift_ms / 1000.0 for b in batching.batch_conf["bucket_boundaries"]]
+    elif lconf.duration_bins is not None:
         bins = [float(b) for b in lconf.duration_bins]
     else:
         # A small data set gets fewer buckets: each should hold at least a full batch.
-        per_batch = max(1.0, budget / mean)
+        per_batch = batching.utterances_per_batch(mean, cfg.frame_shift_ms)
         bins = estimate_bins(sample, min(lconf.num_buckets, int(len(sample) / per_batch)))
         logger.info("duration_bins (pass them as lhotse_conf.duration_bins to skip this "
                     "estimate): %s", [round(b, 3) for b in bins])
@@ -247,28 +258,27 @@ def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
     mux.start(0)
     bins, max_duration, formula = _bins_and_budget(mux, cfg, lconf.num_cuts_for_bins_estimate,
                                                    specs)
-    logger.info("%s batches: max_duration %.1f s (%s), %d buckets, %s", split, max_duration,
-                formula or "given", len(bins) + 1, "map")
+    constraint = batch_constraint(cfg.batching, cfg.dataset_conf, split=split, seed=seed,
+                                  max_duration=max_duration,
+                                  quadratic_duration=lconf.quadratic_duration)
+    logger.info("%s batches: %s, %d buckets, %s", split, formula, len(bins) + 1, "map")
     attach = SharAudioAttacher() if any(s.type == "shar" for s in specs) else None
     dataset_for_loader = LoaderDataset(dataset, attach)
     if split == "train":
         depth = max(lconf.snapshot_depth,
                     num_workers * (prefetch_factor or 2) + 4 if num_workers else 4)
         sampler = ResumableBucketingSampler(
-            mux, duration_bins=bins, max_duration=max_duration,
-            max_cuts=cfg.batching.max_cuts, shuffle=cfg.shuffle, drop_last=False,
-            buffer_size=cfg.buffer_size, quadratic_duration=lconf.quadratic_duration,
-            world_size=ws, rank=rk, seed=seed, snapshot_depth=depth)
+            mux, duration_bins=bins, constraint=constraint, shuffle=cfg.shuffle,
+            buffer_size=cfg.buffer_size, world_size=ws, rank=rk, seed=seed,
+            snapshot_depth=depth)
         loader_sampler: Any = EpochTaggedSampler(sampler)
     else:
         mux.start(0)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # an eager CutSet is fine for a one-off plan
-            batches = list(DynamicBucketingSampler(
-                CutSet.from_cuts(list(mux)), max_duration=max_duration,
-                max_cuts=cfg.batching.max_cuts, duration_bins=bins, shuffle=False,
-                drop_last=False, world_size=1, rank=0, buffer_size=cfg.buffer_size,
-                quadratic_duration=lconf.quadratic_duration))
+            batches = list(BucketingSampler(
+                CutSet.from_cuts(list(mux)), constraint=constraint, duration_bins=bins,
+                shuffle=False, world_size=1, rank=0, buffer_size=cfg.buffer_size))
         if lconf.cv_partition:
             batches = reader_share(plan_partition(batches, ws), rk, ws)
         loader_sampler = PlannedSampler(batches)
@@ -283,12 +293,15 @@ def build_streamed_loader(plan: LoaderPlan, dataset: Any) -> StreamedDataLoader:
     strict, weights, transforms = plan.strict, plan.weights, plan.transforms
     sample_cuts = mux_sources([_metadata(s, strict, tf) for s, tf in zip(specs, transforms)],
                               weights, seed=seed)
-    bins, max_duration, _ = _bins_and_budget(iter(sample_cuts), cfg,
-                                             min(lconf.num_cuts_for_bins_estimate, 2000), specs)
+    bins, max_duration, formula = _bins_and_budget(
+        iter(sample_cuts), cfg, min(lconf.num_cuts_for_bins_estimate, 2000), specs)
     del sample_cuts
-    sampler_kw = {"max_duration": max_duration, "max_cuts": cfg.batching.max_cuts,
-                  "duration_bins": bins, "buffer_size": cfg.buffer_size,
-                  "quadratic_duration": lconf.quadratic_duration, "drop_last": False}
+    constraint = batch_constraint(cfg.batching, cfg.dataset_conf, split=split, seed=seed,
+                                  max_duration=max_duration,
+                                  quadratic_duration=lconf.quadratic_duration)
+    logger.info("%s batches: %s, %d buckets, %s", split, formula, len(bins) + 1, "streamed")
+    sampler_kw = {"constraint": constraint, "duration_bins": bins,
+                  "buffer_size": cfg.buffer_size}
     # cv/infer: every rank reads the whole set unless cv_partition; no step syncing
     # (evaluation has no per-step collective; combine losses with reduce_cv_loss).
     train = split == "train"

@@ -1,22 +1,32 @@
 """WeNet's ``dataset_conf`` (unchanged) plus our ``lhotse_conf`` section -> one typed config.
 
-Every WeNet key keeps its meaning; the keys that configure WeNet's batching are
-translated to a duration budget for Lhotse's ``DynamicBucketingSampler``:
+Every WeNet key keeps its meaning. ``batch_conf`` keeps WeNet's numbers by default
+(``lhotse_conf.batch_by: wenet``): batches are drawn by Lhotse's bucketing sampler with a
+sampling constraint from :mod:`wenet_lhotse.loader.constraints`:
 
-* ``batch_conf: {batch_type: dynamic, max_frames_in_batch: F}`` ->
-  ``max_duration = F * frame_shift / 1000`` seconds (``frame_shift`` from
-  ``fbank_conf``/``mfcc_conf``, 10 ms by default). Both bound the *padded* size of a
-  batch (number of utterances x longest utterance).
-* ``batch_conf: {batch_type: static, batch_size: B}`` ->
-  ``max_duration = B * mean_duration`` seconds, the mean estimated from the
-  metadata of the first cuts (no audio is read): on average a bucket batch then
-  holds about as much audio as WeNet's batch of B, with less padding.
-* ``batch_conf: {batch_type: bucket, bucket_boundaries, bucket_batch_sizes}`` ->
-  ``max_duration = mean_i(bucket_batch_sizes[i] * boundary_i) * frame_shift / 1000``
-  (the last size uses the last boundary).
-* ``shuffle`` (bool) -> sampler shuffling; ``shuffle_conf.shuffle_size`` -> a
-  lower bound on the sampler's ``buffer_size``; ``sort``/``sort_conf`` are not
-  needed (bucketing groups similar durations) and are ignored.
+* ``batch_type: static, batch_size: B`` -> exactly ``B`` utterances per batch (bucketed by
+  duration, so padding stays low; only an epoch's last batch is smaller): as many steps
+  per epoch as WeNet.
+* ``batch_type: dynamic, max_frames_in_batch: F`` -> utterances x longest utterance in
+  frames ``<= F``, frames counted after speed perturbation (a hard cap).
+* ``batch_type: bucket, bucket_boundaries, bucket_batch_sizes`` -> WeNet's buckets (frames)
+  and their batch sizes; the sampler's buckets are WeNet's.
+
+``lhotse_conf.batch_by: duration`` (opt-in) instead gives a duration budget to Lhotse's
+``TimeConstraint`` (``max_duration`` seconds of padded audio per batch):
+
+* ``dynamic`` -> ``max_duration = F * frame_shift / 1000`` (``frame_shift`` from
+  ``fbank_conf``/``mfcc_conf``, 10 ms by default);
+* ``static`` -> ``max_duration = B * mean_duration``, the mean estimated from the metadata
+  of the first cuts (no audio is read): about ``B`` utterances on average, more short
+  ones and fewer long ones, least padding;
+* ``bucket`` -> ``max_duration = mean_i(bucket_batch_sizes[i] * boundary_i) *
+  frame_shift / 1000`` (the last size uses the last boundary).
+
+``lhotse_conf.max_duration`` sets the budget directly (and implies ``batch_by: duration``).
+``shuffle`` (bool) -> sampler shuffling; ``shuffle_conf.shuffle_size`` -> a lower bound on
+the sampler's ``buffer_size``; ``sort``/``sort_conf`` are not needed (bucketing groups
+similar durations) and are ignored.
 
 ``lhotse_conf`` (new, all optional)::
 
@@ -26,7 +36,8 @@ translated to a duration budget for Lhotse's ``DynamicBucketingSampler``:
         - {path: data/b/shards.list, type: shard, weight: 1, tags: {lang: en}}
         - {fields: {cuts: [...], recording: [...]}}   # Shar on object storage (URLs)
       cv_sources: [...]        # instead of --cv_data
-      max_duration: 200        # seconds of padded audio per batch (overrides batch_conf)
+      batch_by: wenet          # wenet: batch_conf's numbers | duration: a seconds budget
+      max_duration: 200        # seconds of padded audio per batch (implies batch_by: duration)
       max_cuts: null           # optional cap on utterances per batch
       num_buckets: 30
       duration_bins: null      # explicit bucket edges (seconds); else from metadata
@@ -60,6 +71,7 @@ logger = logging.getLogger(__name__)
 
 MODES = ("auto", "map", "streamed")
 CV_DITHER = ("wenet", "fixed", "off")
+BATCH_BY = ("wenet", "duration")
 
 
 @dataclass
@@ -68,6 +80,7 @@ class LhotseConf:
 
     sources: Optional[List[Any]] = None
     cv_sources: Optional[List[Any]] = None
+    batch_by: str = "wenet"
     max_duration: Optional[float] = None
     max_cuts: Optional[int] = None
     num_buckets: int = 30
@@ -100,6 +113,9 @@ class LhotseConf:
         if out.cv_dither not in CV_DITHER:
             raise ValueError(f"lhotse_conf.cv_dither must be one of {CV_DITHER}, "
                              f"got {out.cv_dither!r}")
+        if out.batch_by not in BATCH_BY:
+            raise ValueError(f"lhotse_conf.batch_by must be one of {BATCH_BY}, "
+                             f"got {out.batch_by!r}")
         if out.num_buckets < 1:
             raise ValueError("lhotse_conf.num_buckets must be >= 1")
         return out
@@ -109,28 +125,48 @@ class LhotseConf:
 class BatchingConfig:
     """How batches are formed, resolved from ``batch_conf`` and ``lhotse_conf``.
 
-    Exactly one of ``max_duration`` (seconds) or ``static_batch_size`` (to be turned into
+    ``by == "wenet"``: ``batch_conf`` (WeNet's, validated) gives the sampling constraint
+    (:func:`~wenet_lhotse.loader.constraints.wenet_constraint`). ``by == "duration"``:
+    exactly one of ``max_duration`` (seconds) or ``static_batch_size`` (to be turned into
     seconds with the mean duration, see :meth:`resolve`) is set.
     """
 
+    by: str = "wenet"
+    batch_conf: Dict[str, Any] = field(default_factory=dict)
     max_duration: Optional[float] = None
     static_batch_size: Optional[int] = None
     max_cuts: Optional[int] = None
     formula: str = ""
 
-    def resolve(self, mean_duration: float) -> float:
-        """The duration budget in seconds, given the data's mean cut duration (seconds).
-        The config is not changed (it may be shared between splits)."""
+    def resolve(self, mean_duration: float) -> Optional[float]:
+        """The duration budget in seconds (``None`` when batching by WeNet's numbers),
+        given the data's mean cut duration (seconds). The config is not changed (it may be
+        shared between splits)."""
+        if self.by == "wenet":
+            return None
         if self.max_duration is not None:
             return self.max_duration
         return self.static_batch_size * mean_duration
 
     def explain(self, mean_duration: float) -> str:
-        """How :meth:`resolve` finds the budget, for logs ("" when given as is)."""
-        if self.max_duration is not None:
+        """How batches are formed, for logs."""
+        if self.by == "wenet" or self.max_duration is not None:
             return self.formula
         return (f"batch_size {self.static_batch_size} x mean duration "
                 f"{mean_duration:.2f} s = {self.resolve(mean_duration):.1f} s")
+
+    def utterances_per_batch(self, mean_duration: float, frame_shift_ms: float = 10.0) -> float:
+        """About how many utterances of ``mean_duration`` seconds a batch holds (sizes
+        the number of buckets of a small data set)."""
+        if self.by == "duration":
+            return max(1.0, (self.resolve(mean_duration) or 0.0) / max(mean_duration, 1e-6))
+        bc = self.batch_conf
+        if bc["batch_type"] == "static":
+            return float(bc["batch_size"])
+        if bc["batch_type"] == "dynamic":
+            frames = mean_duration * 1000.0 / frame_shift_ms
+            return max(1.0, bc["max_frames_in_batch"] / max(frames, 1.0))
+        return float(sum(bc["bucket_batch_sizes"]) / len(bc["bucket_batch_sizes"]))
 
 
 @dataclass
@@ -186,35 +222,79 @@ def frame_shift_ms(dataset_conf: Mapping[str, Any]) -> float:
     return 10.0
 
 
+def _wenet_batch_conf(batch_conf: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+    """WeNet's ``batch_conf`` with WeNet's defaults filled in and values checked; errors
+    name the key (``dataset_conf.batch_conf.<key>``)."""
+    bc = dict(batch_conf or {"batch_type": "static", "batch_size": 16})
+    key = "dataset_conf.batch_conf"
+    btype = bc.setdefault("batch_type", "static")
+
+    def positive_int(name: str, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or int(value) != value or value < 1:
+            raise ValueError(f"{key}.{name}: must be a positive integer, got {value!r}")
+        return int(value)
+
+    if btype == "static":
+        bc["batch_size"] = positive_int("batch_size", bc.get("batch_size", 16))
+    elif btype == "dynamic":
+        bc["max_frames_in_batch"] = positive_int("max_frames_in_batch",
+                                                 bc.get("max_frames_in_batch", 12000))
+    elif btype == "bucket":
+        bounds = bc.get("bucket_boundaries")
+        sizes = bc.get("bucket_batch_sizes")
+        if not isinstance(bounds, (list, tuple)) or not bounds:
+            raise ValueError(f"{key}.bucket_boundaries: a non-empty list of frame counts is "
+                             f"needed for batch_type bucket, got {bounds!r}")
+        if not isinstance(sizes, (list, tuple)) or len(sizes) != len(bounds) + 1:
+            raise ValueError(f"{key}.bucket_batch_sizes: one more entry than "
+                             f"bucket_boundaries ({len(bounds) + 1}) is needed, got {sizes!r}")
+        bc["bucket_boundaries"] = [positive_int("bucket_boundaries", b) for b in bounds]
+        bc["bucket_batch_sizes"] = [positive_int("bucket_batch_sizes", b) for b in sizes]
+        if bc["bucket_boundaries"] != sorted(bc["bucket_boundaries"]):
+            raise ValueError(f"{key}.bucket_boundaries: must be ascending, got {bounds!r}")
+    else:
+        raise ValueError(f"{key}.batch_type: unknown value {btype!r}; "
+                         f"use static, dynamic or bucket")
+    return bc
+
+
 def batching_from_wenet(batch_conf: Optional[Mapping[str, Any]], lconf: LhotseConf,
                         frame_shift: float = 10.0) -> BatchingConfig:
-    """Translate WeNet's ``batch_conf`` (see the module docstring for the formulas)."""
+    """Translate WeNet's ``batch_conf`` (see the module docstring)."""
+    bc = _wenet_batch_conf(batch_conf)
     if lconf.max_duration is not None:
-        return BatchingConfig(max_duration=float(lconf.max_duration), max_cuts=lconf.max_cuts,
+        return BatchingConfig(by="duration", batch_conf=bc,
+                              max_duration=float(lconf.max_duration), max_cuts=lconf.max_cuts,
                               formula=f"lhotse_conf.max_duration = {lconf.max_duration} s")
-    bc = dict(batch_conf or {"batch_type": "static", "batch_size": 16})
-    btype = bc.get("batch_type", "static")
+    if lconf.batch_by == "wenet":
+        return BatchingConfig(by="wenet", batch_conf=bc, max_cuts=lconf.max_cuts,
+                              formula=_describe(bc))
+    btype = bc["batch_type"]
     if btype == "dynamic":
-        frames = float(bc.get("max_frames_in_batch", 12000))
+        frames = float(bc["max_frames_in_batch"])
         secs = frames * frame_shift / 1000.0
-        return BatchingConfig(max_duration=secs, max_cuts=lconf.max_cuts,
+        return BatchingConfig(by="duration", batch_conf=bc, max_duration=secs,
+                              max_cuts=lconf.max_cuts,
                               formula=f"max_frames_in_batch {frames:g} x {frame_shift:g} ms "
                                       f"= {secs:.1f} s")
     if btype == "static":
-        size = int(bc.get("batch_size", 16))
-        if size < 1:
-            raise ValueError(f"batch_conf.batch_size must be >= 1, got {size}")
-        return BatchingConfig(static_batch_size=size, max_cuts=lconf.max_cuts)
-    if btype == "bucket":
-        bounds = list(bc.get("bucket_boundaries") or [])
-        sizes = list(bc.get("bucket_batch_sizes") or [])
-        if not bounds or len(sizes) != len(bounds) + 1:
-            raise ValueError("batch_conf bucket: need bucket_boundaries and "
-                             "len(bucket_batch_sizes) == len(bucket_boundaries) + 1")
-        edges = bounds + [bounds[-1]]
-        frames = sum(s * b for s, b in zip(sizes, edges)) / len(sizes)
-        secs = frames * frame_shift / 1000.0
-        return BatchingConfig(max_duration=secs, max_cuts=lconf.max_cuts,
-                              formula=f"mean(bucket_batch_sizes x boundaries) {frames:.0f} "
-                                      f"frames x {frame_shift:g} ms = {secs:.1f} s")
-    raise ValueError(f"unknown batch_conf.batch_type {btype!r}; use static, dynamic or bucket")
+        return BatchingConfig(by="duration", batch_conf=bc,
+                              static_batch_size=bc["batch_size"], max_cuts=lconf.max_cuts)
+    bounds, sizes = bc["bucket_boundaries"], bc["bucket_batch_sizes"]
+    edges = bounds + [bounds[-1]]
+    frames = sum(s * b for s, b in zip(sizes, edges)) / len(sizes)
+    secs = frames * frame_shift / 1000.0
+    return BatchingConfig(by="duration", batch_conf=bc, max_duration=secs,
+                          max_cuts=lconf.max_cuts,
+                          formula=f"mean(bucket_batch_sizes x boundaries) {frames:.0f} "
+                                  f"frames x {frame_shift:g} ms = {secs:.1f} s")
+
+
+def _describe(bc: Mapping[str, Any]) -> str:
+    if bc["batch_type"] == "static":
+        return f"static: {bc['batch_size']} utterances per batch"
+    if bc["batch_type"] == "dynamic":
+        return f"dynamic: <= {bc['max_frames_in_batch']} padded frames per batch"
+    return (f"bucket: boundaries {bc['bucket_boundaries']} frames, "
+            f"batch sizes {bc['bucket_batch_sizes']}")

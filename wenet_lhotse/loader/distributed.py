@@ -3,10 +3,11 @@ exact cv loss reduction, and a data-wait meter.
 
 Guarantees (documented in ``docs/distributed.md``):
 
-* map-style train data: Lhotse's rank-aware sampler; every rank iterates the same
-  cuts and keeps every ``world_size``-th batch, so step counts are equal by
-  construction and no cut is used twice in an epoch (except in Lhotse's last
-  round when fewer cuts than ranks remain: copies named ``<id>_dup<n>``).
+* map-style train data: every rank iterates the same batches and keeps every
+  ``world_size``-th, so step counts are equal by construction; the last round is
+  split so that every rank gets a batch (largest batches halved, as for cv), re-planned
+  together with the round before when fewer cuts than ranks would be left, so no cut
+  is used twice in an epoch (Lhotse's sampler copies cuts as ``<id>_dup<n>`` there).
 * streamed train data (tar shards): each rank reads its own tars; after each
   batch the ranks all-reduce (MIN) a "has data" flag on a gloo group, so all
   ranks stop at the step where the first rank runs out. The other ranks' unread
@@ -110,6 +111,26 @@ def plan_partition(batches: List[CutSet], world_size: int) -> List[CutSet]:
         half = len(cuts) // 2
         batches[i:i + 1] = [CutSet.from_cuts(cuts[:half]), CutSet.from_cuts(cuts[half:])]
     return batches
+
+
+def plan_last_two_rounds(batches: List[List[Any]], world_size: int) -> List[List[Any]]:
+    """The last two rounds of a map-style epoch when the last would have fewer cuts than
+    ranks: ``2 * world_size`` batches from ``world_size <= len(batches) < 2 * world_size``
+    batches, by halving the largest ones; when there are fewer than ``2 * world_size``
+    cuts, one round of ``world_size`` batches instead (the extra cuts joined to the
+    smallest batches, logged: only possible with batches of one or two cuts)."""
+    total = sum(len(b) for b in batches)
+    if total >= 2 * world_size:
+        plan = plan_partition([CutSet.from_cuts(b) for b in batches], world_size)
+        if len(plan) == 2 * world_size:
+            return [list(b) for b in plan]
+    logger.warning("the last %d cuts of the epoch are joined to larger batches so that no "
+                   "rank repeats a cut (%d ranks)", total - sum(len(b) for b in
+                                                              batches[:world_size]), world_size)
+    out = [list(b) for b in batches[:world_size]]
+    for cut in (c for b in batches[world_size:] for c in b):
+        min(out, key=len).append(cut)
+    return out
 
 
 def reduce_cv_loss(loss_sum: Any, count: Any, group: Optional[Any] = None) -> Tuple[float, float]:

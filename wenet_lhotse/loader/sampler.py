@@ -16,19 +16,23 @@ buffer costs, whatever the position in the epoch:
   with its state (RNG, next position per source, exhausted flags) exposed;
 * :class:`ResumableBucketingSampler` is Lhotse's ``DynamicBucketingSampler``
   (same bucket selection, shuffling and batching code, reused from Lhotse's
-  ``DynamicBucketer``) with the bucketer's state held in attributes.
+  ``DynamicBucketer`` through :class:`~.bucketing.SteppedBucketer`, batches formed by a
+  ``SamplingConstraint``, e.g. WeNet's ``batch_conf`` from :mod:`.constraints`) with the
+  bucketer's state held in attributes.
 
-A snapshot (positions of the cuts in the bucket buffer, RNG states, the mux
-state) is kept for each of the last few emitted batches, because DataLoader
-workers prefetch: :meth:`ResumableBucketingSampler.state_dict` takes the number
-of batches the training loop actually consumed. Restoring re-reads only the
+A snapshot (positions of the cuts in the bucket buffer and in merged batches, RNG
+states, the mux state, the constraint's shared record) is kept for each of the last few
+emitted batches, because DataLoader workers prefetch:
+:meth:`ResumableBucketingSampler.state_dict` takes the number of batches the training
+loop actually consumed. Restoring re-reads only the
 buffered cuts (per source, from the lowest buffered position to the current
 one) and never reads audio.
 
-The Lhotse internals this module relies on (``DynamicBucketer._select_bucket``,
-``_collect_cuts_in_buckets``, ``bucket.mutex``/``queue``, ``BucketSelectionState``,
-``pick_at_random``, ``DurationBatcher``, ``CutSampler.__next__`` calling
-``_next_batch``) are private: ``pyproject.toml`` pins Lhotse to the tested minor
+The Lhotse internals this module and :mod:`.bucketing` rely on
+(``DynamicBucketer._select_bucket``, ``_is_ready``, ``_collect_cuts_in_buckets``,
+``bucket.mutex``/``queue``, ``BucketSelectionState``, ``pick_at_random``,
+``DurationBatcher``, ``CutSampler._log_diagnostics``/``allow_iter_to_reset_state``,
+``attach_dataloading_info``) are private: ``pyproject.toml`` pins Lhotse to the tested minor
 version and ``tests/test_lhotse_seam.py`` fails loudly when they change.
 """
 
@@ -45,15 +49,15 @@ import torch
 from lhotse import CutSet
 from lhotse.cut import Cut
 from lhotse.dataset.dataloading import resolve_seed
-from lhotse.dataset.sampling.dynamic import DurationBatcher
+from lhotse.dataset.sampling.base import SamplingConstraint, attach_dataloading_info
 from lhotse.dataset.sampling.dynamic_bucketing import (
     BucketSelectionState,
-    DynamicBucketer,
     DynamicBucketingSampler,
-    pick_at_random,
 )
 from lhotse.lazy import Dillable
 
+from wenet_lhotse.loader.bucketing import SteppedBucketer
+from wenet_lhotse.loader.distributed import plan_last_two_rounds, plan_partition
 from wenet_lhotse.loader.mux import LazyCut, ResumableMux, tuplify
 
 logger = logging.getLogger(__name__)
@@ -69,63 +73,34 @@ class _MuxCuts(Dillable):
         raise RuntimeError("iterate the ResumableBucketingSampler, not its input")
 
 
-class _ResumableBucketer(DynamicBucketer):
-    """Lhotse's ``DynamicBucketer`` stepped one batch at a time with its state in
-    attributes. Each step: select a bucket (Lhotse's code), draw a batch (Lhotse's
-    ``pick_at_random`` + ``DurationBatcher``), remove it from the bucket and refill
-    the buffer by as many cuts -- the same order of RNG draws and reads as Lhotse,
-    only the refill happens before the batch is returned, not after."""
+class _ResumableBucketer(SteppedBucketer):
+    """:class:`~wenet_lhotse.loader.bucketing.SteppedBucketer` over a
+    :class:`ResumableMux` that remembers where each buffered cut came from (stream,
+    position), so that its state can be saved as positions."""
 
     def __init__(self, mux: ResumableMux, sel_state: BucketSelectionState, **kw) -> None:
-        super().__init__(mux, **kw)
+        super().__init__(mux, sel_state, **kw)
         self.mux = mux
-        self.cuts_iter = mux
-        self.sel_state = sel_state
         # id(cut) -> (cut, stream index, position), for buffered and recently emitted cuts
         self.loc: Dict[int, Tuple[Cut, int, int]] = {}
         self.emitted: List[int] = []  # id() of cuts handed out since the last snapshot
 
-    def _collect_cuts_in_buckets(self, n_cuts: int) -> None:
-        try:
-            for _ in range(n_cuts):
-                cut = next(self.cuts_iter)
-                self.loc[id(cut)] = (cut, *self.mux.last)
-                idx = self.constraint.select_bucket(buckets=self.duration_bins, example=cut)
-                self.buckets[idx].put(cut)
-        except StopIteration:
-            pass
+    def _next_cut(self) -> Cut:
+        cut = next(self.cuts_iter)
+        self.loc[id(cut)] = (cut, *self.mux.last)
+        return cut
 
-    def next_batch(self) -> CutSet:
-        bucket = self._select_bucket(self.sel_state)  # raises StopIteration at the end
-        used: List[int] = []
-        if self.shuffle:
-            candidates = pick_at_random(bucket, rng=self.rng, out_indexes_used=used)
-        else:
-            with bucket.mutex:
-                candidates = list(bucket.queue)
-        batcher = DurationBatcher(candidates, constraint=self.constraint.copy(),
-                                  diagnostics=self.diagnostics)
-        batch = next(iter(batcher))
-        if used:
-            used.sort(reverse=True)
-            with bucket.mutex:
-                q = bucket.queue
-                for i in used:
-                    del q[i]
-        else:
-            for _ in range(len(batch)):
-                bucket.get()
+    def _emitted(self, batch: List[Cut]) -> None:
         self.emitted.extend(id(c) for c in batch)
-        self._collect_cuts_in_buckets(len(batch))
-        if any(isinstance(c, LazyCut) for c in batch):
-            batch = CutSet.from_cuts(c.materialize() if isinstance(c, LazyCut) else c
-                                     for c in batch)
-        return batch
 
     def snapshot(self) -> Tuple:
-        """Cheap (references only): bucket contents, RNG states, mux state."""
-        return (tuple(tuple(b.queue) for b in self.buckets), self.rng.getstate(),
-                self.sel_state.save(), self.mux.state())
+        """Cheap (references only): buckets, merged batches, RNG states, mux state,
+        the constraint's shared record, whether the input is exhausted."""
+        shared = getattr(self.constraint, "shared_state", None)
+        return (tuple(tuple(b.queue) for b in self.buckets),
+                tuple(tuple(b) for b in self.merged), self.rng.getstate(),
+                self.sel_state.save(), self.mux.state(), shared() if shared else None,
+                self.source_exhausted)
 
 
 class ResumableBucketingSampler(DynamicBucketingSampler):
@@ -133,6 +108,10 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
 
     Differences from Lhotse's class, all deliberate:
 
+    * batches come from a :class:`~wenet_lhotse.loader.bucketing.SteppedBucketer`
+      (bucket remainders merged: WeNet's batch counts), formed by ``constraint`` (any
+      Lhotse ``SamplingConstraint``; default Lhotse's ``TimeConstraint`` from
+      ``max_duration``/``max_cuts``);
     * each ``iter()`` starts the next epoch (WeNet's ``train.py`` never calls
       ``set_epoch`` and keeps workers persistent); an explicit ``set_epoch(e)``
       before ``iter()`` still wins, and the first ``iter()`` uses epoch 0 (or
@@ -140,27 +119,36 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
     * ``state_dict(consumed)`` / ``load_state_dict`` restore from a snapshot of
       the bucket buffer (cost: re-reading the buffered cuts' metadata) instead
       of replaying the epoch;
-    * ``duration_bins`` are required (computed from metadata by the builder).
-
-    Rank-aware behaviour (every rank iterates the same cuts and keeps every
-    ``world_size``-th batch; equal batch counts) is Lhotse's ``CutSampler.__next__``.
+    * ``duration_bins`` are required (computed from metadata by the builder);
+    * under DDP no cut is ever duplicated (Lhotse copies cuts as ``<id>_dupN`` when
+      the last round has fewer cuts than ranks): every rank iterates the same batches
+      and takes every ``world_size``-th; a last round with fewer batches than ranks
+      is split (largest batches halved), and when the input is exhausted with fewer
+      cuts left than ranks, the last two rounds are re-planned together (see
+      :func:`~wenet_lhotse.loader.distributed.plan_partition`). Equal step counts,
+      every cut exactly once, batches only ever split (caps hold).
     """
 
     def __init__(self, mux: ResumableMux, *, duration_bins: List[float],
                  max_duration: Optional[float] = None, max_cuts: Optional[int] = None,
+                 constraint: Optional[SamplingConstraint] = None,
                  shuffle: bool = False, drop_last: bool = False, buffer_size: int = 20000,
                  quadratic_duration: Optional[float] = None, world_size: Optional[int] = None,
                  rank: Optional[int] = None, seed: int = 0, sync_buckets: bool = True,
                  snapshot_depth: int = 64) -> None:
+        if drop_last:
+            raise ValueError("ResumableBucketingSampler uses every cut: drop_last must be False")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # buffer-size heuristics; reported by the builder
             super().__init__(CutSet(_MuxCuts(mux)), max_duration=max_duration, max_cuts=max_cuts,
-                             shuffle=shuffle, drop_last=drop_last,
+                             constraint=constraint, shuffle=shuffle, drop_last=False,
                              duration_bins=list(duration_bins), buffer_size=buffer_size,
                              quadratic_duration=quadratic_duration, world_size=world_size,
                              rank=rank, seed=seed, sync_buckets=sync_buckets)
         if not isinstance(seed, int):
             raise ValueError("ResumableBucketingSampler needs an integer seed (ranks must agree)")
+        if constraint is not None and hasattr(constraint, "use_bins"):
+            constraint.use_bins(self.duration_bins)
         self.mux = mux
         self.snapshot_depth = snapshot_depth
         self._bucketer: Optional[_ResumableBucketer] = None
@@ -176,6 +164,10 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
     def set_epoch(self, epoch: int) -> None:
         super().set_epoch(epoch)
         self._explicit_epoch = True
+
+    def _constraint_epoch(self) -> None:
+        if self.constraint is not None and hasattr(self.constraint, "set_epoch"):
+            self.constraint.set_epoch(self.epoch)
 
     def _new_bucketer(self, sel_state: Optional[Dict] = None) -> _ResumableBucketer:
         bucket_rng = None
@@ -193,15 +185,13 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             # Lhotse's buffer-size heuristic (a mean over the bins) is noise here.
             warnings.simplefilter("ignore")
-            return self._make_bucketer(state, bucket_rng)
-
-    def _make_bucketer(self, state: BucketSelectionState, bucket_rng) -> _ResumableBucketer:
-        return _ResumableBucketer(
-            self.mux, state, duration_bins=self.duration_bins, world_size=self.world_size,
-            max_duration=self.max_duration, max_cuts=self.max_cuts, drop_last=self.drop_last,
-            buffer_size=self.buffer_size, quadratic_duration=self.quadratic_duration,
-            shuffle=self.shuffle, rng=self.rng, bucket_rng=bucket_rng,
-            diagnostics=self.diagnostics)
+            return _ResumableBucketer(
+                self.mux, state, duration_bins=self.duration_bins,
+                world_size=self.world_size, max_duration=self.max_duration,
+                max_cuts=self.max_cuts, constraint=self.constraint, drop_last=False,
+                buffer_size=self.buffer_size, quadratic_duration=self.quadratic_duration,
+                shuffle=self.shuffle, rng=self.rng, bucket_rng=bucket_rng,
+                diagnostics=self.diagnostics)
 
     def __iter__(self) -> ResumableBucketingSampler:
         if self._just_restored_state:
@@ -213,6 +203,7 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
         self._started = True
         self.rng = random.Random(resolve_seed(self.seed) + self.epoch)
         self.diagnostics.reset_current_epoch()
+        self._constraint_epoch()
         self.mux.start(self.epoch)
         self._bucketer = self._new_bucketer()
         self._bucketer._collect_cuts_in_buckets(self.buffer_size)
@@ -227,17 +218,60 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
         self._snapshots.append((0, self._bucketer.snapshot()))
         self._emitted_ids.append([])
 
-    def _next_batch(self) -> CutSet:
+    # -- batches
+
+    def _next_batch(self) -> List[Cut]:
         if self._bucketer is None:
             raise StopIteration
-        return self._bucketer.next_batch()
+        return self._bucketer.draw()
+
+    def _next_round(self) -> List[List[Cut]]:
+        """``world_size`` batches (every rank computes the same), none duplicated."""
+        ws = self.world_size
+        batches: List[List[Cut]] = []
+        for _ in range(ws):
+            try:
+                batches.append(self._next_batch())
+            except StopIteration:
+                break
+        if not batches:
+            raise StopIteration
+        if len(batches) < ws:  # the last round: split batches so that every rank has one
+            total = sum(len(b) for b in batches)
+            if total < ws:
+                raise ValueError(f"an epoch of {total} cuts cannot give each of {ws} ranks a "
+                                 f"batch without duplicating cuts")
+            return [list(b) for b in plan_partition([CutSet.from_cuts(b) for b in batches], ws)]
+        bucketer = self._bucketer
+        if ws > 1 and bucketer.source_exhausted and 0 < bucketer.remaining() < ws:
+            # The next round would be the last, with fewer cuts than ranks: plan both now.
+            rest: List[List[Cut]] = []
+            while True:
+                try:
+                    rest.append(bucketer.draw())
+                except StopIteration:
+                    break
+            both = plan_last_two_rounds(batches + rest, ws)
+            later = both[ws:]
+            held = {id(c) for b in later for c in b}
+            bucketer.emitted = [i for i in bucketer.emitted if i not in held]
+            bucketer.merged.extendleft(reversed(later))
+            batches = both[:ws]
+        return batches
 
     def __next__(self) -> CutSet:
+        self.allow_iter_to_reset_state()
         try:
-            batch = super().__next__()
+            batches = self._next_round()
         except StopIteration:
             self._epoch_done = True
             raise
+        selected = CutSet.from_cuts(c.materialize() if isinstance(c, LazyCut) else c
+                                    for c in batches[self.rank])
+        self._log_diagnostics(selected)
+        for tfn in self._transforms:
+            selected = tfn(selected)
+        attach_dataloading_info(selected, rank=self.rank, world_size=self.world_size)
         self._emitted += 1
         if len(self._snapshots) == self._snapshots.maxlen:
             # The oldest snapshot leaves the window: forget where its emitted cuts were.
@@ -246,7 +280,7 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
         self._snapshots.append((self._emitted, self._bucketer.snapshot()))
         self._emitted_ids.append(self._bucketer.emitted)
         self._bucketer.emitted = []
-        return batch
+        return selected
 
     # -- state
 
@@ -257,7 +291,7 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
         if consumed is None:
             consumed = self._emitted
         base = {"seed": self.seed, "world_size": self.world_size, "shuffle": self.shuffle,
-                "version": 1}
+                "version": 2}
         if self._bucketer is None or (self._epoch_done and consumed >= self._emitted):
             # Nothing started, or the epoch is over: resume at the start of the next one.
             epoch = self.epoch + 1 if self._bucketer is not None else self.epoch
@@ -268,16 +302,25 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
                 f"no sampler snapshot for batch {consumed} of epoch {self.epoch} (have "
                 f"{[k for k, _ in self._snapshots]}); raise snapshot_depth above the "
                 f"DataLoader's prefetch depth")
-        buckets, rng_state, sel_state, mux_state = snap
+        buckets, merged, rng_state, sel_state, mux_state, shared, exhausted = snap
         loc = self._bucketer.loc
-        positions = [[[*loc[id(c)][1:], c.duration] for c in b] for b in buckets]
+
+        def where(c: Any) -> List[Any]:
+            _, stream, pos = loc[id(c)]
+            return [stream, pos, c.duration, int(c.sampling_rate), c.id]
+
         readers = [s.reader.state() for s in self.mux.streams]
         return {**base, "epoch": self.epoch, "consumed": consumed, "snapshot": {
-            "buckets": positions, "rng": rng_state, "sel": sel_state, "mux": mux_state,
-            "readers": readers}}
+            "buckets": [[where(c) for c in b] for b in buckets],
+            "merged": [[where(c) for c in b] for b in merged],
+            "rng": rng_state, "sel": sel_state, "mux": mux_state, "constraint": shared,
+            "exhausted": exhausted, "readers": readers}}
 
     def load_state_dict(self, sd: Dict[str, Any]) -> None:
         sd = dict(sd)
+        if sd.get("version") != 2:
+            raise ValueError(f"sampler state version {sd.get('version')} was written by an "
+                             f"older wenet-lhotse; its batches cannot be reproduced")
         if sd.get("world_size") != self.world_size:
             raise ValueError(f"cannot restore a sampler saved with world_size="
                              f"{sd.get('world_size')} into world_size={self.world_size}: "
@@ -295,18 +338,22 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
             self._just_restored_state = False
             self._bucketer = None
             return
+        self._constraint_epoch()
+        if self.constraint is not None and hasattr(self.constraint, "load_shared_state"):
+            self.constraint.load_shared_state(snap.get("constraint"))
         self.rng = random.Random()
         self.rng.setstate(tuplify(snap["rng"]))
         self._bucketer = self._new_bucketer(snap["sel"])
+        self._bucketer.source_exhausted = bool(snap.get("exhausted"))
         for stream, rstate in zip(self.mux.streams, snap.get("readers") or []):
             stream.reader.load_state(rstate)
         wanted: Dict[int, set] = {}
-        for b in snap["buckets"]:
-            for s, p, _ in b:
-                wanted.setdefault(s, set()).add(p)
-        # The buffered cuts: their durations come from the state; their metadata is fetched
-        # unparsed (one pass over the lines up to the last buffered one) and parsed only
-        # when their batch is emitted.
+        for b in list(snap["buckets"]) + list(snap.get("merged") or []):
+            for item in b:
+                wanted.setdefault(item[0], set()).add(item[1])
+        # The buffered cuts: what the bucketer needs comes from the state; their metadata
+        # is fetched unparsed (one pass over the lines up to the last buffered one) and
+        # parsed only when their batch is emitted.
         self.mux.start(self.epoch, snap["mux"])
         raws = {s: self.mux.streams[s].reader.read_raw(ps) for s, ps in wanted.items()}
         missing = [(s, p) for s, ps in wanted.items() for p in ps if p not in raws[s]]
@@ -314,11 +361,17 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
             raise ValueError(f"cannot restore the sampler: {len(missing)} buffered cuts not found "
                              f"again (first: source {missing[0][0]}, position {missing[0][1]}); "
                              f"did the data change since the checkpoint?")
+
+        def lazy(item: List[Any]) -> LazyCut:
+            s, p, duration, rate, cut_id = item
+            cut = LazyCut(self.mux.streams[s], duration, rate, cut_id, raws[s][p])
+            self._bucketer.loc[id(cut)] = (cut, s, p)
+            return cut
+
         for bucket, items in zip(self._bucketer.buckets, snap["buckets"]):
-            for s, p, duration in items:
-                cut = LazyCut(self.mux.streams[s], p, duration, raws[s][p])
-                self._bucketer.loc[id(cut)] = (cut, s, p)
-                bucket.put(cut)
+            for item in items:
+                bucket.put(lazy(item))
+        self._bucketer.merged.extend([lazy(i) for i in b] for b in snap.get("merged") or [])
         self._reset_snapshots()
         self._emitted = sd["consumed"]
         self._snapshots.clear()

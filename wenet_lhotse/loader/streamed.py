@@ -2,7 +2,8 @@
 
 :class:`StreamedEpochDataset` is Lhotse's iterable mode, one epoch per ``iter()``:
 every (rank, worker) opens its share of the tars of every source, shuffled for the
-epoch, and runs its own ``DynamicBucketingSampler(world_size=1, rank=0)``. What it
+epoch, and runs its own :class:`~.bucketing.BucketingSampler` (Lhotse's
+``DynamicBucketingSampler`` with merged bucket remainders, ``world_size=1``). What it
 yields to the loader (:class:`~.dataloader.StreamedDataLoader`) is the protocol below:
 a :class:`WorkerBatch` per batch, and :data:`SKIP_TURN` from a worker whose turn a
 restored epoch skips.
@@ -15,10 +16,10 @@ from typing import Any, Dict, Iterator, Mapping, NamedTuple, Optional, Sequence,
 
 import torch
 from lhotse import CutSet
-from lhotse.dataset.sampling.dynamic_bucketing import DynamicBucketingSampler
 
 from wenet_lhotse.errors import BATCH_SKIPS_KEY, SkipReport
 from wenet_lhotse.formats.split import reader_share
+from wenet_lhotse.loader.bucketing import BucketingSampler
 from wenet_lhotse.sources import SourceSpec, mux_sources, open_source, spec_shar_fields
 
 #: Yielded by a worker that has no batch for its round-robin turn (restored epochs).
@@ -35,7 +36,7 @@ class WorkerBatch(NamedTuple):
 class StreamedEpochDataset(torch.utils.data.IterableDataset):
     """Lhotse's iterable mode, one epoch per ``iter()``: opens the sources with this
     (rank, worker)'s share of the tars shuffled for the epoch, runs a
-    ``DynamicBucketingSampler(world_size=1, rank=0)`` over them and yields
+    :class:`~.bucketing.BucketingSampler` (``world_size=1``) over them and yields
     ``WorkerBatch(worker id, dataset[batch])``. The epoch counter lives in each worker's
     copy and advances on every ``iter()`` (persistent workers each get exactly one
     ``iter()`` per epoch)."""
@@ -112,9 +113,9 @@ class StreamedEpochDataset(torch.utils.data.IterableDataset):
         skip_epoch, per_worker, offset = self._skip
         if skip_epoch != self.epoch:
             per_worker, offset = {}, 0
-        sampler = DynamicBucketingSampler(self.cuts_for_epoch(self.epoch, wid, nw),
-                                          world_size=1, rank=0, seed=self.seed,
-                                          shuffle=self.shuffle, **self.sampler_kw)
+        sampler = BucketingSampler(self.cuts_for_epoch(self.epoch, wid, nw), world_size=1,
+                                   rank=0, seed=self.seed, shuffle=self.shuffle,
+                                   **self.sampler_kw)
         sampler.set_epoch(self.epoch)
         skip = per_worker.get(wid, 0)
         if wid < offset:

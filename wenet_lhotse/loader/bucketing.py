@@ -1,0 +1,222 @@
+"""Lhotse's dynamic bucketing, stepped one batch at a time, without per-bucket remainders.
+
+:class:`SteppedBucketer` is Lhotse 1.33's ``DynamicBucketer`` (its buckets, bucket
+selection, ``pick_at_random`` shuffling, ``DurationBatcher`` and any
+``SamplingConstraint``), with one change in what happens when *no bucket holds a full
+batch*: Lhotse then emits a partial batch from some bucket, so an epoch ends with up to
+one partial batch per bucket (30 buckets, static batches of 16: up to 30 extra, small
+steps -- WeNet has one). Here the remainders of all buckets are merged instead: sorted
+by the constraint's length, cut into batches the constraint accepts, and emitted in
+random order (in groups of ``world_size`` consecutive batches, so the ranks of one step
+get similar lengths), the one incomplete batch last. While the input is not exhausted
+the incomplete batch goes back into its buckets to be completed by cuts still to come.
+So with ``StaticBatchConstraint(B)`` an epoch of ``N`` cuts has exactly ``ceil(N / B)``
+batches, all of ``B`` cuts but the last -- WeNet's count.
+
+:class:`BucketingSampler` is Lhotse's ``DynamicBucketingSampler`` over it, for one
+process reading its own cuts (streamed training, cv plans). The map-style training
+sampler (:class:`~wenet_lhotse.loader.resume.ResumableBucketingSampler`) builds on
+the same bucketer.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from typing import Any, Deque, Iterator, List, Optional
+
+import torch
+from lhotse import CutSet
+from lhotse.cut import Cut
+from lhotse.dataset.dataloading import resolve_seed
+from lhotse.dataset.sampling.base import SamplingConstraint
+from lhotse.dataset.sampling.dynamic import DurationBatcher, Filter
+from lhotse.dataset.sampling.dynamic_bucketing import (
+    BucketSelectionState,
+    DynamicBucketer,
+    DynamicBucketingSampler,
+    pick_at_random,
+)
+
+
+def chunk_sorted(cuts: List[Cut], constraint: SamplingConstraint) -> List[List[Cut]]:
+    """Cut ``cuts`` (in the given order) into consecutive batches, each as large as the
+    constraint allows (``exceeded()`` false), e.g. ``ceil(len / B)`` for a static ``B``."""
+    out: List[List[Cut]] = []
+    cur: List[Cut] = []
+    state = constraint.copy()
+    state.reset()
+    for cut in cuts:
+        trial = state.copy()
+        trial.add(cut)
+        if cur and trial.exceeded():
+            out.append(cur)
+            cur = [cut]
+            state = constraint.copy()
+            state.reset()
+            state.add(cut)
+        else:
+            cur.append(cut)
+            state = trial
+    if cur:
+        out.append(cur)
+    return out
+
+
+class SteppedBucketer(DynamicBucketer):
+    """``DynamicBucketer`` stepped by :meth:`draw`, bucket remainders merged (see the
+    module docstring). ``drop_last`` is not supported (every cut is used).
+
+    :param cuts: an iterator of cuts (consumed as the buffer is refilled).
+    :param sel_state: Lhotse's bucket-selection state (synchronised across ranks).
+    """
+
+    def __init__(self, cuts: Iterator[Cut], sel_state: BucketSelectionState, **kw: Any) -> None:
+        super().__init__(cuts, **kw)
+        if self.drop_last:
+            raise ValueError("SteppedBucketer uses every cut: drop_last must be False")
+        self.cuts_iter = cuts
+        self.sel_state = sel_state
+        #: batches formed from merged remainders, emitted before any bucket is drawn from
+        self.merged: Deque[List[Cut]] = deque()
+        self.source_exhausted = False
+
+    # -- buffer
+
+    def _put(self, cut: Cut) -> None:
+        idx = self.constraint.select_bucket(buckets=self.duration_bins, example=cut)
+        self.buckets[idx].put(cut)
+
+    def _next_cut(self) -> Cut:
+        return next(self.cuts_iter)
+
+    def _collect_cuts_in_buckets(self, n_cuts: int) -> None:
+        try:
+            for _ in range(n_cuts):
+                self._put(self._next_cut())
+        except StopIteration:
+            self.source_exhausted = True
+
+    def remaining(self) -> int:
+        """Cuts held (buckets and merged batches), not counting the unread input."""
+        return sum(b.qsize() for b in self.buckets) + sum(len(b) for b in self.merged)
+
+    # -- batches
+
+    def draw(self) -> List[Cut]:
+        """The next batch (a list of cuts), then refill the buffer by as many cuts.
+        Raises ``StopIteration`` when every cut has been drawn."""
+        while True:
+            if self.merged:
+                batch = self.merged.popleft()
+                break
+            if any(self._is_ready(b) for b in self.buckets):
+                batch = self._draw_from_bucket()
+                break
+            if self._merge_remainders():
+                continue
+            if self.source_exhausted:
+                raise StopIteration
+            # The buffer is too small to complete any batch: read more input.
+            self._collect_cuts_in_buckets(max(self.buffer_size, 1))
+        self._emitted(batch)
+        self._collect_cuts_in_buckets(len(batch))
+        return batch
+
+    def _emitted(self, batch: List[Cut]) -> None:
+        """Hook for subclasses: ``batch`` leaves the buffer."""
+
+    def _draw_from_bucket(self) -> List[Cut]:
+        """Lhotse's step: select a ready bucket, draw one batch with ``DurationBatcher``."""
+        bucket = self._select_bucket(self.sel_state)
+        used: List[int] = []
+        if self.shuffle:
+            candidates: Any = pick_at_random(bucket, rng=self.rng, out_indexes_used=used)
+        else:
+            with bucket.mutex:
+                candidates = list(bucket.queue)
+        batcher = DurationBatcher(candidates, constraint=self.constraint.copy(),
+                                  diagnostics=self.diagnostics)
+        batch = list(next(iter(batcher)))
+        if used:
+            used.sort(reverse=True)
+            with bucket.mutex:
+                q = bucket.queue
+                for i in used:
+                    del q[i]
+        else:
+            for _ in range(len(batch)):
+                bucket.get()
+        return batch
+
+    def _merge_remainders(self) -> bool:
+        """Merge the contents of every bucket into batches (see the module docstring).
+        False when no batch could be formed."""
+        cuts: List[Cut] = []
+        for b in self.buckets:
+            with b.mutex:
+                cuts.extend(b.queue)
+                b.queue.clear()
+        if not cuts:
+            return False
+        measure = self.constraint.measure_length
+        cuts.sort(key=lambda c: (measure(c), c.id))
+        chunks = chunk_sorted(cuts, self.constraint)
+        last = chunks.pop()
+        if not self.source_exhausted:
+            for cut in last:  # may still be completed by input to come
+                self._put(cut)
+            last = None
+        if self.shuffle and chunks:
+            w = max(int(self.world_size or 1), 1)
+            groups = [chunks[i:i + w] for i in range(0, len(chunks), w)]
+            self.rng.shuffle(groups)
+            chunks = [c for g in groups for c in g]
+        self.merged.extend(chunks)
+        if last is not None:
+            self.merged.append(last)
+        return bool(self.merged)
+
+
+class BucketingSampler(DynamicBucketingSampler):
+    """Lhotse's ``DynamicBucketingSampler`` (one ``CutSet``) over a
+    :class:`SteppedBucketer`: same arguments (``constraint=`` included), every cut used
+    once, bucket remainders merged. A constraint with ``set_epoch`` (ours) gets the
+    sampler's epoch. Meant for one reader (``world_size=1``); ``state_dict`` is Lhotse's
+    (unsupported with a constraint)."""
+
+    def __init__(self, cuts: Any, **kw: Any) -> None:
+        if kw.get("drop_last"):
+            raise ValueError("BucketingSampler uses every cut: drop_last must be False")
+        super().__init__(cuts, **kw)
+        self._bucketer: Optional[SteppedBucketer] = None
+
+    def __iter__(self) -> BucketingSampler:
+        if self._just_restored_state:
+            return self
+        self.rng = random.Random(resolve_seed(self.seed) + self.epoch)
+        bucket_rng = None
+        if self.sync_buckets:  # as Lhotse: same bucket sequence on every rank, per worker
+            info = torch.utils.data.get_worker_info()
+            bucket_rng = random.Random(1234 + (info.id if info is not None else 0))
+        self.diagnostics.reset_current_epoch()
+        if hasattr(self.constraint, "set_epoch"):
+            self.constraint.set_epoch(self.epoch)
+        state = BucketSelectionState(bucket_rng=bucket_rng,
+                                     num_buckets=len(self.duration_bins) + 1,
+                                     world_size=self.world_size)
+        cuts = iter(Filter(iterator=iter(self.cuts[0]), predicate=self._filter_fn,
+                           diagnostics=self.diagnostics))
+        self._bucketer = SteppedBucketer(
+            cuts, state, duration_bins=list(self.duration_bins), world_size=self.world_size,
+            max_duration=self.max_duration, max_cuts=self.max_cuts, constraint=self.constraint,
+            buffer_size=self.buffer_size, quadratic_duration=self.quadratic_duration,
+            shuffle=self.shuffle, rng=self.rng, bucket_rng=bucket_rng,
+            diagnostics=self.diagnostics)
+        self._bucketer._collect_cuts_in_buckets(self.buffer_size)
+        return self
+
+    def _next_batch(self) -> CutSet:
+        if self._bucketer is None:
+            raise StopIteration
+        return CutSet.from_cuts(self._bucketer.draw())
