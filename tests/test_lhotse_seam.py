@@ -1,7 +1,8 @@
-"""The private Lhotse internals our resumable sampler (``wenet_lhotse.loader.sampler``)
-subclasses and calls. ``pyproject.toml`` pins ``lhotse>=1.33,<1.34``; this test fails
-loudly, naming the internal, when a Lhotse upgrade changes any of them -- then re-check
-``sampler.py`` against the new Lhotse before widening the pin."""
+"""The private Lhotse internals our samplers (``wenet_lhotse.loader.sampler``,
+``wenet_lhotse.loader.bucketing``, ``wenet_lhotse.loader.constraints``) subclass and call.
+``pyproject.toml`` pins ``lhotse>=1.33,<1.34``; this test fails loudly, naming the
+internal, when a Lhotse upgrade changes any of them -- then re-check those modules against
+the new Lhotse before widening the pin."""
 
 from __future__ import annotations
 
@@ -16,8 +17,13 @@ import pytest
 from lhotse import CutSet
 from lhotse.dataset.dataloading import resolve_seed
 from lhotse.dataset.sampling import dynamic_bucketing as db
-from lhotse.dataset.sampling.base import CutSampler, SamplingDiagnostics
-from lhotse.dataset.sampling.dynamic import DurationBatcher
+from lhotse.dataset.sampling.base import (
+    CutSampler,
+    SamplingConstraint,
+    SamplingDiagnostics,
+    attach_dataloading_info,
+)
+from lhotse.dataset.sampling.dynamic import DurationBatcher, Filter
 
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 
@@ -36,15 +42,20 @@ def test_installed_lhotse_is_the_pinned_minor_version():
 
 @pytest.mark.parametrize("fn,needed", [
     (db.DynamicBucketer.__init__, {"cuts", "duration_bins", "world_size", "max_duration",
-                                   "max_cuts", "drop_last", "buffer_size",
+                                   "max_cuts", "constraint", "drop_last", "buffer_size",
                                    "quadratic_duration", "shuffle", "rng", "bucket_rng",
                                    "diagnostics"}),
     (db.DynamicBucketer._select_bucket, {"self", "state"}),
     (db.DynamicBucketer._collect_cuts_in_buckets, {"self", "n_cuts"}),
+    (db.DynamicBucketer._is_ready, {"self", "bucket"}),
+    (Filter.__init__, {"iterator", "predicate", "diagnostics"}),
+    (attach_dataloading_info, {"cuts", "rank", "world_size"}),
+    (SamplingConstraint.select_bucket, {"self", "buckets", "example", "example_len"}),
     (db.pick_at_random, {"bucket", "rng", "out_indexes_used"}),
     (DurationBatcher.__init__, {"datapipe", "constraint", "diagnostics"}),
     (db.BucketSelectionState.__init__, {"bucket_rng", "num_buckets", "world_size"}),
-    (db.DynamicBucketingSampler.__init__, {"max_duration", "max_cuts", "shuffle", "drop_last",
+    (db.DynamicBucketingSampler.__init__, {"max_duration", "max_cuts", "constraint",
+                                           "shuffle", "drop_last",
                                            "duration_bins", "buffer_size",
                                            "quadratic_duration", "world_size", "rank", "seed",
                                            "sync_buckets"}),
@@ -60,6 +71,19 @@ def test_cut_sampler_next_asks_next_batch_world_size_times():
     calling it (once per rank) for rank-aware batching."""
     src = inspect.getsource(CutSampler.__next__)
     assert "self._next_batch()" in src and "self.world_size" in src
+
+
+def test_sampling_constraint_interface():
+    """``loader.constraints`` implements exactly these abstract methods; samplers call
+    ``copy``/``reset``/``add``/``exceeded``/``close_to_exceeding``/``select_bucket``."""
+    assert SamplingConstraint.__abstractmethods__ == {
+        "add", "exceeded", "close_to_exceeding", "reset", "measure_length"}
+    for name in ("copy", "select_bucket"):
+        assert callable(getattr(SamplingConstraint, name))
+    src = inspect.getsource(DurationBatcher._collect_batch)
+    # Lhotse adds the cut, then stops when close_to_exceeding(): the reason our frame
+    # constraints bound the next cut by the bucket's longest possible one.
+    assert "self.constraint.add(" in src and "close_to_exceeding()" in src
 
 
 def test_bucket_selection_state_checkpoint_keys():
@@ -97,8 +121,10 @@ def test_bucketer_attributes_we_use(corpus_cuts):
 
     sampler = db.DynamicBucketingSampler(cuts, max_duration=10.0, duration_bins=bins, seed=0)
     for name in ("sync_buckets", "duration_bins", "world_size", "max_duration", "max_cuts",
-                 "drop_last", "buffer_size", "quadratic_duration", "shuffle", "seed", "epoch",
-                 "diagnostics", "_just_restored_state"):
+                 "constraint", "drop_last", "buffer_size", "quadratic_duration", "shuffle",
+                 "seed", "epoch", "diagnostics", "_just_restored_state", "_filter_fn",
+                 "_transforms"):
         assert hasattr(sampler, name), f"DynamicBucketingSampler.{name} is gone"
+    assert callable(sampler._log_diagnostics) and callable(sampler.allow_iter_to_reset_state)
     assert callable(sampler.diagnostics.reset_current_epoch)
     assert callable(sampler.diagnostics.set_epoch)

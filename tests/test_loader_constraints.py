@@ -13,7 +13,8 @@ from lhotse import CutSet, Recording
 from lhotse.dataset.sampling.dynamic_bucketing import DynamicBucketingSampler
 
 from wenet_lhotse.features.fbank import extractor_from_wenet_conf
-from wenet_lhotse.features.pool import PooledFeatures
+from wenet_lhotse.features.pipeline import planned_speed
+from wenet_lhotse.features.strategy import PooledFeatures
 from wenet_lhotse.loader.constraints import (
     BucketBatchConstraint,
     CutLengths,
@@ -21,7 +22,6 @@ from wenet_lhotse.loader.constraints import (
     MaxFramesConstraint,
     StaticBatchConstraint,
     cut_lengths_from_wenet_conf,
-    planned_speed,
     wenet_constraint,
 )
 

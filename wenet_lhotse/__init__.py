@@ -83,6 +83,10 @@ _EXPORTS = {
     "reduce_cv_loss": "wenet_lhotse.loader",
     "world_info": "wenet_lhotse.loader",
     "ResumableBucketingSampler": "wenet_lhotse.loader",
+    "BucketingSampler": "wenet_lhotse.loader",
+    "StaticBatchConstraint": "wenet_lhotse.loader",
+    "MaxFramesConstraint": "wenet_lhotse.loader",
+    "BucketBatchConstraint": "wenet_lhotse.loader",
     "init_dataset_and_dataloader": "wenet_lhotse.wenet_compat",
 }
 

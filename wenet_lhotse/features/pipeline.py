@@ -10,7 +10,7 @@ import hashlib
 import random
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Optional, Tuple
+from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -39,6 +39,13 @@ def cut_seed(seed: int, epoch: int, cut_id: str) -> int:
     (unlike ``hash()``, which is salted per process)."""
     digest = hashlib.blake2b(f"{seed}|{epoch}|{cut_id}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little")
+
+
+def planned_speed(seed: int, epoch: int, cut_id: str, speeds: Sequence[float]) -> float:
+    """The speed factor :meth:`CutPipeline.process` applies to ``cut_id`` in ``epoch``
+    (the first draw of the cut's ``random.Random(cut_seed(seed, epoch, cut_id))``), known
+    before any audio is read: the loader's batching constraints count frames with it."""
+    return choose_speed(random.Random(cut_seed(seed, epoch, cut_id)), speeds)
 
 
 @dataclass
@@ -91,7 +98,7 @@ class CutPipeline:
             samples = resample(samples, sr, self.resample_to)
             sr = int(self.resample_to)
         rng = random.Random(seed)
-        if augment and self.speeds:
+        if augment and self.speeds:  # first draw: planned_speed() relies on it
             factor = choose_speed(rng, self.speeds)
             samples = speed_perturb(samples, sr, factor)
         generator = torch.Generator().manual_seed(seed)

@@ -2,12 +2,22 @@
 DDP-safe step counts, cheap resume, and WeNet's ``init_dataset_and_dataloader`` drop-in
 (:mod:`wenet_lhotse.wenet_compat`)."""
 
+from wenet_lhotse.loader.bucketing import BucketingSampler, SteppedBucketer
 from wenet_lhotse.loader.build import build_dataloader, make_wenet_dataset, resolve_mode
 from wenet_lhotse.loader.config import BatchingConfig, LhotseConf, LoaderConfig
+from wenet_lhotse.loader.constraints import (
+    BucketBatchConstraint,
+    CutLengths,
+    FrameCounter,
+    MaxFramesConstraint,
+    StaticBatchConstraint,
+    wenet_constraint,
+)
 from wenet_lhotse.loader.dataloader import LhotseDataLoader, MapDataLoader, StreamedDataLoader
 from wenet_lhotse.loader.distributed import (
     DataWaitMeter,
     EqualStepsIterator,
+    plan_last_two_rounds,
     plan_partition,
     reduce_cv_loss,
     world_info,
@@ -28,19 +38,26 @@ from wenet_lhotse.sources import (
 
 __all__ = [
     "BatchingConfig",
+    "BucketBatchConstraint",
+    "BucketingSampler",
+    "CutLengths",
     "DataWaitMeter",
     "EqualStepsIterator",
+    "FrameCounter",
     "JsonlReader",
     "LhotseConf",
     "LhotseDataLoader",
     "ListReader",
     "LoaderConfig",
     "MapDataLoader",
+    "MaxFramesConstraint",
     "PositionedStream",
     "ResumableBucketingSampler",
     "ResumableMux",
     "SharAudioAttacher",
     "SourceSpec",
+    "StaticBatchConstraint",
+    "SteppedBucketer",
     "StreamedDataLoader",
     "StreamedEpochDataset",
     "TagCuts",
@@ -50,9 +67,11 @@ __all__ = [
     "mux_sources",
     "open_source",
     "parse_sources",
+    "plan_last_two_rounds",
     "plan_partition",
     "reduce_cv_loss",
     "resolve_mode",
     "shar_reader",
+    "wenet_constraint",
     "world_info",
 ]

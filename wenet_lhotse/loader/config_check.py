@@ -202,7 +202,7 @@ def _from_annotation(tp: Any) -> Check:
 
 def lhotse_conf_rules() -> Dict[str, Check]:
     """Each ``lhotse_conf`` key's check, from :class:`LhotseConf`'s fields."""
-    from wenet_lhotse.loader.config import CV_DITHER, MODES, LhotseConf
+    from wenet_lhotse.loader.config import BATCH_BY, CV_DITHER, MODES, LhotseConf
 
     hints = typing.get_type_hints(LhotseConf)
     rules = {f.name: _from_annotation(hints.get(f.name, Any))
@@ -210,6 +210,7 @@ def lhotse_conf_rules() -> Dict[str, Check]:
     rules.update({k: v for k, v in LHOTSE_RULES.items() if k in rules})
     rules["mode"] = choice(*MODES)
     rules["cv_dither"] = choice(*CV_DITHER)
+    rules["batch_by"] = choice(*BATCH_BY)
     return rules
 
 

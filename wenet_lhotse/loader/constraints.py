@@ -16,7 +16,8 @@ Each class implements Lhotse 1.33's ``SamplingConstraint`` interface
 
 Lengths are the ones the feature pipeline will produce (:class:`CutLengths`): the
 speed factor of a cut is decided *before* batching from ``(seed, epoch, cut id)`` --
-the very draw :class:`~wenet_lhotse.features.pool.CutPipeline` makes for that cut -- and
+the very draw :class:`~wenet_lhotse.features.pipeline.CutPipeline` makes for that cut
+(:func:`~wenet_lhotse.features.pipeline.planned_speed`) -- and
 the frame count follows the extractor's own framing (Kaldi ``snip_edges``, Whisper
 hop), so a cap holds exactly on the features of every batch.
 
@@ -37,7 +38,6 @@ from __future__ import annotations
 
 import copy
 import math
-import random
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -134,16 +134,6 @@ class FrameCounter:
         return int(round(num_samples / sampling_rate * 1000.0 / self.frame_shift_ms))
 
 
-def planned_speed(seed: int, epoch: int, cut_id: str, speeds: Sequence[float]) -> float:
-    """The speed factor the feature pipeline applies to ``cut_id`` in ``epoch``: the
-    first draw of the cut's RNG (``random.Random(cut_seed(seed, epoch, cut_id))``), as in
-    :meth:`~wenet_lhotse.features.pool.CutPipeline.process`."""
-    from wenet_lhotse.features.augment import choose_speed
-    from wenet_lhotse.features.pool import cut_seed
-
-    return choose_speed(random.Random(cut_seed(seed, epoch, cut_id)), speeds)
-
-
 @dataclass
 class CutLengths:
     """A cut's length after the pipeline's resampling and speed perturbation.
@@ -167,6 +157,8 @@ class CutLengths:
     def speed(self, cut: Cut) -> float:
         if not self.speeds:
             return 1.0
+        from wenet_lhotse.features.pipeline import planned_speed
+
         return planned_speed(self.seed, self.epoch, cut.id, self.speeds)
 
     def _lengths(self, cut: Cut) -> Tuple[int, float]:
@@ -375,7 +367,7 @@ def cut_lengths_from_wenet_conf(dataset_conf: Mapping[str, Any], *, train: bool,
                                 ) -> CutLengths:
     """Lengths as :func:`~wenet_lhotse.loader.build.make_wenet_dataset`'s pipeline makes
     them: WeNet's speeds (0.9, 1.0, 1.1) when ``speed_perturb`` is on in training."""
-    from wenet_lhotse.features.pool import WENET_SPEEDS
+    from wenet_lhotse.features.pipeline import WENET_SPEEDS
 
     speeds = WENET_SPEEDS if train and dataset_conf.get("speed_perturb", False) else None
     return CutLengths(FrameCounter.from_wenet_conf(dataset_conf), speeds, int(seed))
