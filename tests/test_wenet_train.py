@@ -25,12 +25,6 @@ from wenet_lhotse.corpus import generate_corpus
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# Issue 8 item 3 (dataset_conf.cycle: step mode repeats the data): until it lands, step mode
-# takes fewer steps than WeNet's.
-CYCLE_PENDING = pytest.mark.xfail(
-    reason="issue 8 item 3: dataset_conf.cycle (step mode) does not repeat the data yet",
-    strict=False)
-
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory, wenet_root):
@@ -70,12 +64,11 @@ def test_one_import_swap_single_process(data):
     assert ours == wenet  # optimizer steps per epoch, static batches
 
 
-def test_step_mode_repeats_the_data_as_wenet_does(data, request):
+def test_step_mode_repeats_the_data_as_wenet_does(data):
     # save_interval in the yaml: WeNet sets dataset_conf.cycle = max_epoch and trains one
     # "epoch" over the repeated data, with a cv + checkpoint every save_interval steps.
     wenet, ours, _ = _both(data, "steps", "module", save_interval=5)
     assert "epoch_0" in wenet and len(wenet) > 2
-    request.applymarker(CYCLE_PENDING)
     assert ours == wenet
 
 
