@@ -77,3 +77,15 @@ def test_mkdocs_builds_strict(tmp_path):
                          text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert (tmp_path / "site" / "quickstart" / "index.html").exists()
+
+
+def test_migration_lists_every_lhotse_conf_key():
+    """docs/migration.md's opt-in table names every ``lhotse_conf`` key, and no other."""
+    import dataclasses
+
+    from wenet_lhotse.loader.config import LhotseConf
+
+    text = (ROOT / "docs" / "migration.md").read_text(encoding="utf-8")
+    table = text.split("## Our improvements", 1)[1].split("\n## ", 1)[0]
+    rows = set(re.findall(r"^\| `(\w+)` \|", table, re.M))
+    assert rows == {f.name for f in dataclasses.fields(LhotseConf)}
