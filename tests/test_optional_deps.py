@@ -1,5 +1,5 @@
 """The core works when the optional packages are missing (torchaudio, sentencepiece,
-matplotlib): each is made unimportable in a fresh interpreter."""
+matplotlib, s3fs, dask): each is made unimportable in a fresh interpreter."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import textwrap
 
 SCRIPT = textwrap.dedent("""
     import sys
-    for m in ("torchaudio", "sentencepiece", "matplotlib"):
+    for m in ("torchaudio", "sentencepiece", "matplotlib", "s3fs", "dask", "distributed"):
         sys.modules[m] = None  # `import m` now raises ImportError
     import torch
     import wenet_lhotse as wl
@@ -31,6 +31,20 @@ SCRIPT = textwrap.dedent("""
         assert "sentencepiece" in str(e), e
     else:
         raise AssertionError("BpeTokenizer without sentencepiece must raise ImportError")
+    from wenet_lhotse.convert.executor import ClusterError, map_tasks
+    try:
+        list(map_tasks(abs, [1], cluster="tcp://127.0.0.1:9"))
+    except ClusterError as e:
+        assert "wenet-lhotse[cluster]" in str(e), e
+    else:
+        raise AssertionError("--cluster without Dask must raise ClusterError")
+    try:
+        from wenet_lhotse.formats import open_input
+        open_input("s3://bucket/x.tar")
+    except wl.WenetDataError as e:
+        assert str(e).startswith("s3://bucket/x.tar: cannot open this URL") and "s3fs" in str(e), e
+    else:
+        raise AssertionError("s3:// without s3fs must raise WenetDataError")
     print("OK")
 """)
 
