@@ -97,32 +97,49 @@ def sampled_batches(loader, clock: StageClock) -> List[Any]:
     return clock.run("sampler", read)
 
 
+def _code():
+    """The pieces the features pipeline of the code tree under test is made of (the
+    module layout changed over time; a ``decode`` method, when the pipeline has one, is
+    what it decodes with)."""
+    import importlib
+
+    for strategy in ("wenet_lhotse.features.strategy", "wenet_lhotse.features.pool"):
+        try:
+            mod = importlib.import_module(strategy)
+            return mod.PooledBatch, mod._collate
+        except (ImportError, AttributeError):
+            continue
+    raise ImportError("no PooledBatch/_collate in this code tree")
+
+
 def profile_stages(dataset, batches, clock: StageClock) -> List[Dict[str, Any]]:
     """Run the features pipeline's calls cut by cut; returns the finished batch dicts."""
+    import random
+
     import numpy as np
     import torch
 
-    from wenet_lhotse.features import augment, kaldi
+    from wenet_lhotse.features import augment, cut_seed, kaldi
     from wenet_lhotse.features.fbank import INT16_SCALE
-    from wenet_lhotse.features.pipeline import cut_seed
-    from wenet_lhotse.features.strategy import PooledBatch, _collate
 
+    PooledBatch, collate_feats = _code()
     features = dataset.features
     p = features.pipeline
-    ext = p.extractor
-    cfg = ext.config
+    cfg = p.extractor.config
     torch.set_num_threads(1)
-    out = []
-    import random
 
+    def decode(cut):
+        if hasattr(p, "decode"):
+            return p.decode(cut)
+        audio = np.asarray(cut.load_audio(), dtype=np.float32)
+        return (audio[0] if audio.ndim == 2 else audio), int(cut.sampling_rate)
+
+    out = []
     for cuts in batches:
         feats_list = []
         for cut in cuts:
             seed = cut_seed(features.seed, 0, cut.id)
-            audio = clock.run("decode", cut.load_audio)
-            samples = np.asarray(audio, dtype=np.float32)
-            samples = samples[0] if samples.ndim == 2 else samples
-            sr = int(cut.sampling_rate)
+            samples, sr = clock.run("decode", decode, cut)
             if p.resample_to and sr != p.resample_to:
                 samples = clock.run("resample", augment.resample, samples, sr, p.resample_to)
                 sr = p.resample_to
@@ -140,7 +157,7 @@ def profile_stages(dataset, batches, clock: StageClock) -> List[Dict[str, Any]]:
             feats_list.append(np.ascontiguousarray(feats))
 
         def collate(cuts=cuts, feats_list=feats_list):
-            padded, lens = _collate(feats_list, features.feature_dim())
+            padded, lens = collate_feats(feats_list, features.feature_dim())
             done = PooledBatch(padded, lens, cuts, None)
             real = dataset.features
             dataset.features = lambda c, augment=True: done
@@ -209,11 +226,12 @@ def child(corpus: Path, data_type: str, workers: int, lconf: Dict[str, Any]) -> 
     print(json.dumps({"stages": clock.cpu, "transfer": transfer, "audio": audio}))
 
 
-def run(corpus: Path, data_type: str, workers: int, lconf: Dict[str, Any], part: str):
+def run(corpus: Path, data_type: str, workers: int, lconf: Dict[str, Any], part: str,
+        code: Path = REPO):
     import subprocess
 
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1", PROFILE_PART=part)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(code), env.get("PYTHONPATH", "")])
     out = subprocess.run([sys.executable, __file__, "--child", str(corpus), data_type,
                           str(workers), json.dumps(lconf)], capture_output=True, text=True,
                          env=env)
@@ -228,6 +246,9 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--types", nargs="+", default=["raw", "shard"], choices=["raw", "shard"])
     ap.add_argument("--lhotse-conf", default="{}", help="JSON lhotse_conf for the loader")
+    ap.add_argument("--before", type=Path, default=None,
+                    help="another checkout's root (e.g. `git worktree add /tmp/b <commit>`): "
+                         "profiled alternately with this one, columns side by side")
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -235,24 +256,31 @@ def main() -> None:
         child(Path(corpus), data_type, int(workers), json.loads(lconf))
         return
     lconf = json.loads(args.lhotse_conf)
+    trees = ([("before", args.before.resolve())] if args.before else []) + [("after", REPO)]
+    if not args.before:
+        trees = [("this tree", REPO)]
     tmp_parent = "/dev/shm" if os.path.isdir("/dev/shm") else None
     with tempfile.TemporaryDirectory(dir=tmp_parent) as d:
         corpus = make_corpus(Path(d), args.num_utts)
         print(f"corpus: {args.num_utts} utterances (1-15 s), WeNet aishell train conf "
               f"(speed perturb, fbank 80, dither 0.1, spec_aug, static batch 16); "
               f"{args.workers} DataLoader workers; {os.cpu_count()} CPUs, load average "
-              f"{os.getloadavg()[0]:.1f}; lhotse_conf {lconf or '{}'}")
-        res = {}
-        for data_type in args.types:  # stages and total alternate
-            res[data_type] = (run(corpus, data_type, args.workers, lconf, "stages"),
-                              run(corpus, data_type, args.workers, lconf, "total"))
+              f"{os.getloadavg()[0]:.1f}; lhotse_conf {lconf or '{}'}; "
+              + ", ".join(f"{label}: {code}" for label, code in trees))
+        res: Dict[tuple, tuple] = {}
+        for data_type in args.types:  # stages and totals of the trees alternate
+            for part in ("stages", "total"):
+                for label, code in trees:
+                    res.setdefault((data_type, label), {})[part] = run(
+                        corpus, data_type, args.workers, lconf, part, code)
+        cols = [(t, label) for t in args.types for label, _ in trees]
         print()
-        print("| stage | " + " | ".join(f"{t}: CPU s / audio h | share" for t in args.types)
+        print("| stage (CPU s / audio h) | " + " | ".join(f"{t}, {label}" for t, label in cols)
               + " |")
-        print("|---|" + "---|---|" * len(args.types))
+        print("|---|" + "---|" * len(cols))
         rows: Dict[str, List[str]] = {}
-        for data_type in args.types:
-            st, tot = res[data_type]
+        for key in cols:
+            st, tot = res[key]["stages"], res[key]["total"]
             per_h = 3600.0 / st["audio"]
             total = tot["cpu"] / (tot["audio"] / 3600.0)
             vals = {k: v * per_h for k, v in st["stages"].items()}
@@ -262,14 +290,20 @@ def main() -> None:
             vals["other (glue, loop, main process)"] = total - sum(vals.values())
             vals["**total**"] = total
             for k, v in vals.items():
-                rows.setdefault(k, []).append(f"{v:.2f} | {100 * v / total:.0f}%")
+                rows.setdefault(k, []).append(f"{v:.2f} ({100 * v / total:.0f}%)")
         for k, cells in rows.items():
             print(f"| {k} | " + " | ".join(cells) + " |")
         print()
-        for data_type in args.types:
-            tot = res[data_type][1]
-            print(f"{data_type}: {tot['audio'] / tot['wall']:,.0f} x real time, first batch "
-                  f"{tot['first']:.2f} s, {tot['audio'] / 3600:.2f} h of features")
+        for key in cols:
+            tot = res[key]["total"]
+            print(f"{key[0]}, {key[1]}: {tot['audio'] / tot['wall']:,.0f} x real time, first "
+                  f"batch {tot['first']:.2f} s, {tot['audio'] / 3600:.2f} h of features")
+        if args.before:
+            for t in args.types:
+                b, a = res[(t, "before")]["total"], res[(t, "after")]["total"]
+                cb, ca = b["cpu"] / b["audio"], a["cpu"] / a["audio"]
+                print(f"{t}: after / before: CPU per audio hour {ca / cb:.2f}x, throughput "
+                      f"{(a['audio'] / a['wall']) / (b['audio'] / b['wall']):.2f}x")
 
 
 if __name__ == "__main__":
