@@ -148,3 +148,71 @@ def test_recording_from_bytes_is_lhotses_manifest(corpus_cuts):
 
     with pytest.raises(AudioLoadingError):  # not audio: Lhotse's own error
         recording_from_bytes(b"not audio at all", "k")
+
+
+# ------------------------------------------------------------------ through the loader
+
+LOADER_CONF = {
+    "fbank_conf": {"num_mel_bins": 80, "frame_shift": 10, "frame_length": 25, "dither": 0.1},
+    "speed_perturb": True, "spec_aug": True, "spec_sub": True, "spec_trim": True,
+    "batch_conf": {"batch_type": "static", "batch_size": 4},
+}
+
+
+def epoch_batches(source, units, conf, split, workers=1):
+    from wenet_lhotse.loader.build import build_dataloader
+    from wenet_lhotse.text import CharTokenizer
+
+    _, loader = build_dataloader(str(source), CharTokenizer(units), conf, split,
+                                 num_workers=workers, seed=11)
+    return list(loader)
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory):
+    from wenet_lhotse.corpus import generate_corpus
+
+    return generate_corpus(tmp_path_factory.mktemp("dev"), num_utterances=16,
+                           min_duration=1.0, max_duration=3.0, shard_size=4, seed=5)
+
+
+@pytest.mark.parametrize("kind", ["raw", "shard"])
+@pytest.mark.parametrize("split", ["train", "cv"])
+def test_loader_device_path_equals_worker_path(sharded, kind, split):
+    """A real DataLoader worker: same keys and order, same features (dither on), same
+    masks; the device path's worker sends int16 waveforms instead of features."""
+    source = sharded.data_list if kind == "raw" else sharded.shards_list
+    device_conf = {**LOADER_CONF, "lhotse_conf": {"features_on": "device", "device": "cpu",
+                                                  "return_pcm": True}}
+    worker_conf = {**LOADER_CONF, "lhotse_conf": {"return_pcm": True}}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the worker path's workers: same float rounding
+    try:
+        worker = epoch_batches(source, sharded.units, worker_conf, split)
+        device = epoch_batches(source, sharded.units, device_conf, split)
+    finally:
+        torch.set_num_threads(threads)
+    assert [b["keys"] for b in device] == [b["keys"] for b in worker]
+    assert sum(len(b["keys"]) for b in worker) == 16
+    for w, d in zip(worker, device):
+        assert list(d) == list(w)  # the same keys in WeNet's order
+        assert torch.equal(d["feats_lengths"], w["feats_lengths"])
+        assert d["feats"].shape == w["feats"].shape
+        assert (d["feats"] - w["feats"]).abs().max() <= 1e-4
+        assert torch.equal(d["feats"] == 0, w["feats"] == 0)  # same masks and padding
+        assert torch.equal(d["target"], w["target"])
+        assert torch.equal(d["pcm_length"], w["pcm_length"])
+        assert (d["pcm"] - w["pcm"]).abs().max() <= 1e-6
+
+
+def test_device_path_config_errors(sharded):
+    conf = {**LOADER_CONF, "lhotse_conf": {"features_on": "gpu"}}
+    with pytest.raises(ValueError, match="lhotse_conf.features_on"):
+        epoch_batches(sharded.data_list, sharded.units, conf, "train", workers=0)
+    conf = {**LOADER_CONF, "lhotse_conf": {"features_on": "device", "device": "nonsense"}}
+    with pytest.raises(ValueError, match="lhotse_conf.device"):
+        epoch_batches(sharded.data_list, sharded.units, conf, "train", workers=0)
+    conf = {**LOADER_CONF, "feats_type": "log_mel_spectrogram",
+            "lhotse_conf": {"features_on": "device"}}
+    with pytest.raises(ValueError, match="features_on: device supports"):
+        epoch_batches(sharded.data_list, sharded.units, conf, "train", workers=0)

@@ -204,11 +204,13 @@ class WenetAsrDataset(torch.utils.data.Dataset):
         batch_cuts = [cut_list[i] for i in src]
         feats_lengths = feats_lens[order]
         t_max = int(feats_lengths.max()) if len(src) else 0
-        batch: Dict[str, Any] = {
-            "keys": [c.id for c in batch_cuts],
-            "feats": feats[order][:, :t_max].to(torch.float32),
-            "feats_lengths": feats_lengths,
-        }
+        batch: Dict[str, Any] = {"keys": [c.id for c in batch_cuts]}
+        waves = getattr(feats, "batch_entries", None)
+        if callable(waves):  # features_on: device -- waveforms now, features in training
+            batch.update(waves(order.tolist()))
+        else:
+            batch["feats"] = feats[order][:, :t_max].to(torch.float32)
+        batch["feats_lengths"] = feats_lengths
         if self.tokenizer is not None:
             targets = [torch.tensor(token_ids[i] or [], dtype=torch.int64) for i in src]
             batch["target"] = (collate_vectors(targets, padding_value=IGNORE_ID) if targets
@@ -220,7 +222,7 @@ class WenetAsrDataset(torch.utils.data.Dataset):
         batch["langs"] = [self._lang(c, texts[i]) for c, i in zip(batch_cuts, src)]
         batch["tasks"] = [cut_task(c, self.task_default) for c in batch_cuts]
 
-        if self.return_pcm:
+        if self.return_pcm and not callable(waves):  # (device mode: added in training)
             if audio is None:
                 raise ValueError("return_pcm=True but features returned no audio: "
                                  "build them with return_audio=True")

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -66,6 +66,7 @@ class CutDraws:
     seed: int
     sampling_rate: int
     augment: bool
+    dither: bool = False  # add the extractor's dither (training; WeNet's cv too)
     speed: float = 1.0
     frames: int = 0
     keep: int = 0
@@ -98,17 +99,18 @@ def plan_cut(recipe: Any, cut: Any, seed: int, augment: bool
     """Worker side: the decoded samples (int16 or float32) and the cut's draws.
 
     ``recipe`` has the worker path's fields (``extractor``, ``resample_to``, ``speeds``,
-    ``spec_aug``, ``spec_sub``, ``spec_trim``); the draws are made in the worker path's
-    order with ``random.Random(seed)``.
+    ``spec_aug``, ``spec_sub``, ``spec_trim``, ``channel``, ``eval_dither``); the draws
+    are made in the worker path's order with ``random.Random(seed)``.
     """
-    samples, sr = load_samples(cut)
+    samples, sr = load_samples(cut, getattr(recipe, "channel", 0))
     rng = random.Random(seed)
     speed = choose_speed(rng, recipe.speeds) if augment and recipe.speeds else 1.0
     n, out_sr = _num_samples(samples.shape[0], sr, recipe.resample_to, speed)
     cfg = recipe.extractor.config
     frames = kaldi.num_frames(n, cfg.frame_options(out_sr))
-    draws = CutDraws(seed=int(seed), sampling_rate=sr, augment=augment, speed=float(speed),
-                     frames=frames, keep=frames)
+    draws = CutDraws(seed=int(seed), sampling_rate=sr, augment=augment,
+                     dither=augment or bool(getattr(recipe, "eval_dither", False)),
+                     speed=float(speed), frames=frames, keep=frames)
     if augment:
         if recipe.spec_aug is not None:
             bins = recipe.extractor.feature_dim(out_sr)
@@ -118,6 +120,37 @@ def plan_cut(recipe: Any, cut: Any, seed: int, augment: bool
         if recipe.spec_trim is not None:
             draws.keep = spec_trim_draw(frames, rng, recipe.spec_trim)
     return samples, draws
+
+
+class WaveBatch(NamedTuple):
+    """What a device-mode :class:`~wenet_lhotse.features.strategy.PooledFeatures` returns
+    in place of padded features (rows in cut order)."""
+
+    wav: torch.Tensor  # (B, S_max) int16, or float32 in [-1, 1]; zero-padded
+    wav_lens: torch.Tensor  # (B,) int32, samples
+    draws: List[CutDraws]
+
+    @property
+    def shape(self) -> Tuple[int, ...]:
+        return tuple(self.wav.shape)
+
+    def batch_entries(self, order: Sequence[int]) -> Dict[str, Any]:
+        """The batch dict entries for rows ``order`` (what :class:`DeviceFeatures`
+        consumes), the waveforms cut to the longest kept row."""
+        idx = torch.as_tensor(list(order), dtype=torch.long)
+        lens = self.wav_lens[idx]
+        s_max = int(lens.max()) if len(idx) else 0
+        return {WAV_KEY: self.wav[idx][:, :s_max], WAV_LENGTHS_KEY: lens,
+                DRAWS_KEY: [self.draws[i] for i in idx.tolist()]}
+
+    @classmethod
+    def collate(cls, items: Sequence[Tuple[np.ndarray, CutDraws]]) -> WaveBatch:
+        wav, lens = collate_waves([w for w, _ in items])
+        return cls(wav, lens, [d for _, d in items])
+
+    def frames(self) -> torch.Tensor:
+        """(B,) int32: feature frames of each row after spec_trim."""
+        return torch.tensor([d.keep for d in self.draws], dtype=torch.int32)
 
 
 def collate_waves(waves: Sequence[np.ndarray]) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -202,17 +235,27 @@ class DeviceFeatures:
         else:  # mixed rates without resample_to: frame options differ per cut
             feats = [self._features([w], [d], sr)[0] for w, d, sr in zip(waves, draws, rates)]
         feats, flens = self._augment(feats, draws)
+        planned = batch.pop("feats_lengths", None)
+        if planned is not None and not torch.equal(torch.as_tensor(planned).to(torch.int32),
+                                                   flens):
+            raise RuntimeError("device features: frame counts differ from the worker's plan")
+        extra: Dict[str, Any] = {}
+        if self.return_pcm:
+            extra["pcm"] = torch.nn.utils.rnn.pad_sequence(waves, batch_first=True) if waves \
+                else torch.zeros(0, 0, device=dev)
+            extra["pcm_length"] = torch.tensor([w.numel() for w in waves], dtype=torch.int32)
+        # the worker path's key order: keys, feats, feats_lengths, ..., tasks, pcm, ...
         out: Dict[str, Any] = {}
         for key, value in batch.items():
             out[key] = value
             if key == "keys":
                 out["feats"], out["feats_lengths"] = feats, flens
+            elif key == "tasks":
+                out.update(extra)
         out.setdefault("feats", feats)
         out.setdefault("feats_lengths", flens)
-        if self.return_pcm:
-            out["pcm"] = torch.nn.utils.rnn.pad_sequence(waves, batch_first=True) if waves \
-                else torch.zeros(0, 0, device=dev)
-            out["pcm_length"] = torch.tensor([w.numel() for w in waves], dtype=torch.int32)
+        for key, value in extra.items():
+            out.setdefault(key, value)
         return out
 
     def _features(self, waves: List[torch.Tensor], draws: Sequence[CutDraws],
@@ -223,7 +266,7 @@ class DeviceFeatures:
         scaled = []
         for w, d in zip(waves, draws):
             w = w * INT16_SCALE
-            if d.augment and dither != 0.0:
+            if d.dither and dither != 0.0:
                 gen = torch.Generator(device=w.device).manual_seed(d.seed)
                 w = w + dither * torch.randn(w.shape, generator=gen, dtype=w.dtype,
                                              device=w.device)

@@ -2,6 +2,10 @@
 padded features and lengths, like Lhotse's ``OnTheFlyFeatures``, computing the per-cut
 recipe (:mod:`.pipeline`) in the calling process or in a :class:`~.pool.WorkerPool`.
 Padding is Lhotse's ``collate_matrices``/``collate_vectors`` (zeros).
+
+With ``features_on="device"`` the ``feats`` slot holds a
+:class:`~.device.WaveBatch` (waveforms and the cuts' random draws) and ``feats_lens``
+the frame counts the training process will compute (:class:`~.device.DeviceFeatures`).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from lhotse.features.base import FeatureExtractor
 
 from wenet_lhotse.errors import SkipReport, WenetDataError
 from wenet_lhotse.features.augment import SpecAugConfig, SpecSubConfig, SpecTrimConfig, as_config
+from wenet_lhotse.features.device import FEATURES_ON, WaveBatch, check_extractor
 from wenet_lhotse.features.pipeline import WENET_SPEEDS, CutPipeline, cut_seed, one_torch_thread
 from wenet_lhotse.features.pool import WorkerPool
 
@@ -24,7 +29,7 @@ from wenet_lhotse.features.pool import WorkerPool
 class PooledBatch(NamedTuple):
     """What :meth:`PooledFeatures.__call__` returns (unpacks as a 4-tuple)."""
 
-    feats: torch.Tensor  # (B, T_max, F) float32, padded with 0.0
+    feats: Any  # (B, T_max, F) float32 tensor padded with 0.0, or a device.WaveBatch
     feats_lens: torch.Tensor  # (B,) int32, frames
     cuts: CutSet  # the cuts kept, in output order
     audio: Optional[Tuple[torch.Tensor, torch.Tensor]]  # ((B, S_max) float32, (B,) int32)
@@ -55,6 +60,10 @@ class PooledFeatures:
     :param channel: the channel read from multi-channel audio (WeNet's
         ``singal_channel_conf.channel``; mono audio needs 0).
     :param eval_dither: keep the extractor's dither with ``augment=False`` (WeNet's cv).
+    :param features_on: ``"worker"`` (default: features computed here) or ``"device"``
+        (decode and random draws only; :class:`~.device.DeviceFeatures` computes the
+        features batched in the training process). ``device`` needs a Kaldi-style
+        extractor (fbank, mfcc).
 
     ``augment=False`` (cv/test) turns off speed perturbation, ``spec_*`` and (unless
     ``eval_dither``) dither.
@@ -78,6 +87,7 @@ class PooledFeatures:
         start_method: Optional[str] = None,
         channel: int = 0,
         eval_dither: bool = False,
+        features_on: str = "worker",
     ) -> None:
         if extractor is None:
             from wenet_lhotse.features.fbank import WenetFbank
@@ -91,6 +101,10 @@ class PooledFeatures:
             speeds = tuple(float(s) for s in speed_perturb)
         if num_workers < 0:
             raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+        if features_on not in FEATURES_ON:
+            raise ValueError(f"features_on must be one of {FEATURES_ON}, got {features_on!r}")
+        if features_on == "device":
+            check_extractor(extractor)
         self.pipeline = CutPipeline(
             extractor=extractor,
             resample_to=int(resample_to) if resample_to else None,
@@ -101,6 +115,7 @@ class PooledFeatures:
             return_audio=return_audio,
             channel=int(channel),
             eval_dither=bool(eval_dither),
+            features_on=features_on,
         )
         self.num_workers = int(num_workers)
         self.seed = int(seed)
@@ -169,7 +184,7 @@ class PooledFeatures:
             # 7x cheaper than to_dict() + deserialize_item, which measured ~40 us per cut.
             tasks = [(i, c, s, augment) for i, (c, s) in enumerate(zip(cut_list, seeds))]
             replies = self._get_pool().run(tasks)
-        kept, feats, pcms = [], [], []
+        kept, payloads = [], []
         for cut, (status, _, payload) in zip(cut_list, replies):
             if status == "err":
                 if not self.fault_tolerant:
@@ -177,8 +192,12 @@ class PooledFeatures:
                 self.skip_report.add(payload)
                 continue
             kept.append(cut)
-            feats.append(payload[0])
-            pcms.append(payload[1])
+            payloads.append(payload)
+        if self.pipeline.features_on == "device":  # waveforms; features come later
+            waves = WaveBatch.collate(payloads)
+            return PooledBatch(waves, waves.frames(), CutSet.from_cuts(kept), None)
+        feats = [p[0] for p in payloads]
+        pcms = [p[1] for p in payloads]
         return PooledBatch(*_collate(feats, self.feature_dim()), CutSet.from_cuts(kept),
                            _collate_audio(pcms) if self.return_audio else None)
 

@@ -136,18 +136,26 @@ def recording_from_bytes(data: bytes, recording_id: str) -> Any:
                                           source=data)])
 
 
-def load_samples(cut: Any) -> Tuple[np.ndarray, int]:
-    """``(samples (n,), sampling rate in Hz)`` of a cut's first channel (what Kaldi's
-    fbank reads, as WeNet): ``int16`` when the cut is a whole 16-bit PCM recording (a
-    file or in-memory bytes, WAV or FLAC), else float32 in [-1, 1] from
-    ``cut.load_audio()``. ``int16 / 32768`` is bit for bit the float32 Lhotse
-    (libsndfile) returns, and reading int16 skips libsndfile's slower float conversion.
+def load_samples(cut: Any, channel: int = 0) -> Tuple[np.ndarray, int]:
+    """``(samples (n,), sampling rate in Hz)`` of one channel of a cut: ``channel`` of
+    multi-channel audio, the only one of mono audio (WeNet's ``singal_channel``; a
+    ``channel`` the audio does not have is a ``ValueError``). ``int16`` when the cut is a
+    whole 16-bit PCM recording (a file or in-memory bytes, WAV or FLAC), else float32 in
+    [-1, 1] from ``cut.load_audio()``. ``int16 / 32768`` is bit for bit the float32
+    Lhotse (libsndfile) returns, and reading int16 skips libsndfile's slower float
+    conversion.
     """
     pcm = _read_pcm16(cut)
-    if pcm is not None:
-        return pcm, int(cut.sampling_rate)
-    audio = np.asarray(cut.load_audio(), dtype=np.float32)
-    return (audio[0] if audio.ndim == 2 else audio), int(cut.sampling_rate)
+    if pcm is None:
+        pcm = np.asarray(cut.load_audio(), dtype=np.float32)
+        pcm = pcm.reshape(1, -1) if pcm.ndim == 1 else pcm
+    else:
+        pcm = pcm.T  # (channels, samples)
+    if pcm.shape[0] > 1 or channel > 0:
+        if channel >= pcm.shape[0]:
+            raise ValueError(f"singal_channel_conf.channel {channel}: the audio has "
+                             f"{pcm.shape[0]} channel(s)")
+    return np.ascontiguousarray(pcm[channel if pcm.shape[0] > 1 else 0]), int(cut.sampling_rate)
 
 
 def as_float_samples(samples: np.ndarray) -> np.ndarray:
@@ -159,8 +167,9 @@ def as_float_samples(samples: np.ndarray) -> np.ndarray:
 
 def _read_pcm16(cut: Any) -> Optional[np.ndarray]:
     rec = getattr(cut, "recording", None)
+    # the whole recording, all its channels (formats.layout.is_whole_recording)
     if rec is None or len(rec.sources) != 1 or rec.transforms or cut.start != 0 \
-            or cut.num_samples != rec.num_samples:
+            or cut.num_samples != rec.num_samples or rec.num_channels != cut.num_channels:
         return None
     src = rec.sources[0]
     if src.type not in ("file", "memory"):
@@ -175,4 +184,4 @@ def _read_pcm16(cut: Any) -> Optional[np.ndarray]:
             data = f.read(dtype="int16", always_2d=True)
     except (RuntimeError, sf.LibsndfileError, TypeError):
         return None  # let Lhotse decode it (and raise its own error)
-    return np.ascontiguousarray(data[:, 0])
+    return data  # (samples, channels)

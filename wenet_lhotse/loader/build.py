@@ -87,9 +87,11 @@ class CutTransform:
 
 def make_wenet_dataset(tokenizer: Any, dataset_conf: Mapping[str, Any], split: str, *,
                        pool_workers: int = 0, seed: int = 0, fault_tolerant: bool = False,
-                       return_pcm: bool = False) -> Any:
+                       return_pcm: bool = False, features_on: str = "worker") -> Any:
     """Our ``WenetAsrDataset`` with features configured from WeNet's ``dataset_conf``
-    (fbank/mfcc/log-mel, speed perturb, resample, spec_aug/sub/trim)."""
+    (fbank/mfcc/log-mel, speed perturb, resample, spec_aug/sub/trim). With
+    ``features_on="device"`` its batches carry waveforms; :func:`device_transform` turns
+    them into features in the training process."""
     from wenet_lhotse.dataset import WenetAsrDataset
     from wenet_lhotse.features.fbank import extractor_from_wenet_conf
     from wenet_lhotse.features.strategy import PooledFeatures
@@ -114,13 +116,23 @@ def make_wenet_dataset(tokenizer: Any, dataset_conf: Mapping[str, Any], split: s
         resample_to=(conf.get("resample_conf") or {}).get("resample_rate", 16000),
         spec_aug=aug("spec_aug", default=True), spec_sub=aug("spec_sub"),
         spec_trim=aug("spec_trim"),
-        seed=seed, fault_tolerant=fault_tolerant, return_audio=return_pcm)
+        seed=seed, fault_tolerant=fault_tolerant, return_audio=return_pcm,
+        features_on=features_on)
     speaker_conf = conf.get("speaker_conf") or {}
     dataset = WenetAsrDataset(tokenizer, features, split=split, return_pcm=return_pcm,
                               fault_tolerant=fault_tolerant,
                               speaker_table=speaker_conf.get("speaker_table_path"))
     dataset.freeze_epoch = split == "cv" and cv_dither == "fixed"
     return dataset
+
+
+def device_transform(dataset: Any, device: Optional[str]) -> Any:
+    """The training-process half of ``features_on: device`` for our dataset."""
+    from wenet_lhotse.features.device import DeviceFeatures
+
+    p = dataset.features.pipeline
+    return DeviceFeatures(p.extractor, p.resample_to, device=device,
+                          return_pcm=dataset.return_pcm)
 
 
 def _map_reader(spec: SourceSpec, cfg: LoaderConfig, seed: int, strict: bool,
@@ -375,17 +387,22 @@ def build_dataloader(
     specs = parse_sources(sources)
     ws, rk = world_info(world_size, rank)
     strict = not lconf.fault_tolerant
+    transform = None
     if dataset is None:
         dataset = make_wenet_dataset(tokenizer, cfg.dataset_conf, split,
                                      pool_workers=lconf.pool_workers, seed=seed,
                                      fault_tolerant=lconf.fault_tolerant,
-                                     return_pcm=lconf.return_pcm)
+                                     return_pcm=lconf.return_pcm,
+                                     features_on=lconf.features_on)
+        if lconf.features_on == "device":
+            transform = device_transform(dataset, lconf.device)
     filter_conf = cfg.dataset_conf.get("filter_conf") or {}
     use_filter = tokenizer is not None and split != "infer"
     transforms = [CutTransform(tokenizer if use_filter else None,
                                filter_conf if use_filter else None, s.tags) for s in specs]
 
-    loader_kw: Dict[str, Any] = {"num_workers": num_workers, "pin_memory": pin_memory}
+    loader_kw: Dict[str, Any] = {"num_workers": num_workers, "pin_memory": pin_memory,
+                                 "batch_transform": transform}
     if num_workers > 0:
         loader_kw["persistent_workers"] = persistent_workers
         if prefetch_factor is not None:

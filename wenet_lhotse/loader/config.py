@@ -53,6 +53,11 @@ similar durations) and are ignored.
       return_pcm: false        # add pcm / pcm_length (the waveform) to each batch
       probe_cache: false       # raw lists: probe headers once across ranks, cache them
                                # beside the list (true) or in this directory
+      features_on: worker      # worker | device: DataLoader workers send waveforms (int16
+                               # for 16-bit audio), the training process computes dither,
+                               # fbank/mfcc and spec_* batched on `device`
+      device: null             # for features_on: device; default: the current CUDA
+                               # device when CUDA is available, else cpu
       cv_partition: true       # split cv across ranks (false: all on every rank, as WeNet;
                                # the default under the init_dataset_and_dataloader drop-in)
       lang_from_data: false    # langs from the data's own language (a raw line's lang)
@@ -66,6 +71,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Mapping, Optional
+
+from wenet_lhotse.features.device import FEATURES_ON
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +106,8 @@ class LhotseConf:
     lang_from_data: bool = False
     probe_cache: Any = False
     cv_dither: str = "wenet"
+    features_on: str = "worker"
+    device: Optional[str] = None
 
     @classmethod
     def from_dict(cls, conf: Optional[Mapping[str, Any]]) -> LhotseConf:
@@ -118,6 +127,16 @@ class LhotseConf:
                              f"got {out.batch_by!r}")
         if out.num_buckets < 1:
             raise ValueError("lhotse_conf.num_buckets must be >= 1")
+        if out.features_on not in FEATURES_ON:
+            raise ValueError(f"lhotse_conf.features_on must be one of {FEATURES_ON}, got "
+                             f"{out.features_on!r}")
+        if out.device is not None:
+            try:
+                import torch
+
+                torch.device(out.device)
+            except (RuntimeError, TypeError) as err:
+                raise ValueError(f"lhotse_conf.device: {err}") from None
         return out
 
 

@@ -17,7 +17,7 @@ skipped in fault-tolerant mode, wherever it was skipped, into ``skip_report``.
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, Tuple
 
 import torch
 from lhotse import CutSet
@@ -100,8 +100,11 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
     mode = ""
 
     def __init__(self, dataset: Any, *, skip_report: Optional[SkipReport] = None,
-                 **kw: Any) -> None:
+                 batch_transform: Optional[Callable[[Any], Any]] = None, **kw: Any) -> None:
         super().__init__(dataset, batch_size=None, **kw)
+        #: applied to each batch in this (the training) process, e.g. features computed
+        #: on the model's device (``lhotse_conf.features_on: device``)
+        self.batch_transform = batch_transform
         #: every item skipped in fault-tolerant mode, wherever it was skipped (readers in
         #: this process, and readers, features and dataset in DataLoader workers)
         self.skip_report = skip_report if skip_report is not None else SkipReport()
@@ -144,6 +147,8 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
             batch = self._unwrap(item)
             if isinstance(batch, dict) and BATCH_SKIPS_KEY in batch:
                 self.skip_report.extend(batch.pop(BATCH_SKIPS_KEY))  # logged where skipped
+            if self.batch_transform is not None:
+                batch = self.batch_transform(batch)
             yield batch
         self._finished = True
         self._report_skips()
