@@ -14,7 +14,8 @@ static batch 16) through ``build_dataloader``, for a raw list and for tar shards
   main process (pickling, shared memory, unpickling), CPU of the process tree;
 * **total**: the real loader with ``--workers`` DataLoader workers, CPU of the process
   tree (psutil) over one epoch, of which "setup" is building the train and cv loaders
-  (the drop-in builds both; metadata, bucket bins); "other" is total minus everything
+  (the drop-in builds both; metadata, bucket bins; the cv set is 1/25 of the train
+  set); "other" is total minus everything
   above (Python glue, the DataLoader's loop, the main process).
 
 All in CPU seconds per hour of audio (feature frames x 10 ms). Also printed: the first
@@ -29,7 +30,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -39,7 +39,7 @@ warnings.filterwarnings("ignore")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
-from wenet_baseline import AISHELL_CONF, make_corpus, tree_usage  # noqa: E402
+from wenet_baseline import corpus_dir, drop_in_args, make_corpus, tree_usage  # noqa: E402
 
 STAGES = ("sampler", "decode", "resample", "speed perturb", "dither", "fbank", "spec_aug",
           "collation")
@@ -62,13 +62,9 @@ def build(corpus: Path, data_type: str, workers: int, lconf: Dict[str, Any]):
     from wenet_lhotse.text import CharTokenizer
     from wenet_lhotse.wenet_compat import init_dataset_and_dataloader
 
-    conf = json.loads(json.dumps(AISHELL_CONF))
-    conf["speaker_conf"] = {"speaker_table_path": str(corpus / "speakers.txt")}
+    args, conf = drop_in_args(corpus, data_type, workers)
     if lconf:
         conf["lhotse_conf"] = lconf
-    data = str(corpus / ("data.list" if data_type == "raw" else "shards.list"))
-    args = argparse.Namespace(train_data=data, cv_data=data, data_type=data_type,
-                              num_workers=workers, pin_memory=False, prefetch=2)
     dataset, _, loader, _ = init_dataset_and_dataloader(
         args, {"dataset_conf": conf}, CharTokenizer(corpus / "units.txt"), 777)
     return dataset, loader
@@ -259,10 +255,10 @@ def main() -> None:
     trees = ([("before", args.before.resolve())] if args.before else []) + [("after", REPO)]
     if not args.before:
         trees = [("this tree", REPO)]
-    tmp_parent = "/dev/shm" if os.path.isdir("/dev/shm") else None
-    with tempfile.TemporaryDirectory(dir=tmp_parent) as d:
-        corpus = make_corpus(Path(d), args.num_utts)
-        print(f"corpus: {args.num_utts} utterances (1-15 s), WeNet aishell train conf "
+    with corpus_dir() as (root, where):
+        corpus = make_corpus(root, args.num_utts)
+        print(f"corpus: {args.num_utts} utterances (1-15 s, in {where}; cv: "
+              f"{max(8, args.num_utts // 25)}), WeNet aishell train conf "
               f"(speed perturb, fbank 80, dither 0.1, spec_aug, static batch 16); "
               f"{args.workers} DataLoader workers; {os.cpu_count()} CPUs, load average "
               f"{os.getloadavg()[0]:.1f}; lhotse_conf {lconf or '{}'}; "

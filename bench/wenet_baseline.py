@@ -3,7 +3,9 @@
 Same generated corpus (raw list and tar shards, in RAM when ``/dev/shm`` exists), same
 ``dataset_conf`` (WeNet's aishell train augmentation: speed perturbation 0.9/1.0/1.1,
 fbank 80, dither 0.1, spec_aug 2x50 frames / 2x10 bins; static batches of 16, shuffle
-1500, sort 500), same tokenizer table, same number of DataLoader workers and cores:
+1500, sort 500), same tokenizer table, same number of DataLoader workers and cores, and
+a separate cv set of 1/25 the size (``--cv_data``; both build a cv loader, only the train
+loader is iterated):
 
 * **WeNet**: ``wenet.utils.train_utils.init_dataset_and_dataloader`` from the snapshot
   at ``$WENET_ROOT`` (default ``../shared/wenet``), run with the stand-ins of
@@ -41,28 +43,33 @@ import sys
 import tempfile
 import time
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 warnings.filterwarnings("ignore")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-#: WeNet's aishell ``dataset_conf`` (examples/aishell/s0/conf/train_conformer.yaml).
-AISHELL_CONF: Dict[str, Any] = {
-    "filter_conf": {"max_length": 40960, "min_length": 0, "token_max_length": 200,
-                    "token_min_length": 1},
-    "resample_conf": {"resample_rate": 16000},
-    "speed_perturb": True,
-    "fbank_conf": {"num_mel_bins": 80, "frame_shift": 10, "frame_length": 25, "dither": 0.1},
-    "spec_aug": True,
-    "spec_aug_conf": {"num_t_mask": 2, "num_f_mask": 2, "max_t": 50, "max_f": 10},
-    "shuffle": True,
-    "shuffle_conf": {"shuffle_size": 1500},
-    "sort": True,
-    "sort_conf": {"sort_size": 500},
-    "batch_conf": {"batch_type": "static", "batch_size": 16},
-}
+def aishell_conf() -> Dict[str, Any]:
+    """WeNet's aishell train ``dataset_conf`` (examples/aishell/s0/conf), as the
+    ``wenet-lhotse bench`` command uses it."""
+    from wenet_lhotse.cli.bench_cmd import AISHELL_DATASET_CONF
+
+    return json.loads(json.dumps(AISHELL_DATASET_CONF))
+
+
+def drop_in_args(corpus: Path, data_type: str, workers: int
+                 ) -> Tuple[argparse.Namespace, Dict[str, Any]]:
+    """WeNet's ``train.py`` arguments and yaml dataset_conf for the corpus (``conf.json``
+    written by :func:`make_corpus`): train on the corpus, cv on its small cv set."""
+    conf = json.loads((corpus / "conf.json").read_text())
+    conf["speaker_conf"] = {"speaker_table_path": str(corpus / "speakers.txt")}
+    name = "data.list" if data_type == "raw" else "shards.list"
+    args = argparse.Namespace(train_data=str(corpus / name), cv_data=str(corpus / "cv" / name),
+                              data_type=data_type, num_workers=workers, pin_memory=False,
+                              prefetch=2)
+    return args, conf
 
 
 def tree_usage() -> Dict[str, float]:
@@ -89,12 +96,8 @@ def child(which: str, corpus: Path, data_type: str, workers: int, speed: bool,
     import torch
 
     torch.set_num_threads(1)
-    conf = json.loads(json.dumps(AISHELL_CONF))
+    args, conf = drop_in_args(corpus, data_type, workers)
     conf["speed_perturb"] = speed
-    conf["speaker_conf"] = {"speaker_table_path": str(corpus / "speakers.txt")}
-    data = str(corpus / ("data.list" if data_type == "raw" else "shards.list"))
-    args = argparse.Namespace(train_data=data, cv_data=data, data_type=data_type,
-                              num_workers=workers, pin_memory=False, prefetch=2)
     if which == "wenet":
         from wenet_harness import import_wenet
 
@@ -147,15 +150,30 @@ def run_child(which: str, corpus: Path, data_type: str, workers: int, speed: boo
 
 
 def make_corpus(root: Path, num_utts: int) -> Path:
+    """The train corpus (raw list and ~8 shards) under ``root``, a cv corpus of 1/25 of
+    its size under ``root/cv`` (cv sets are small; WeNet builds its cv loader lazily and
+    ours reads its metadata at start), a speaker table, and ``conf.json``."""
     from wenet_lhotse.corpus import generate_corpus
 
     corpus = generate_corpus(root, num_utterances=num_utts, min_duration=1.0,
                              max_duration=15.0, duration_dist="realistic",
                              shard_size=max(10, num_utts // 8), seed=3)
+    n_cv = max(8, num_utts // 25)
+    generate_corpus(root / "cv", num_utterances=n_cv, min_duration=1.0, max_duration=15.0,
+                    duration_dist="realistic", shard_size=n_cv, seed=4, prefix="cv-")
     speakers = sorted({json.loads(line).get("speaker", "")
                        for line in corpus.data_list.read_text().splitlines()})
     (root / "speakers.txt").write_text("".join(f"{s} {i}\n" for i, s in enumerate(speakers)))
+    (root / "conf.json").write_text(json.dumps(aishell_conf()))
     return root
+
+
+@contextmanager
+def corpus_dir() -> Iterator[Tuple[Path, str]]:
+    """A temporary directory in RAM (``/dev/shm``) when there is one, and where it is."""
+    parent = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    with tempfile.TemporaryDirectory(dir=parent) as d:
+        yield Path(d), ("RAM (/dev/shm)" if parent else "a temporary directory")
 
 
 def main() -> None:
@@ -183,11 +201,10 @@ def main() -> None:
     if missing:
         print(f"WeNet rows skipped: {missing}")
     extra = json.loads(args.lhotse_conf) or None
-    tmp_parent = "/dev/shm" if os.path.isdir("/dev/shm") else None
-    with tempfile.TemporaryDirectory(dir=tmp_parent) as d:
-        corpus = make_corpus(Path(d), args.num_utts)
-        print(f"corpus: {args.num_utts} utterances (1-15 s, AISHELL-like), in "
-              f"{'RAM (/dev/shm)' if tmp_parent else 'a temporary directory'}; "
+    with corpus_dir() as (root, where):
+        corpus = make_corpus(root, args.num_utts)
+        print(f"corpus: {args.num_utts} utterances (1-15 s, AISHELL-like; cv: "
+              f"{max(8, args.num_utts // 25)}), in {where}; "
               f"{args.workers} DataLoader workers; {os.cpu_count()} CPUs; load average "
               f"{os.getloadavg()[0]:.1f}; {args.rounds} alternating rounds, medians")
         print("WeNet's speed perturbation runs through the harness's sox_effects stand-in "
