@@ -56,6 +56,7 @@ _EXPORTS = {
     "WhisperLogMelConfig": "wenet_lhotse.features",
     "extractor_from_wenet_conf": "wenet_lhotse.features",
     "PooledFeatures": "wenet_lhotse.features",
+    "DeviceFeatures": "wenet_lhotse.features",
     "SpecAugConfig": "wenet_lhotse.features",
     "SpecSubConfig": "wenet_lhotse.features",
     "SpecTrimConfig": "wenet_lhotse.features",

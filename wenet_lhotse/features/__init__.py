@@ -4,12 +4,14 @@ Submodules: :mod:`.fbank` (Lhotse extractors and the ``feats_type`` factory),
 :mod:`.kaldi` (pure-torch Kaldi fbank/MFCC kernels), :mod:`.whisper` (Whisper log-mel),
 :mod:`.augment` (speed perturbation, spec_aug/sub/trim), :mod:`.pipeline` (the per-cut
 recipe and its seeds), :mod:`.pool` (the process pool), :mod:`.strategy`
-(:class:`PooledFeatures`), :mod:`.reference` (locating torchaudio for comparisons).
+(:class:`PooledFeatures`), :mod:`.device` (features on the training device:
+:class:`DeviceFeatures`), :mod:`.reference` (locating torchaudio for comparisons).
 """
 
 from __future__ import annotations
 
 from wenet_lhotse.features.augment import SpecAugConfig, SpecSubConfig, SpecTrimConfig
+from wenet_lhotse.features.device import DeviceFeatures
 from wenet_lhotse.features.fbank import (
     WenetFbank,
     WenetFbankConfig,
@@ -23,6 +25,7 @@ from wenet_lhotse.features.pipeline import cut_seed
 from wenet_lhotse.features.strategy import PooledBatch, PooledFeatures
 
 __all__ = [
+    "DeviceFeatures",
     "PooledBatch",
     "PooledFeatures",
     "SpecAugConfig",
