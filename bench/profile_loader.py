@@ -39,7 +39,13 @@ warnings.filterwarnings("ignore")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
-from wenet_baseline import corpus_dir, drop_in_args, make_corpus, tree_usage  # noqa: E402
+from wenet_baseline import (  # noqa: E402
+    corpus_dir,
+    drop_in_args,
+    make_corpus,
+    preload_langid,
+    tree_usage,
+)
 
 STAGES = ("sampler", "decode", "resample", "speed perturb", "dither", "fbank", "spec_aug",
           "collation")
@@ -102,7 +108,7 @@ def _code():
     for strategy in ("wenet_lhotse.features.strategy", "wenet_lhotse.features.pool"):
         try:
             mod = importlib.import_module(strategy)
-            return mod.PooledBatch, mod._collate
+            return mod.PooledBatch, mod._collate, mod._collate_audio
         except (ImportError, AttributeError):
             continue
     raise ImportError("no PooledBatch/_collate in this code tree")
@@ -118,7 +124,7 @@ def profile_stages(dataset, batches, clock: StageClock) -> List[Dict[str, Any]]:
     from wenet_lhotse.features import augment, cut_seed, kaldi
     from wenet_lhotse.features.fbank import INT16_SCALE
 
-    PooledBatch, collate_feats = _code()
+    PooledBatch, collate_feats, collate_audio = _code()
     features = dataset.features
     p = features.pipeline
     cfg = p.extractor.config
@@ -132,7 +138,7 @@ def profile_stages(dataset, batches, clock: StageClock) -> List[Dict[str, Any]]:
 
     out = []
     for cuts in batches:
-        feats_list = []
+        feats_list, pcms = [], []
         for cut in cuts:
             seed = cut_seed(features.seed, 0, cut.id)
             samples, sr = clock.run("decode", decode, cut)
@@ -143,6 +149,7 @@ def profile_stages(dataset, batches, clock: StageClock) -> List[Dict[str, Any]]:
             if p.speeds:
                 factor = augment.choose_speed(rng, p.speeds)
                 samples = clock.run("speed perturb", augment.speed_perturb, samples, sr, factor)
+            pcms.append(np.asarray(samples, dtype=np.float32))
             gen = torch.Generator().manual_seed(seed)
             wave = torch.from_numpy(np.ascontiguousarray(samples)) * INT16_SCALE
             wave = clock.run("dither", kaldi._dithered, wave, cfg.dither, gen)
@@ -152,9 +159,10 @@ def profile_stages(dataset, batches, clock: StageClock) -> List[Dict[str, Any]]:
                 feats = clock.run("spec_aug", augment.spec_aug, feats, rng, p.spec_aug)
             feats_list.append(np.ascontiguousarray(feats))
 
-        def collate(cuts=cuts, feats_list=feats_list):
+        def collate(cuts=cuts, feats_list=feats_list, pcms=pcms):
             padded, lens = collate_feats(feats_list, features.feature_dim())
-            done = PooledBatch(padded, lens, cuts, None)
+            audio = collate_audio(pcms) if getattr(dataset, "return_pcm", False) else None
+            done = PooledBatch(padded, lens, cuts, audio)
             real = dataset.features
             dataset.features = lambda c, augment=True: done
             try:
@@ -191,6 +199,7 @@ def total_cpu(corpus: Path, data_type: str, workers: int, lconf: Dict[str, Any])
     import torch
 
     torch.set_num_threads(1)
+    preload_langid()  # a start-up cost, as in bench/wenet_baseline.py
     before = tree_usage()["cpu"]
     t0 = time.perf_counter()
     _, loader = build(corpus, data_type, workers, lconf)
