@@ -46,15 +46,73 @@ class _QuietHandler(SimpleHTTPRequestHandler):
         pass
 
 
+class AdversarialHandler(_QuietHandler):
+    """Serves files, misbehaving as ``self.server.mode`` says:
+
+    * ``ok``: like a plain server;
+    * ``trickle``: 512 bytes every ``server.interval`` seconds;
+    * ``stall``: the headers and 1 KiB, then nothing until the server stops;
+    * ``drop``: half the body, then the connection is closed (no Content-Length);
+    * ``lie_length``: a Content-Length larger than the body, then close;
+    * ``lie_content``: status 200 with an HTML page instead of the file;
+    * ``error``: status 500.
+    """
+
+    def do_GET(self):
+        mode, stop = self.server.mode, self.server.stop
+        if mode == "ok":
+            return super().do_GET()
+        if mode == "error":
+            self.send_error(500, "internal error")
+            return
+        try:
+            with open(self.translate_path(self.path), "rb") as f:
+                data = f.read()
+        except OSError:
+            self.send_error(404)
+            return
+        if mode == "lie_content":
+            data = b"<html><body>Welcome! Please log in.</body></html>" * 20
+        self.send_response(200)
+        if mode in ("trickle", "stall", "lie_content"):
+            self.send_header("Content-Length", str(len(data)))
+        elif mode == "lie_length":
+            self.send_header("Content-Length", str(len(data) * 3))
+        self.end_headers()
+        self.close_connection = True
+        try:
+            if mode == "trickle":
+                for i in range(0, len(data), 512):
+                    self.wfile.write(data[i:i + 512])
+                    self.wfile.flush()
+                    if stop.wait(self.server.interval):
+                        return
+            elif mode == "stall":
+                self.wfile.write(data[:1024])
+                self.wfile.flush()
+                stop.wait()
+            elif mode == "drop":
+                self.wfile.write(data[: len(data) // 2])
+            else:
+                self.wfile.write(data)
+        except OSError:  # the client gave up: what a deadline is for
+            pass
+
+
 @pytest.fixture
 def http_serve():
-    """``serve(directory, handler_class=...) -> base URL``: a real HTTP server on
-    127.0.0.1 (free port) per call, shut down after the test."""
+    """``serve(directory, handler_class=..., mode="ok", interval=0.2) -> base URL``: a real
+    HTTP server on 127.0.0.1 (free port) per call, shut down after the test. With
+    :class:`AdversarialHandler` (the default), ``mode`` picks how it misbehaves."""
     servers = []
 
-    def serve(directory, handler_class=_QuietHandler) -> str:
+    def serve(directory, handler_class=AdversarialHandler, mode="ok",
+              interval=0.2) -> str:
         handler = functools.partial(handler_class, directory=str(directory))
         server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        server.daemon_threads = True
+        server.block_on_close = False  # a stalled handler must not hold up the test
+        server.mode, server.interval, server.stop = mode, interval, threading.Event()
         thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
         thread.start()
         servers.append((server, thread))
@@ -62,6 +120,7 @@ def http_serve():
 
     yield serve
     for server, thread in servers:
+        server.stop.set()
         server.shutdown()
         server.server_close()
         thread.join()

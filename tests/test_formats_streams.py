@@ -1,4 +1,5 @@
-"""Shards over real HTTP (a server on 127.0.0.1) and through ``pipe:`` commands."""
+"""Shards over real HTTP (a server on 127.0.0.1) and through ``pipe:`` commands
+(allowed explicitly: see tests/test_hardening_security.py for the refusal)."""
 
 from __future__ import annotations
 
@@ -60,7 +61,8 @@ def test_http_missing_shard(sharded, http_root, tmp_path):
 def test_pipe_cat(sharded, tmp_path):
     lst = tmp_path / "pipe.list"
     lst.write_text("".join(f"pipe:cat {p}\n" for p in sharded.shards_list.read_text().split()))
-    assert_same_cuts(list(read_shard_list(lst)), list(read_shard_list(sharded.shards_list)))
+    assert_same_cuts(list(read_shard_list(lst, allow_pipe=True)),
+                     list(read_shard_list(sharded.shards_list)))
 
 
 def test_failing_pipe_names_the_command(sharded, tmp_path):
@@ -69,12 +71,12 @@ def test_failing_pipe_names_the_command(sharded, tmp_path):
     lst.write_text(f"pipe:cat {first}\npipe:cat {tmp_path}/missing.tar\n")
     with pytest.raises(WenetDataError, match=r"pipe:cat .*missing.tar: command exited with "
                                              r"status 1: cat: .*No such file") as e:
-        list(read_shard_list(lst))
+        list(read_shard_list(lst, allow_pipe=True))
     assert e.value.kind == "io"
     # a command that fails after a complete tar is still reported
     lst.write_text(f"pipe:cat {first}; exit 3\n")
     report = SkipReport()
-    got = list(read_shard_list(lst, strict=False, skip_report=report))
+    got = list(read_shard_list(lst, strict=False, skip_report=report, allow_pipe=True))
     assert [c.id for c in got] == sharded.keys[:2]
     assert [i.kind for i in report] == ["io"] and "status 3" in report.items[0].message
 
@@ -84,10 +86,10 @@ def test_stopping_early_ends_the_command(sharded, tmp_path):
     first = sharded.shards_list.read_text().split()[0]
     # `yes` never ends by itself: the reader must kill it when the consumer stops
     lst.write_text(f"pipe:cat {first}; yes\n")
-    it = iter(read_shard_list(lst))
+    it = iter(read_shard_list(lst, allow_pipe=True))
     assert next(it).id == sharded.keys[0]
     it.close()
-    f = open_input("pipe:yes")
+    f = open_input("pipe:yes", allow_pipe=True)
     assert f.read(4) == b"y\ny\n"
     f.close()
     assert f.raw._proc.poll() is not None  # killed, not left running
@@ -97,7 +99,7 @@ def test_open_input_kinds(sharded, http_root):
     tar = sharded.shards_list.read_text().split()[0]
     data = open(tar, "rb").read()
     for name in (tar, f"file://{tar}", f"pipe:cat {tar}", f"{http_root}/{tar_names(sharded)[0]}"):
-        with open_input(name) as f:
+        with open_input(name, allow_pipe=True) as f:
             assert f.read() == data
     with pytest.raises(WenetDataError, match="no such file"):
         open_input(tar + ".absent")

@@ -89,7 +89,11 @@ def test_shar_on_object_storage_streams_over_http(tmp_path, http_serve):
                        for i in range(3)],
               "recording": [f"pipe:curl -sf {base}/recording.{i:06d}.tar" for i in range(3)]}
     source = {"fields": fields, "tags": {"lang": "xx"}}
-    conf = {"fbank_conf": {"num_mel_bins": 40}}
+    with pytest.raises(ValueError, match="allow_pipe"):  # commands only when allowed
+        _, loader = build_dataloader([source], CharTokenizer(c.units),
+                                     {"fbank_conf": {"num_mel_bins": 40}}, "train")
+        next(iter(loader))
+    conf = {"fbank_conf": {"num_mel_bins": 40}, "lhotse_conf": {"allow_pipe": True}}
     _, loader = build_dataloader([source], CharTokenizer(c.units), conf, "train",
                                  num_workers=2)
     assert loader.mode == "streamed"
@@ -99,4 +103,4 @@ def test_shar_on_object_storage_streams_over_http(tmp_path, http_serve):
         assert {lang for b in batches for lang in b["langs"]} == {"xx"}
     with pytest.raises(ValueError, match="can only be streamed"):
         build_dataloader([source], CharTokenizer(c.units),
-                         {**conf, "lhotse_conf": {"mode": "map"}}, "train")
+                         {**conf, "lhotse_conf": {"mode": "map", "allow_pipe": True}}, "train")

@@ -6,6 +6,7 @@ import time
 
 import click
 
+from wenet_lhotse.cli.data import allow_pipe_option
 from wenet_lhotse.cli.main import main
 
 #: ``dataset_conf`` used without CONFIG: WeNet's aishell recipe (train.yaml) settings.
@@ -39,7 +40,8 @@ AISHELL_DATASET_CONF = {
 @click.option("--num-workers", default=2, show_default=True, help="DataLoader workers.")
 @click.option("--prefetch", default=2, show_default=True, help="Batches prefetched per worker.")
 @click.option("--seed", default=777, show_default=True)
-def bench(config, data, data_type, units, num_batches, num_workers, prefetch, seed):
+@allow_pipe_option
+def bench(config, data, data_type, units, num_batches, num_workers, prefetch, seed, allow_pipe):
     """Run CONFIG's training loader (WeNet yaml: dataset_conf, tokenizer_conf) for N
     batches and print throughput (audio seconds per wall second; audio seconds are
     feature frames x frame shift), time to first batch, batch count, mean batch
@@ -58,6 +60,8 @@ def bench(config, data, data_type, units, num_batches, num_workers, prefetch, se
         configs = {"dataset_conf": AISHELL_DATASET_CONF}
     dataset_conf = dict(configs.get("dataset_conf") or {})
     lconf = dataset_conf.get("lhotse_conf") or {}
+    if allow_pipe:
+        lconf = dataset_conf["lhotse_conf"] = {**lconf, "allow_pipe": True}
     if data is not None:
         sources = [{"path": data, "type": DATA_TYPES[data_type]}]
     elif lconf.get("sources"):

@@ -33,6 +33,23 @@ def _default_jobs() -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
 
+#: ``--allow-pipe``: every command that reads inputs takes it.
+allow_pipe_option = click.option(
+    "--allow-pipe", is_flag=True,
+    help="Run the shell commands of 'pipe:CMD' lines in shard lists (and 'command' audio "
+         "sources of manifests). Without it they are refused: data never runs a command "
+         "unless you allow it.")
+
+
+def _fail(err: Exception, hint: str = "") -> click.ClickException:
+    """A one-line error for bad input (``hint`` on a second line, when it can help)."""
+    kind = getattr(err, "kind", None)
+    text = str(err).splitlines()[0] if str(err) else type(err).__name__
+    if hint and kind not in ("refused", "format", "missing_file"):
+        text += f"\n{hint}"
+    return click.ClickException(text)
+
+
 def _print_skips(report, limit: int = 20) -> None:
     items = list(report)
     for item in items[:limit]:
@@ -72,8 +89,9 @@ def _print_skips(report, limit: int = 20) -> None:
               help="Skip bad lines/members (each is logged and counted) instead of "
                    "stopping at the first one.")
 @click.option("--cluster", default=None, metavar="tcp://HOST:PORT", help=CLUSTER_HELP)
+@allow_pipe_option
 def import_cmd(data_list, out, data_type, shar_dir, shard_size, audio_format, wav_root, jobs,
-               skip_errors, cluster):
+               skip_errors, cluster, allow_pipe):
     """Import a WeNet DATA_LIST into Lhotse.
 
     \b
@@ -100,7 +118,7 @@ def import_cmd(data_list, out, data_type, shar_dir, shard_size, audio_format, wa
         try:
             data_type = detect_data_type(data_list)
         except WenetDataError as err:
-            raise click.ClickException(str(err)) from None
+            raise _fail(err) from None
     report = SkipReport()
     strict = not skip_errors
     try:
@@ -119,11 +137,15 @@ def import_cmd(data_list, out, data_type, shar_dir, shard_size, audio_format, wa
             res = wenet_to_shar(data_list, shar_dir, data_type=data_type, shard_size=shard_size,
                                 num_jobs=jobs, audio_format=audio_format, strict=strict,
                                 skip_report=report, wav_root=wav_root, progress=True,
-                                cluster=cluster)
+                                cluster=cluster, allow_pipe=allow_pipe)
             _print_skips(report)
             click.echo(f"Shar: {res.out_dir} ({res.num_shards} shards: {len(res.written_shards)} "
                        f"written, {len(res.skipped_shards)} already complete; "
                        f"{res.num_cuts_written} utterances written, {len(report)} skipped)")
+            if res.shards_with_skips:
+                click.echo(f"{len(res.shards_with_skips)} shards were written with items "
+                           "skipped (recorded in them): fix the input and run this again to "
+                           "rewrite them", err=True)
         else:
             from wenet_lhotse.convert.raw import import_raw
 
@@ -138,7 +160,7 @@ def import_cmd(data_list, out, data_type, shar_dir, shard_size, audio_format, wa
             click.echo(f"cuts: {res.out_path} ({res.num_cuts} utterances, "
                        f"{res.seconds_of_audio / 3600:.3f} h, {len(report)} skipped)")
     except WenetDataError as err:
-        raise click.ClickException(f"{err}\n(use --skip-errors to skip bad items)") from None
+        raise _fail(err, "(use --skip-errors to skip bad items)") from None
     except ClusterError as err:
         raise click.ClickException(str(err)) from None
 
@@ -160,7 +182,8 @@ def import_cmd(data_list, out, data_type, shar_dir, shard_size, audio_format, wa
                    "[default: <list name>_audio/ next to the list].")
 @click.option("--cluster", default=None, metavar="tcp://HOST:PORT",
               help="With --shards: " + CLUSTER_HELP)
-def export_cmd(source, out, shards_dir, shard_size, jobs, audio_dir, cluster):
+@allow_pipe_option
+def export_cmd(source, out, shards_dir, shard_size, jobs, audio_dir, cluster, allow_pipe):
     """Export Lhotse cuts back to WeNet format.
 
     CUTS_OR_SHAR is a cuts manifest (.jsonl.gz), a Shar directory, or a WeNet list.
@@ -179,7 +202,7 @@ def export_cmd(source, out, shards_dir, shard_size, jobs, audio_dir, cluster):
             from wenet_lhotse.convert.export import export_shards
 
             lst = export_shards(source, shards_dir, shard_size=shard_size, list_path=out,
-                                num_workers=jobs, progress=True, cluster=cluster)
+                                num_workers=jobs, progress=True, cluster=cluster, allow_pipe=allow_pipe)
             click.echo(f"shards: {shards_dir}, list: {lst}")
         else:
             if cluster:
@@ -189,10 +212,11 @@ def export_cmd(source, out, shards_dir, shard_size, jobs, audio_dir, cluster):
                 raise click.UsageError("pass -o data.list (or --shards DIR for tar shards)")
             from wenet_lhotse.convert.export import export_raw_list
 
-            lst = export_raw_list(source, out, audio_dir=audio_dir, progress=True)
+            lst = export_raw_list(source, out, audio_dir=audio_dir, progress=True,
+                                  allow_pipe=allow_pipe)
             click.echo(f"raw list: {lst}")
     except (WenetDataError, ValueError, ClusterError) as err:
-        raise click.ClickException(str(err)) from None
+        raise _fail(err) from None
 
 
 @main.command("validate")
@@ -202,7 +226,8 @@ def export_cmd(source, out, shards_dir, shard_size, jobs, audio_dir, cluster):
 @click.option("-j", "--jobs", type=int, default=1, show_default=True,
               help="Processes checking tars / Shar shards in parallel (shard lists, Shar).")
 @click.option("--cluster", default=None, metavar="tcp://HOST:PORT", help=CLUSTER_HELP)
-def validate_cmd(path, max_report, jobs, cluster):
+@allow_pipe_option
+def validate_cmd(path, max_report, jobs, cluster, allow_pipe):
     """Read PATH completely, decoding every utterance's audio, and report each problem
     with its file and line (lists, manifests) or tar and member (shards, Shar).
 
@@ -217,7 +242,8 @@ def validate_cmd(path, max_report, jobs, cluster):
     from wenet_lhotse.convert.executor import ClusterError
 
     try:
-        res = validate(path, progress=True, num_jobs=jobs, cluster=cluster)
+        res = validate(path, progress=True, num_jobs=jobs, cluster=cluster,
+                       allow_pipe=allow_pipe)
     except ClusterError as err:
         raise click.ClickException(str(err)) from None
     items = list(res.problems)
@@ -242,7 +268,8 @@ def validate_cmd(path, max_report, jobs, cluster):
 @click.option("-j", "--jobs", type=int, default=1, show_default=True,
               help="Processes reading tars (shard lists) or probing headers (raw lists).")
 @click.option("--cluster", default=None, metavar="tcp://HOST:PORT", help=CLUSTER_HELP)
-def stats_cmd(path, plot, as_json, jobs, cluster):
+@allow_pipe_option
+def stats_cmd(path, plot, as_json, jobs, cluster, allow_pipe):
     """Describe PATH: utterances, hours, speakers, and the distribution
     (min/mean/percentiles/max) of duration (seconds) and text length (characters).
 
@@ -257,7 +284,8 @@ def stats_cmd(path, plot, as_json, jobs, cluster):
     from wenet_lhotse.convert.stats import corpus_stats, plot_stats
 
     try:
-        st = corpus_stats(path, progress=not as_json, num_jobs=jobs, cluster=cluster)
+        st = corpus_stats(path, progress=not as_json, num_jobs=jobs, cluster=cluster,
+                          allow_pipe=allow_pipe)
     except ClusterError as err:
         raise click.ClickException(str(err)) from None
     click.echo(json.dumps(st.summary(), indent=2) if as_json else st.format())

@@ -8,6 +8,8 @@ never with a traceback (``-vv`` prints it too, to show where an error came from)
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 import traceback
 
 import click
@@ -60,6 +62,12 @@ class WenetGroup(click.Group):
             raise CliError(input_error_message(err)) from None
 
 
+def _exit_on_sigterm(signum, frame) -> None:
+    # SystemExit unwinds the stack: atomic writers remove their temporary files and
+    # process pools end their workers (formats.parallel) before the process exits.
+    raise SystemExit(128 + signum)
+
+
 @click.group(cls=WenetGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-v", "--verbose", count=True,
               help="More log output (-v info, -vv debug, and tracebacks for errors).")
@@ -79,6 +87,8 @@ def main(ctx: click.Context, verbose: int) -> None:
     Run 'wenet-lhotse COMMAND --help' for each command's options.
     """
     ctx.ensure_object(dict)["verbose"] = verbose
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
     level = logging.WARNING - 10 * verbose
     logging.basicConfig(level=max(level, logging.DEBUG),
                         format="%(levelname)s %(name)s: %(message)s")

@@ -2,31 +2,33 @@
 
 Problems found by the WeNet readers (bad JSON, missing fields or files,
 unpaired tar members, duplicate keys, ...) come from their fault-tolerant mode;
-audio that has a valid header but fails to decode (or decodes to nothing) is
-found here. Each problem names the file and line (lists, manifests) or the tar
-and member (shards, Shar).
+audio that has a valid header but fails to decode (or decodes to nothing, or to NaN
+or infinite samples) is found here, and so are Shar shards written while items of
+their input were skipped (:mod:`.shar_state`). Each problem names the file and line
+(lists, manifests) or the tar and member (shards, Shar). Nothing from the data is run:
+``pipe:`` lines and ``command`` audio sources are reported, unless ``allow_pipe``.
 """
 
 from __future__ import annotations
 
-import gzip
-import io
+import functools
 import json
 import logging
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Tuple
 
+import numpy as np
 from lhotse.cut import Cut
-from lhotse.serialization import deserialize_item
 from lhotse.utils import Pathlike
 
 from wenet_lhotse.convert.executor import map_tasks
+from wenet_lhotse.convert.shar_state import read_record
 from wenet_lhotse.errors import SkipReport, WenetDataError, short_error
 from wenet_lhotse.formats.keyset import KeySet
 from wenet_lhotse.formats.raw_list import read_raw_list
-from wenet_lhotse.formats.remote import is_remote, open_remote
 from wenet_lhotse.formats.shard_reader import ShardEntry, read_one_tar, read_shard_entries
 from wenet_lhotse.sources.detect import detect_input_kind
+from wenet_lhotse.sources.manifest import iter_manifest
 from wenet_lhotse.sources.shar_dir import shar_files
 
 logger = logging.getLogger(__name__)
@@ -55,6 +57,9 @@ def _check_audio(cut: Cut) -> Optional[str]:
         return f"audio does not decode: {short_error(err)}"
     if audio.shape[-1] == 0:
         return "audio is empty (0 samples)"
+    if not np.isfinite(audio).all():
+        bad = int(audio.size - np.isfinite(audio).sum())
+        return f"audio has {bad} non-finite samples (NaN or Inf)"
     if cut.num_samples is not None and abs(audio.shape[-1] - cut.num_samples) > 1:
         return f"audio has {audio.shape[-1]} samples, header says {cut.num_samples}"
     return None
@@ -89,11 +94,12 @@ class _Checked:
     problems: SkipReport
 
 
-def _check_tar(tar: ShardEntry) -> _Checked:
+def _check_tar(tar: ShardEntry, allow_pipe: bool = False) -> _Checked:
     """Decode every utterance of one WeNet tar (a task)."""
     problems = SkipReport(log=False)
     cuts = [(c.id, tar.url, c.id, _check_audio(c), c.duration)
-            for c in read_one_tar(tar, strict=False, skip_report=problems)]
+            for c in read_one_tar(tar, strict=False, skip_report=problems,
+                                  allow_pipe=allow_pipe)]
     return _Checked(cuts, problems)
 
 
@@ -104,6 +110,13 @@ def _check_shar_shard(fields: Dict[str, List[str]]) -> _Checked:
 
     problems = SkipReport(log=False)
     tar_name = fields["recording"][0]
+    record = read_record(fields["cuts"][0])
+    if record is not None:
+        kinds = ", ".join(f"{k}: {v}" for k, v in sorted(record.get("kinds", {}).items()))
+        problems.add(WenetDataError(
+            f"shard written with {record.get('skipped')} input items skipped ({kinds}); "
+            "fix the input and run the import again to rewrite it", fields["cuts"][0],
+            kind="incomplete_shard"), log=False)
     cuts = []
     try:
         for c in CutSet.from_shar(fields=fields):
@@ -115,7 +128,7 @@ def _check_shar_shard(fields: Dict[str, List[str]]) -> _Checked:
 
 
 def validate(path: Pathlike, *, progress: bool = False, num_jobs: int = 1,
-             cluster: Optional[str] = None) -> ValidationResult:
+             cluster: Optional[str] = None, allow_pipe: bool = False) -> ValidationResult:
     """Read ``path`` (raw list, shard list, cuts manifest or Shar directory) completely,
     decoding every utterance's audio. Never raises for bad data: every problem is
     recorded in the result.
@@ -124,6 +137,8 @@ def validate(path: Pathlike, *, progress: bool = False, num_jobs: int = 1,
     :param num_jobs: local processes, one tar or Shar shard each (shard lists, Shar).
     :param cluster: a Dask scheduler address: tars / Shar shards are checked on its
         workers. Problems are listed in input order either way.
+    :param allow_pipe: run ``pipe:`` lines and ``command`` audio sources (shell
+        commands from the data); without it each is a problem (kind ``"refused"``).
     """
     from tqdm.auto import tqdm
 
@@ -169,11 +184,13 @@ def validate(path: Pathlike, *, progress: bool = False, num_jobs: int = 1,
                         line=find(cut.id), kind="bad_audio"), log=False)
                 bar.update(1)
         elif kind == "cuts":
-            _validate_manifest(path, problems, check)
+            _validate_manifest(path, problems, check, allow_pipe)
         else:
-            jobs = (read_shard_entries([path]) if kind == "shard"
+            jobs = (read_shard_entries([path], strict=False, skip_report=problems,
+                                       allow_pipe=allow_pipe) if kind == "shard"
                     else _shar_jobs(path, problems))
-            task = _check_tar if kind == "shard" else _check_shar_shard
+            task = (functools.partial(_check_tar, allow_pipe=allow_pipe) if kind == "shard"
+                    else _check_shar_shard)
             for _, part in map_tasks(task, jobs, num_jobs=num_jobs, cluster=cluster):
                 problems.extend(part.problems.items)
                 for key, source, member, msg, duration in part.cuts:
@@ -186,38 +203,17 @@ def validate(path: Pathlike, *, progress: bool = False, num_jobs: int = 1,
     return res
 
 
-def _open_text(path: str):
-    """A (gzipped) text file, local or on object storage, as UTF-8 text."""
-    if is_remote(path):
-        raw = open_remote(path)
-        return io.TextIOWrapper(gzip.GzipFile(fileobj=raw) if path.endswith(".gz") else raw,
-                                encoding="utf-8")
-    return (gzip.open if path.endswith(".gz") else open)(path, "rt", encoding="utf-8")
-
-
-def _validate_manifest(path: str, problems: SkipReport, check) -> None:
+def _validate_manifest(path: str, problems: SkipReport, check, allow_pipe: bool) -> None:
     seen = set()
-    no = 0
-    try:
-        with _open_text(path) as f:
-            for no, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    cut = deserialize_item(json.loads(line))
-                except Exception as err:
-                    problems.add(WenetDataError(f"not a Lhotse cut: {err}", path, line=no,
-                                                kind="json"), log=False)
-                    continue
-                if cut.id in seen:
-                    problems.add(WenetDataError(f"duplicate cut id {cut.id!r}", path, line=no,
-                                                kind="duplicate"), log=False)
-                    continue
-                seen.add(cut.id)
-                check(cut.id, path, None, _check_audio(cut), cut.duration, line=no)
-    except (OSError, EOFError, UnicodeDecodeError) as err:  # cut short, not gzip, bad bytes
-        problems.add(WenetDataError(f"unreadable after line {no}: {err}", path, line=no + 1,
-                                    kind="truncated"), log=False)
+    for item, no in iter_manifest(path, allow_pipe):
+        if isinstance(item, WenetDataError):
+            problems.add(item, log=False)
+        elif item.id in seen:
+            problems.add(WenetDataError(f"duplicate cut id {item.id!r}", path, line=no,
+                                        kind="duplicate"), log=False)
+        else:
+            seen.add(item.id)
+            check(item.id, path, None, _check_audio(item), item.duration, line=no)
 
 
 def _shar_jobs(in_dir: str, problems: SkipReport) -> Iterator[Dict[str, List[str]]]:

@@ -10,6 +10,7 @@ at local files are written as they are.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import logging
 from pathlib import Path
@@ -25,7 +26,7 @@ from wenet_lhotse.convert.lossless import encode_lossless
 from wenet_lhotse.formats.layout import is_whole_recording
 from wenet_lhotse.formats.raw_list import write_raw_list
 from wenet_lhotse.formats.shard_writer import write_wenet_shards
-from wenet_lhotse.formats.streams import atomic_output
+from wenet_lhotse.formats.streams import atomic_output, same_file
 from wenet_lhotse.sources.open import open_cuts
 
 logger = logging.getLogger(__name__)
@@ -37,10 +38,25 @@ def default_audio_dir(out_list: Pathlike) -> Path:
     return out_list.parent / f"{out_list.stem}_audio"
 
 
+#: Longest exported audio file name (bytes), leaving room for a temporary-file suffix.
+MAX_NAME_BYTES = 200
+
+
 def audio_file_name(key: str, ext: str) -> str:
-    """A file name for utterance ``key`` that is unique, reversible and safe
-    (keys may contain ``/`` and ``.``): the key percent-encoded, plus ``.ext``."""
-    return f"{quote(key, safe='-_.')}.{ext}"
+    """A file name for utterance ``key`` that is unique and safe (keys may contain ``/``
+    and ``.``): the key percent-encoded, plus ``.ext``. A name over
+    :data:`MAX_NAME_BYTES` keeps its first part and ends with a hash of the key."""
+    name = quote(key, safe="-_.")
+    if len(name) + 1 + len(ext) > MAX_NAME_BYTES:
+        digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"),
+                                 digest_size=8).hexdigest()
+        name = f"{name[:MAX_NAME_BYTES - 18 - len(ext)]}-{digest}"
+    return f"{name}.{ext}"
+
+
+def _refuse_same(src: Pathlike, out: Optional[Pathlike]) -> None:
+    if out is not None and same_file(src, out):
+        raise ValueError(f"{out}: the output is the input itself; write it elsewhere")
 
 
 def _needs_file(cut: Cut) -> bool:
@@ -86,6 +102,7 @@ def export_raw_list(
     *,
     audio_dir: Optional[Pathlike] = None,
     progress: bool = False,
+    allow_pipe: bool = False,
 ) -> Path:
     """Write a WeNet raw ``data.list`` from a cuts manifest, Shar directory or WeNet list.
 
@@ -94,10 +111,12 @@ def export_raw_list(
     :param audio_dir: where audio of in-memory/URL cuts is written
         (default :func:`default_audio_dir`; created only when needed).
     :param progress: show a tqdm bar (unit: utterances).
+    :param allow_pipe: run ``pipe:`` inputs and ``command`` audio sources of ``src``.
     """
     from tqdm.auto import tqdm
 
-    cuts, _ = open_cuts(src)
+    _refuse_same(src, out_list)
+    cuts, _ = open_cuts(src, allow_pipe=allow_pipe)
     adir = Path(audio_dir) if audio_dir is not None else default_audio_dir(out_list)
 
     def gen() -> Iterator[Cut]:
@@ -116,6 +135,7 @@ def export_shards(
     num_workers: int = 1,
     progress: bool = False,
     cluster: Optional[str] = None,
+    allow_pipe: bool = False,
 ) -> Path:
     """Write WeNet tar shards (``make_shard_list.py`` layout) and their list file.
 
@@ -127,11 +147,13 @@ def export_shards(
     :param cluster: a Dask scheduler address: tars are encoded on its workers (which
         must see ``out_dir``); the list is written here, once. A rerun keeps the tars
         that are already complete.
+    :param allow_pipe: run ``pipe:`` inputs and ``command`` audio sources of ``src``.
     :return: the shard list path.
     """
     from tqdm.auto import tqdm
 
-    cuts, _ = open_cuts(src)
+    _refuse_same(src, list_path)
+    cuts, _ = open_cuts(src, allow_pipe=allow_pipe)
     it = tqdm(cuts, desc="export", unit="utt", disable=not progress)
     if cluster:
         with open_cluster(cluster) as executor:

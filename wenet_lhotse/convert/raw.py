@@ -26,12 +26,12 @@ from lhotse.cut import Cut, MonoCut
 from lhotse.utils import Pathlike
 
 from wenet_lhotse.convert.executor import map_tasks
-from wenet_lhotse.errors import SkipReport, WenetDataError
+from wenet_lhotse.errors import SkippedItem, SkipReport, WenetDataError
 from wenet_lhotse.formats.keyset import KeySet
 from wenet_lhotse.formats.parallel import map_bounded
 from wenet_lhotse.formats.raw_list import LazyWenetRawListIterator
 from wenet_lhotse.formats.remote import is_remote
-from wenet_lhotse.formats.streams import as_path_list, atomic_output, open_input
+from wenet_lhotse.formats.streams import as_path_list, atomic_output, open_input, same_file
 
 logger = logging.getLogger(__name__)
 
@@ -172,7 +172,8 @@ def iter_raw_cuts_with_lines(
     as_json: bool = False,
     probe: bool = True,
     cluster: Optional[str] = None,
-) -> Iterator[Tuple[Union[Cut, _JsonCut], str, int]]:
+    yield_skips: bool = False,
+) -> Iterator[Tuple[Union[Cut, _JsonCut, SkippedItem], str, int]]:
     """``(cut, list file, 1-based line)`` for each line of WeNet raw list(s), in list
     order, with audio headers read by a pool.
 
@@ -188,6 +189,9 @@ def iter_raw_cuts_with_lines(
     :param probe: ``False`` trusts lines carrying ``duration``/``sample_rate``.
     :param cluster: a Dask scheduler address: blocks are parsed (headers probed) on
         its workers, which must see the audio at the same paths.
+    :param yield_skips: also yield ``(SkippedItem, file, line)`` for each line skipped
+        (fault-tolerant mode; it is recorded in ``skip_report`` too), so that a caller
+        can count positions in the input, good and bad lines alike.
     """
     list_paths = as_path_list(paths)
     report = skip_report if skip_report is not None else SkipReport()
@@ -199,16 +203,16 @@ def iter_raw_cuts_with_lines(
         for (lineno, _), res in zip(block[1], results):
             if res is None:
                 continue  # empty line
-            if isinstance(res, WenetDataError):
-                report.handle(res, strict)
-                continue
-            key = res[0] if as_json else res.id
-            if seen is not None and not seen.add(key):
-                report.handle(WenetDataError(f"duplicate key {key!r} (first seen earlier in "
-                                             "this input)", path, line=lineno, kind="duplicate"),
-                              strict)
-                continue
-            yield res, path, lineno
+            if not isinstance(res, WenetDataError):
+                key = res[0] if as_json else res.id
+                if seen is None or seen.add(key):
+                    yield res, path, lineno
+                    continue
+                res = WenetDataError(f"duplicate key {key!r} (first seen earlier in this "
+                                     "input)", path, line=lineno, kind="duplicate")
+            report.handle(res, strict)
+            if yield_skips:
+                yield SkippedItem.from_error(res), path, lineno
 
     parse = functools.partial(_parse_block, wav_root=root, as_json=as_json, probe=probe)
     blocks = _blocks(list_paths, strict, report)
@@ -252,6 +256,10 @@ def import_raw(
 
     report = skip_report if skip_report is not None else SkipReport()
     out = out_path if is_remote(str(out_path)) else Path(out_path)
+    for src in as_path_list(data_list):
+        if not is_remote(str(out)) and not is_remote(src) and same_file(src, out):
+            raise ValueError(f"{out}: the output is the input list {src}; write the "
+                             "manifest elsewhere (e.g. cuts.jsonl.gz)")
     res = ImportResult(out_path=out, skip_report=report)
     start = time.perf_counter()
     items = iter_raw_cuts_with_lines(

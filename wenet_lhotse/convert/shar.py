@@ -11,20 +11,27 @@ list. One job writes one output shard with Lhotse's ``SharWriter`` into a privat
 temporary directory *next to* ``OUT`` (``.OUT.partial/``: Lhotse's reader treats
 every file inside ``OUT`` as a shard, so temporary files must live outside it),
 then moves the tar and, last, the cuts manifest into ``OUT`` with ``os.replace``.
-A shard is complete when both files exist and pass a cheap integrity check
-(gzip stream intact, tar holds two members per cut and is not cut short); a
-rerun skips complete shards and rewrites the rest. One conversion at a time per
-output directory: a run starts by clearing ``.OUT.partial/``.
+A shard is complete when both files exist, pass a cheap integrity check (gzip
+stream intact, tar holds two members per cut and is not cut short) and were written
+from a complete input; a rerun skips complete shards and rewrites the rest. One
+conversion at a time per output directory: a run starts by clearing ``.OUT.partial/``.
+
+Nothing is lost on rerun (:mod:`.shar_state`): a shard written while items were
+skipped (fault-tolerant mode) records them in its manifest's gzip header and is
+rewritten by the next run; an input tar or list line that yields nothing still
+gets its (empty) shard, so the numbering has no gaps; for raw lists shard ``i``
+holds non-empty lines ``[i * shard_size, (i + 1) * shard_size)`` of the input, good
+or bad, so fixing a line in place changes only its own shard. Keys are unique across
+the whole output: a key already written by an earlier shard is an error (strict) or
+skipped and recorded.
 """
 
 from __future__ import annotations
 
 import functools
-import gzip
 import logging
 import os
 import shutil
-import tarfile
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -41,10 +48,22 @@ from wenet_lhotse.convert.lossless import (
     CopyingSharWriter,
     LosslessAudioTarWriter,
 )
-from wenet_lhotse.errors import SkipReport, WenetDataError, short_error
+from wenet_lhotse.convert.shar_state import (
+    drop_duplicates,
+    empty_shard,
+    make_record,
+    remote_shard_urls,
+    shard_ids,
+    shard_is_complete,
+    write_record,
+)
+from wenet_lhotse.errors import SkippedItem, SkipReport, WenetDataError, short_error
+from wenet_lhotse.formats.checks import check_key
+from wenet_lhotse.formats.keyset import KeySet
 from wenet_lhotse.formats.layout import json_value
-from wenet_lhotse.formats.remote import is_remote, remote_exists, remote_put
+from wenet_lhotse.formats.remote import is_remote, remote_put
 from wenet_lhotse.formats.shard_reader import ShardEntry, read_one_tar, read_shard_entries
+from wenet_lhotse.formats.tempfiles import process_running
 from wenet_lhotse.sources.detect import detect_data_type
 from wenet_lhotse.sources.open import read_shar  # noqa: F401 - kept importable from here
 from wenet_lhotse.sources.shar_dir import shar_files, shard_paths
@@ -60,6 +79,7 @@ class SharConversion:
     num_shards: int = 0
     written_shards: List[int] = field(default_factory=list)
     skipped_shards: List[int] = field(default_factory=list)  # already complete
+    shards_with_skips: List[int] = field(default_factory=list)  # written, items left out
     num_cuts_written: int = 0
     skip_report: SkipReport = field(default_factory=SkipReport)
     seconds: float = 0.0  # wall-clock time of the conversion
@@ -71,46 +91,13 @@ def partial_dir(out_dir: Pathlike) -> Path:
     return out_dir.parent / f".{out_dir.name}.partial"
 
 
-def _remote_shard_urls(out_dir: str, index: int) -> Tuple[str, str]:
-    cuts, tar = shard_paths("", index)
-    return f"{out_dir.rstrip('/')}/{cuts.name}", f"{out_dir.rstrip('/')}/{tar.name}"
-
-
-def shard_is_complete(out_dir: Pathlike, index: int) -> bool:
-    """True when shard ``index`` exists in full. Reads the (small) cuts manifest and
-    walks the tar headers (seeking over the audio data), so it is cheap. On object
-    storage an object exists only once its upload completed, and the manifest is
-    uploaded after the tar: both objects present means complete."""
-    if is_remote(str(out_dir)):
-        return all(remote_exists(u) for u in _remote_shard_urls(str(out_dir), index))
-    cuts_path, tar_path = shard_paths(out_dir, index)
-    if not (cuts_path.is_file() and tar_path.is_file()):
-        return False
-    try:
-        with gzip.open(cuts_path, "rb") as f:
-            num_cuts = sum(1 for line in f if line.strip())
-        size = tar_path.stat().st_size
-        num_members = 0
-        last_end = 0
-        with tarfile.open(tar_path, "r:") as tar:
-            for member in tar:
-                num_members += 1
-                last_end = member.offset_data + member.size
-    except (OSError, EOFError, tarfile.TarError, gzip.BadGzipFile) as err:
-        logger.info("shard %d in %s is damaged (%s); it will be rewritten", index, out_dir, err)
-        return False
-    ok = num_cuts > 0 and num_members == 2 * num_cuts and last_end <= size
-    if not ok:
-        logger.info("shard %d in %s is incomplete; it will be rewritten", index, out_dir)
-    return ok
-
-
 @dataclass
 class _Job:
     index: int
     tar: Optional[ShardEntry] = None  # shard-list input: the input tar (path, URL, pipe:)
     cuts: Optional[List[Cut]] = None  # raw-list input: this shard's cuts (metadata only)
     lines: Optional[List[Tuple[str, int]]] = None  # raw-list input: (list file, line) per cut
+    skipped: List[SkippedItem] = field(default_factory=list)  # input items already left out
 
 
 @dataclass
@@ -118,11 +105,14 @@ class _JobResult:
     index: int
     num_cuts: int
     skip_report: SkipReport
+    ids: List[str] = field(default_factory=list)
+    with_skips: bool = False
 
 
-def _write_shard(job: _Job, out_dir: str, audio_format: str, strict: bool) -> _JobResult:
+def _write_shard(job: _Job, out_dir: str, audio_format: str, strict: bool,
+                 allow_pipe: bool = False) -> _JobResult:
     """Write one output shard (runs in a pool worker). Atomic: nothing appears in
-    ``out_dir`` until the whole shard is written."""
+    ``out_dir`` until the whole shard is written; what was skipped is recorded in it."""
     report = SkipReport()
     remote = is_remote(out_dir)
     if remote:  # written locally on the worker, then uploaded
@@ -132,7 +122,8 @@ def _write_shard(job: _Job, out_dir: str, audio_format: str, strict: bool) -> _J
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     if job.tar is not None:
-        cuts: Iterable[Cut] = read_one_tar(job.tar, strict=strict, skip_report=report)
+        cuts: Iterable[Cut] = read_one_tar(job.tar, strict=strict, skip_report=report,
+                                           allow_pipe=allow_pipe)
     else:
         cuts = job.cuts or []
     suffix = f".{job.index:06d}"
@@ -146,7 +137,7 @@ def _write_shard(job: _Job, out_dir: str, audio_format: str, strict: bool) -> _J
                 f"{tmp}/recording{suffix}.tar", shard_size=None)
     audio_writer = writer.writers["recording"]
     lines = iter(job.lines or [])
-    num = 0
+    ids: List[str] = []
     try:
         with writer:
             for cut in cuts:
@@ -157,6 +148,7 @@ def _write_shard(job: _Job, out_dir: str, audio_format: str, strict: bool) -> _J
                     where = {"source": src, "line": line}
                 before = audio_writer.tar_writer.num_items_total
                 try:
+                    check_key(cut.id, **where)  # becomes a tar member name
                     for name, value in (cut.custom or {}).items():
                         json_value(cut.id, name, value)  # the cuts manifest is JSON
                     writer.write(cut)
@@ -169,35 +161,62 @@ def _write_shard(job: _Job, out_dir: str, audio_format: str, strict: bool) -> _J
                             kind="bad_audio" if not isinstance(err, ValueError) else "invalid")
                     report.handle(err, strict)
                     continue
-                num += 1
-        if num:
-            cuts_tmp, tar_tmp = shard_paths(tmp, job.index)
-            # Audio first, manifest last: a manifest in OUT means its tar is complete.
-            if remote:
-                cuts_url, tar_url = _remote_shard_urls(out_dir, job.index)
-                remote_put(str(tar_tmp), tar_url)
-                remote_put(str(cuts_tmp), cuts_url)
-            else:
-                cuts_out, tar_out = shard_paths(out_dir, job.index)
-                os.replace(tar_tmp, tar_out)
-                os.replace(cuts_tmp, cuts_out)
+                ids.append(cut.id)
+        cuts_tmp, tar_tmp = shard_paths(tmp, job.index)
+        if not (cuts_tmp.exists() and tar_tmp.exists()):
+            empty_shard(cuts_tmp, tar_tmp)  # nothing readable: the shard exists, empty
+        skipped = job.skipped + report.items
+        write_record(cuts_tmp, make_record(skipped) if skipped else None)
+        # Audio first, manifest last: a manifest in OUT means its tar is complete.
+        if remote:
+            cuts_url, tar_url = remote_shard_urls(out_dir, job.index)
+            remote_put(str(tar_tmp), tar_url)
+            remote_put(str(cuts_tmp), cuts_url)
+        else:
+            cuts_out, tar_out = shard_paths(out_dir, job.index)
+            os.replace(tar_tmp, tar_out)
+            os.replace(cuts_tmp, cuts_out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return _JobResult(job.index, num, report)
+    return _JobResult(job.index, len(ids), report, ids, bool(skipped))
 
 
-def _raw_jobs(items: Iterable[Tuple[Cut, str, int]], size: int) -> Iterator[_Job]:
-    index = 0
+def _raw_jobs(items: Iterable[Tuple[Union[Cut, SkippedItem], str, int]],
+              size: int) -> Iterator[_Job]:
+    """Shard ``i``: non-empty input lines ``[i * size, (i + 1) * size)``, skipped or not."""
+    index, count = 0, 0
     job = _Job(index, cuts=[], lines=[])
-    for cut, path, line in items:
-        job.cuts.append(cut)
-        job.lines.append((path, line))
-        if len(job.cuts) == size:
+    for item, path, line in items:
+        if isinstance(item, SkippedItem):
+            job.skipped.append(item)
+        else:
+            job.cuts.append(item)
+            job.lines.append((path, line))
+        count += 1
+        if count == size:
             yield job
-            index += 1
+            index, count = index + 1, 0
             job = _Job(index, cuts=[], lines=[])
-    if job.cuts:
+    if count:
         yield job
+
+
+def _shard_list_jobs(data_lists: Sequence[Pathlike], strict: bool, skip_report: SkipReport,
+                     allow_pipe: bool) -> List[_Job]:
+    """One job per non-empty line of the shard list(s); a line that is bad (e.g. a
+    refused ``pipe:``) keeps its place as an empty shard recording why."""
+    jobs: List[_Job] = []
+    for lst in data_lists:
+        bad = SkipReport()
+        entries = read_shard_entries([str(lst)], strict=strict, skip_report=bad,
+                                     allow_pipe=allow_pipe)
+        skip_report.extend(bad.items)
+        at_line = {e.line: _Job(0, tar=e) for e in entries}
+        at_line.update({item.line: _Job(0, skipped=[item]) for item in bad})
+        for line in sorted(at_line):
+            at_line[line].index = len(jobs)
+            jobs.append(at_line[line])
+    return jobs
 
 
 def _iter_jobs(
@@ -209,17 +228,18 @@ def _iter_jobs(
     wav_root: Optional[Pathlike],
     probe_workers: int,
     cluster: Optional[str] = None,
+    allow_pipe: bool = False,
 ) -> Tuple[Iterator[_Job], Optional[int]]:
     """Jobs for every output shard, and their number when known upfront."""
     if data_type == "shard":
-        tars = [t for lst in data_lists
-                for t in read_shard_entries([str(lst)], strict=strict, skip_report=skip_report)]
-        return (_Job(i, tar=t) for i, t in enumerate(tars)), len(tars)
+        jobs = _shard_list_jobs(data_lists, strict, skip_report, allow_pipe)
+        return iter(jobs), len(jobs)
     from wenet_lhotse.convert.raw import iter_raw_cuts_with_lines
 
     items = iter_raw_cuts_with_lines([str(p) for p in data_lists], wav_root=wav_root,
                                      strict=strict, skip_report=skip_report,
-                                     num_workers=probe_workers, cluster=cluster)
+                                     num_workers=probe_workers, cluster=cluster,
+                                     yield_skips=True)
     return _raw_jobs(items, shard_size or 1000), None
 
 
@@ -236,6 +256,7 @@ def wenet_to_shar(
     wav_root: Optional[Pathlike] = None,
     progress: bool = False,
     cluster: Optional[str] = None,
+    allow_pipe: bool = False,
 ) -> SharConversion:
     """Convert a WeNet ``data.list`` (raw or shard list) into a Lhotse Shar directory.
 
@@ -255,10 +276,12 @@ def wenet_to_shar(
     :param cluster: a Dask scheduler address (``tcp://host:8786``): one task per output
         shard runs on its workers (which must see the input paths, and ``out_dir``
         unless it is on object storage); a task lost with its worker is rerun elsewhere.
+    :param allow_pipe: run ``pipe:CMD`` lines of a shard list (shell commands).
     :return: a :class:`SharConversion` summary.
 
     Restartable: shards already complete in ``out_dir`` are skipped (rerun with the
-    same input and ``shard_size``); damaged or missing ones are rewritten.
+    same input and ``shard_size``); damaged, missing, and those written while items
+    were skipped are rewritten.
     """
     if audio_format not in AUDIO_FORMATS:
         raise ValueError(f"audio_format must be one of {AUDIO_FORMATS}, got {audio_format!r}")
@@ -280,7 +303,19 @@ def wenet_to_shar(
     result = SharConversion(out_dir=out, skip_report=report)
     start = time.perf_counter()
     jobs, total = _iter_jobs(lists, data_type, shard_size, strict, report, wav_root,
-                             probe_workers=num_jobs, cluster=cluster)
+                             probe_workers=num_jobs, cluster=cluster, allow_pipe=allow_pipe)
+    # Raw lists are checked for repeated keys as they are read, tars one at a time by
+    # their job: across tars, here, with the keys of the shards kept from a former run.
+    seen: Optional[KeySet] = None
+    kept: Optional[set] = None
+    if data_type == "shard":
+        seen, kept, job_list = KeySet(), set(), list(jobs)
+        for job in job_list:
+            if shard_is_complete(out, job.index):
+                kept.add(job.index)
+                for key in shard_ids(out, job.index):
+                    seen.add(key)
+        jobs = iter(job_list)
 
     from tqdm.auto import tqdm
 
@@ -288,22 +323,38 @@ def wenet_to_shar(
 
     def done(res: _JobResult) -> None:
         result.written_shards.append(res.index)
-        result.num_cuts_written += res.num_cuts
         report.merge(res.skip_report)  # already logged where they were found
+        dups = [k for k in res.ids if not seen.add(k)] if seen is not None else []
+        if dups:
+            tar = by_index[res.index].tar
+            errors = [WenetDataError(f"duplicate key {k!r} (another input tar holds it too)",
+                                     tar.url, member=k, kind="duplicate") for k in dups]
+            drop_duplicates(out, res.index, dups, errors, strict, partial_dir(out)
+                            if not is_remote(str(out)) else None)
+            for err in errors:
+                report.handle(err, strict)
+            res.num_cuts -= len(dups)
+        result.num_cuts_written += res.num_cuts
+        if res.with_skips or dups:
+            result.shards_with_skips.append(res.index)
         bar.update(1)
         bar.set_postfix(utts=result.num_cuts_written, skipped=len(report))
+
+    by_index = {}
 
     def todo() -> Iterator[_Job]:
         for job in jobs:
             result.num_shards += 1
-            if shard_is_complete(out, job.index):
+            if job.index in kept if kept is not None else shard_is_complete(out, job.index):
                 result.skipped_shards.append(job.index)
                 bar.update(1)
                 continue
+            if seen is not None:
+                by_index[job.index] = job
             yield job
 
     write = functools.partial(_write_shard, out_dir=str(out), audio_format=audio_format,
-                              strict=strict)
+                              strict=strict, allow_pipe=allow_pipe)
     try:
         # bounded: the input is streamed, not loaded; the bar moves as shards complete
         for _, res in map_tasks(write, todo(), num_jobs=num_jobs, cluster=cluster,
@@ -314,6 +365,7 @@ def wenet_to_shar(
         if not remote:
             _remove_partial_dir(out)
     result.written_shards.sort()
+    result.shards_with_skips.sort()
     result.seconds = time.perf_counter() - start
     indices = shar_files(out).get("cuts", {})
     stale = sorted(Path(n).name for i, n in indices.items() if i >= result.num_shards)
@@ -321,6 +373,10 @@ def wenet_to_shar(
         logger.warning("%s holds shards beyond this input's %d (%s...): left over from a "
                        "run with other input or shard size? CutSet.from_shar will read them",
                        out, result.num_shards, stale[0])
+    if result.shards_with_skips:
+        logger.warning("Shar %s: %d shards were written with items skipped (%s...); they "
+                       "are rewritten by the next run, after the input is fixed", out,
+                       len(result.shards_with_skips), result.shards_with_skips[:5])
     logger.info("Shar %s: %d shards (%d written, %d already complete), %d utterances written; %s",
                 out, result.num_shards, len(result.written_shards), len(result.skipped_shards),
                 result.num_cuts_written, report.summary())
@@ -328,8 +384,15 @@ def wenet_to_shar(
 
 
 def _remove_partial_dir(out_dir: Path) -> None:
+    """Remove what dead writers left in ``.OUT.partial/`` (``shard-<i>-<pid>``), then the
+    directory itself when empty: another run may still be writing there."""
     tmp = partial_dir(out_dir)
+    for sub in tmp.glob("shard-*-*"):
+        pid = sub.name.rsplit("-", 1)[1]
+        if pid.isdigit() and not process_running(int(pid)):
+            shutil.rmtree(sub, ignore_errors=True)
     try:
-        tmp.rmdir()  # only when empty: another run may still be writing there
+        tmp.rmdir()
     except OSError:
         pass
+

@@ -91,16 +91,18 @@ def _metadata(cut) -> Tuple[float, int, List[str]]:
             [s.speaker for s in cut.supervisions if s.speaker is not None])
 
 
-def _tar_metadata(job: Tuple[ShardEntry, bool]) -> Tuple[list, SkipReport]:
+def _tar_metadata(job: Tuple[ShardEntry, bool, bool]) -> Tuple[list, SkipReport]:
     """The metadata of every utterance of one WeNet tar (a task: tars must be read
-    through to see their members)."""
-    tar, strict = job
+    through to see their members). ``job``: (tar, strict, allow_pipe)."""
+    tar, strict, allow_pipe = job
     report = SkipReport(log=False)
-    return [_metadata(c) for c in read_one_tar(tar, strict=strict, skip_report=report)], report
+    return [_metadata(c) for c in read_one_tar(tar, strict=strict, skip_report=report,
+                                               allow_pipe=allow_pipe)], report
 
 
 def corpus_stats(path: Pathlike, *, strict: bool = False, progress: bool = False,
-                 num_jobs: int = 1, cluster: Optional[str] = None) -> CorpusStats:
+                 num_jobs: int = 1, cluster: Optional[str] = None,
+                 allow_pipe: bool = False) -> CorpusStats:
     """Statistics of a raw list, shard list, cuts manifest or Shar directory.
 
     Reads metadata only: raw lists probe audio headers, Shar reads just its cut
@@ -110,6 +112,7 @@ def corpus_stats(path: Pathlike, *, strict: bool = False, progress: bool = False
     :param num_jobs: local processes for shard lists (one tar each) and raw lists
         (header probing).
     :param cluster: a Dask scheduler address: the same work on its workers.
+    :param allow_pipe: run ``pipe:`` lines of shard lists (shell commands from the data).
     """
     from tqdm.auto import tqdm
 
@@ -129,8 +132,8 @@ def corpus_stats(path: Pathlike, *, strict: bool = False, progress: bool = False
 
     try:
         if kind == "shard":
-            jobs = ((t, strict) for t in read_shard_entries([str(path)], strict=strict,
-                                                              skip_report=report))
+            jobs = ((t, strict, allow_pipe) for t in read_shard_entries(
+                [str(path)], strict=strict, skip_report=report, allow_pipe=allow_pipe))
             for _, (items, skips) in map_tasks(_tar_metadata, jobs, num_jobs=num_jobs,
                                               cluster=cluster):
                 report.extend(skips.items)
@@ -143,7 +146,7 @@ def corpus_stats(path: Pathlike, *, strict: bool = False, progress: bool = False
                 add([_metadata(cut)])
         else:
             cuts, kind = open_cuts(path, kind=kind, strict=strict, skip_report=report,
-                                   with_audio=False)
+                                   with_audio=False, allow_pipe=allow_pipe)
             for cut in cuts:
                 add([_metadata(cut)])
     finally:

@@ -35,6 +35,7 @@ from lhotse.utils import Pathlike, compute_num_samples, fastcopy
 
 from wenet_lhotse.errors import SkipReport, WenetDataError, short_error
 from wenet_lhotse.formats.audio import encode_pcm16_wav
+from wenet_lhotse.formats.checks import check_key, is_finite_number, key_problem, text_problem
 from wenet_lhotse.formats.keyset import KeySet
 from wenet_lhotse.formats.layout import (
     CORE_FIELDS,
@@ -139,12 +140,22 @@ class LazyWenetRawListIterator(Dillable):
             if not isinstance(obj[name], str) or not obj[name]:
                 raise fail(f"{name!r} must be a non-empty string", "invalid")
         key, wav = obj["key"], obj["wav"]
+        unsafe = key_problem(key)
+        if unsafe is not None:
+            raise fail(f"unsafe key {key[:40]!r}: {unsafe}", "unsafe_key")
+        if b"\\u" in data:  # only a \u escape can make a lone surrogate
+            bad_text = text_problem(obj)
+            if bad_text is not None:
+                raise fail(bad_text, "encoding")
         for name in ("txt", "speaker", "lang"):
             if obj.get(name) is not None and not isinstance(obj[name], str):
                 raise fail(f"{name!r} must be a string", "invalid")
         for name in ("start", "end"):
             if obj.get(name) is not None and not _is_number(obj[name]):
                 raise fail(f"{name!r} must be a number (seconds)", "invalid")
+            if obj.get(name) is not None and not is_finite_number(obj[name]):
+                raise fail(f"{name!r} must be finite, got {obj[name]} (seconds)",
+                           "bad_segment")
 
         audio_path = os.path.join(self.wav_root, wav)  # an absolute wav stays as is
         recording = self._recording(key, audio_path, obj, fail)
@@ -187,9 +198,9 @@ class LazyWenetRawListIterator(Dillable):
         )
 
     def _recording(self, key: str, audio_path: str, obj: dict, fail) -> Recording:
-        if not self.probe and _is_number(obj.get("duration")) and _is_number(
+        if not self.probe and is_finite_number(obj.get("duration")) and is_finite_number(
             obj.get("sample_rate")
-        ):
+        ) and obj["duration"] > 0 and obj["sample_rate"] > 0:
             # Trust the line's own metadata: no file access at all (see read_raw_list).
             sr = int(obj["sample_rate"])
             duration = float(obj["duration"])
@@ -307,6 +318,7 @@ def write_raw_list(
     with atomic_output(path, "wb") as f:
         for cut in cuts:
             key = cut.id
+            check_key(key, str(path))  # never written: it may become a file name later
             wav, start, end = _raw_wav_and_span(cut, audio_root, key)
             obj = {"key": key, "wav": wav}
             text = cut_text(cut)
@@ -321,7 +333,11 @@ def write_raw_list(
                 obj["lang"] = lang
             for name, value in cut_extra_fields(cut).items():
                 obj[name] = json_value(key, name, value)
-            f.write(json.dumps(obj, ensure_ascii=False).encode("utf-8") + b"\n")
+            try:
+                f.write(json.dumps(obj, ensure_ascii=False).encode("utf-8") + b"\n")
+            except UnicodeEncodeError:
+                raise WenetDataError(f"cut {key!r}: {text_problem(obj)}", str(path),
+                                     kind="encoding") from None
             n += 1
     logger.info("wrote %d lines to %s", n, path)
     return path

@@ -37,15 +37,18 @@ from lhotse.utils import Pathlike, fastcopy
 
 from wenet_lhotse.errors import SkipReport, WenetDataError, short_error
 from wenet_lhotse.formats.audio import recording_from_bytes
+from wenet_lhotse.formats.checks import PIPE_REFUSED, key_problem, max_member_bytes, member_problem
 from wenet_lhotse.formats.keyset import KeySet
 from wenet_lhotse.formats.layout import AUDIO_SUFFIXES
 from wenet_lhotse.formats.remote import is_remote
 from wenet_lhotse.formats.split import reader_share
 from wenet_lhotse.formats.streams import (
     BLOCK,
+    ReadLimits,
     TailReader,
     as_path_list,
     is_local,
+    is_pipe,
     local_path,
     open_input,
 )
@@ -69,9 +72,12 @@ def read_shard_entries(
     paths: Union[Pathlike, Sequence[Pathlike]],
     strict: bool = True,
     skip_report: Optional[SkipReport] = None,
+    allow_pipe: bool = False,
 ) -> List[ShardEntry]:
     """Read shard list file(s): one tar per non-empty line (LF or CRLF). Relative
-    local paths are made absolute against the working directory."""
+    local paths are made absolute against the working directory. A ``pipe:`` line
+    without ``allow_pipe`` is bad input (kind ``"refused"``, never run)."""
+    report = skip_report if skip_report is not None else SkipReport()
     entries = []
     for path in as_path_list(paths):
         try:
@@ -88,9 +94,12 @@ def read_shard_entries(
             try:
                 name = raw.decode("utf-8")
             except UnicodeDecodeError:
-                (skip_report if skip_report is not None else SkipReport()).handle(
-                    WenetDataError("line is not valid UTF-8", path, line=lineno,
-                                   kind="encoding"), strict)
+                report.handle(WenetDataError("line is not valid UTF-8", path, line=lineno,
+                                             kind="encoding"), strict)
+                continue
+            if is_pipe(name) and not allow_pipe:
+                report.handle(WenetDataError(PIPE_REFUSED, path, line=lineno, kind="refused"),
+                              strict)
                 continue
             if is_local(name):
                 name = os.path.abspath(local_path(name))
@@ -122,6 +131,9 @@ class LazyWenetShardIterator(Dillable):
         skip_report: Optional[SkipReport] = None,
         check_duplicates: bool = True,
         stateful_shuffle: bool = False,
+        allow_pipe: bool = False,
+        max_member_bytes: Optional[int] = None,
+        limits: Optional[ReadLimits] = None,
     ) -> None:
         explicit = (rank, world_size, worker_id, num_workers)
         if not split_for_dataloading and any(v is not None for v in explicit):
@@ -141,6 +153,9 @@ class LazyWenetShardIterator(Dillable):
         self.skip_report = skip_report if skip_report is not None else SkipReport()
         self.check_duplicates = check_duplicates
         self.stateful_shuffle = stateful_shuffle
+        self.allow_pipe = allow_pipe
+        self.max_member_bytes = max_member_bytes  # None: from the environment when read
+        self.limits = limits  # None: from the environment when read
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -176,8 +191,11 @@ class LazyWenetShardIterator(Dillable):
 
     def _read_tar(self, entry: ShardEntry, seen: Optional[KeySet]) -> Iterator:
         name = entry.url
+        limits = self.limits if self.limits is not None else ReadLimits()
+        cap = max_member_bytes(self.max_member_bytes)
         try:
-            stream = TailReader(open_input(name))
+            stream = TailReader(open_input(name, allow_pipe=self.allow_pipe, limits=limits),
+                                member_deadline_s=limits.member_deadline_s, source=name)
         except WenetDataError as e:
             self._handle(WenetDataError(e.message + entry.listed_at, name, kind=e.kind))
             return
@@ -188,15 +206,33 @@ class LazyWenetShardIterator(Dillable):
             try:
                 with tarfile.open(fileobj=stream, mode="r|*") as tar:
                     for info in tar:
-                        if not info.isfile():
+                        if info.isdir():
                             continue
                         member = info.name
+                        stream.start_member(member)
+                        why = member_problem(info, cap)
+                        if why is not None:
+                            self._handle(WenetDataError(why, name, member=member,
+                                                        kind="bad_member"))
+                            if info.isreg() and info.sparse is None:
+                                # Skipping it means reading what it claims (maybe to
+                                # the end of a forged tar): nothing after it is read.
+                                if key is not None and key != member.rpartition(".")[0]:
+                                    yield from self._emit(name, key, group, seen)
+                                stream.close_error()
+                                return
+                            continue
                         data = tar.extractfile(info).read()
                         k, dot, suffix = member.rpartition(".")
                         if not dot or not k or "/" in suffix:
                             self._handle(WenetDataError(
                                 "member name has no .suffix", name, member=member, kind="invalid"
                             ))
+                            continue
+                        unsafe = key_problem(k)
+                        if unsafe is not None:
+                            self._handle(WenetDataError(f"unsafe member name: {unsafe}", name,
+                                                        member=member, kind="unsafe_key"))
                             continue
                         if k != key:
                             if key is not None:
@@ -338,6 +374,9 @@ def read_shard_list(
     num_workers: Optional[int] = None,
     check_duplicates: bool = True,
     stateful_shuffle: bool = False,
+    allow_pipe: bool = False,
+    max_member_bytes: Optional[int] = None,
+    limits: Optional[ReadLimits] = None,
 ) -> CutSet:
     """Open WeNet shard list(s) as a lazy :class:`~lhotse.CutSet` of cuts with
     in-memory audio (see the module doc for the layout). The list files are read
@@ -359,9 +398,17 @@ def read_shard_list(
     :param stateful_shuffle: advance the epoch after each complete pass, so a loader
         that never calls ``set_epoch`` (WeNet's ``train.py``) still reshuffles (each
         DataLoader worker holds its own copy; all advance together).
+    :param allow_pipe: run ``pipe:CMD`` lines (shell commands); without it they are
+        bad input (kind ``"refused"``) and nothing is run.
+    :param max_member_bytes: largest tar member read (bytes); default
+        ``$WENET_LHOTSE_MAX_MEMBER_BYTES`` or 1 GiB. Larger, sparse, link and device
+        members are bad input (kind ``"bad_member"``) and never allocated.
+    :param limits: network deadlines (:class:`~wenet_lhotse.formats.streams.ReadLimits`;
+        default from the environment).
     """
     report = skip_report if skip_report is not None else SkipReport()
-    entries = read_shard_entries(paths, strict=strict, skip_report=report)
+    entries = read_shard_entries(paths, strict=strict, skip_report=report,
+                                 allow_pipe=allow_pipe)
     return CutSet(
         LazyWenetShardIterator(
             entries,
@@ -377,12 +424,18 @@ def read_shard_list(
             skip_report=report,
             check_duplicates=check_duplicates,
             stateful_shuffle=stateful_shuffle,
+            allow_pipe=allow_pipe,
+            max_member_bytes=max_member_bytes,
+            limits=limits,
         )
     )
 
 
 def read_one_tar(tar: Union[str, ShardEntry], *, strict: bool = True,
-                 skip_report: Optional[SkipReport] = None) -> CutSet:
+                 skip_report: Optional[SkipReport] = None, allow_pipe: bool = False,
+                 check_duplicates: bool = True) -> CutSet:
     """Lazy cuts (in-memory audio) of one WeNet tar shard (path, URL or ``pipe:``),
     streamed once."""
-    return CutSet(LazyWenetShardIterator([tar], strict=strict, skip_report=skip_report))
+    return CutSet(LazyWenetShardIterator([tar], strict=strict, skip_report=skip_report,
+                                         allow_pipe=allow_pipe,
+                                         check_duplicates=check_duplicates))

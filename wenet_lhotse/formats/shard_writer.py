@@ -16,7 +16,9 @@ from typing import Iterable, Iterator, List, Optional, Tuple, Union
 import numpy as np
 from lhotse.utils import Pathlike
 
+from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.formats.audio import encode_pcm16_wav, resample
+from wenet_lhotse.formats.checks import check_key
 from wenet_lhotse.formats.layout import (
     AUDIO_SUFFIXES,
     cut_extra_fields,
@@ -53,6 +55,7 @@ def _write_one_shard(
     with atomic_output(tar_path, "wb") as f, tarfile.open(fileobj=f, mode="w") as tar:
         for cut in cuts:
             key = cut.id
+            check_key(key, tar_path)  # would become a member name, maybe "../x" on extraction
             sr = cut.sampling_rate
             # Like make_shard_list.py: a whole audio file goes in byte for byte (here
             # WAV and FLAC); a segment, audio to resample, or audio held in memory (from
@@ -70,7 +73,12 @@ def _write_one_shard(
                     samples = np.stack([resample(ch, sr, resample_to) for ch in samples])
                     sr = resample_to
                 audio, ext = encode_pcm16_wav(samples, sr), "wav"
-            _add_member(tar, f"{key}.txt", (cut_text(cut) or "").encode("utf-8"))
+            try:
+                text = (cut_text(cut) or "").encode("utf-8")
+            except UnicodeEncodeError:
+                raise WenetDataError(f"cut {key!r}: its text holds a lone surrogate (not "
+                                     "valid Unicode)", tar_path, kind="encoding") from None
+            _add_member(tar, f"{key}.txt", text)
             _add_member(tar, f"{key}.{ext}", audio)
             if not extras:
                 continue

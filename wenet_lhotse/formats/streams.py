@@ -7,11 +7,17 @@ streamed from anywhere), one of:
 * ``file://PATH``;
 * an ``http://`` / ``https://`` URL, streamed with urllib3 (WeNet pipes these
   through ``wget -O -``; we stream in-process and check the HTTP status);
-* ``pipe:CMD``: the standard output of a shell command (``pipe:aws s3 cp s3://b/x.tar -``).
+* ``pipe:CMD``: the standard output of a shell command (``pipe:aws s3 cp s3://b/x.tar -``),
+  only with ``allow_pipe=True`` (a command from data is never run otherwise).
   A command that exits with a non-zero status after its output was read to the
   end is an error naming the command and the tail of its stderr;
 * ``s3://`` and any other fsspec URL: :mod:`wenet_lhotse.formats.remote` (transient
   failures retried, reading resumed at the byte offset reached).
+
+Network reads have limits (:class:`ReadLimits`, from the environment by default): no
+byte for ``stall_s`` seconds, a response not finished within ``deadline_s``, or one
+tar member not read within ``member_deadline_s`` is an error (kind ``"timeout"``)
+naming the URL and the member.
 
 :func:`atomic_output` writes a file (or object-store object) so that a reader never
 sees it half written.
@@ -26,14 +32,18 @@ import logging
 import os
 import subprocess
 import tempfile
+import time
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator, List, Optional, Tuple, Union
 
 from lhotse.utils import Pathlike
 
 from wenet_lhotse.errors import WenetDataError
+from wenet_lhotse.formats.checks import PIPE_REFUSED
 from wenet_lhotse.formats.remote import is_remote, open_remote, remote_output
+from wenet_lhotse.formats.tempfiles import remove_stale_temp_files, temp_prefix
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +52,46 @@ BLOCK = 512
 
 #: Bytes requested per read from HTTP and pipe streams.
 _CHUNK = 1 << 16
+
+
+def _env_seconds(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    if not value:
+        return default
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ValueError(f"${name}={value!r} is not a number of seconds") from None
+    if not seconds > 0:
+        raise ValueError(f"${name}={value!r} must be > 0 seconds")
+    return seconds
+
+
+@dataclass(frozen=True)
+class ReadLimits:
+    """Time limits on network reads (seconds). Defaults come from the environment when
+    the object is made (``WENET_LHOTSE_HTTP_STALL_S``, ``WENET_LHOTSE_HTTP_DEADLINE_S``,
+    ``WENET_LHOTSE_MEMBER_DEADLINE_S``), so DataLoader workers and CLI runs see them.
+
+    :param stall_s: longest wait for any byte (connect or read); default 60.
+    :param deadline_s: longest time for one whole response (one tar); default 3600.
+    :param member_deadline_s: longest time to read one tar member; default 600.
+    """
+
+    stall_s: float = field(
+        default_factory=lambda: _env_seconds("WENET_LHOTSE_HTTP_STALL_S", 60.0))
+    deadline_s: float = field(
+        default_factory=lambda: _env_seconds("WENET_LHOTSE_HTTP_DEADLINE_S", 3600.0))
+    member_deadline_s: float = field(
+        default_factory=lambda: _env_seconds("WENET_LHOTSE_MEMBER_DEADLINE_S", 600.0))
+
+
+def same_file(a: Pathlike, b: Pathlike) -> bool:
+    """True when ``a`` and ``b`` name the same existing file (links resolved)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
 
 
 def as_path_list(paths: Union[Pathlike, Iterable[Pathlike]]) -> List[str]:
@@ -118,13 +168,19 @@ class _PipeReader(io.RawIOBase):
 
 
 class _HttpReader(io.RawIOBase):
-    """An urllib3 streaming response as a readable raw stream."""
+    """An urllib3 streaming response as a readable raw stream, within :class:`ReadLimits`
+    (each read waits at most the stall timeout, never past the deadlines)."""
 
-    def __init__(self, name: str, timeout: float) -> None:
+    def __init__(self, name: str, limits: ReadLimits) -> None:
         super().__init__()
         import urllib3
 
         self.name = name
+        self.limits = limits
+        self._deadline = time.monotonic() + limits.deadline_s
+        self._member: Optional[str] = None
+        self._member_deadline = float("inf")
+        timeout = urllib3.Timeout(connect=limits.stall_s, read=limits.stall_s)
         try:
             # A pool per stream: nothing shared across forked DataLoader workers.
             self._resp = urllib3.PoolManager().request(
@@ -136,14 +192,42 @@ class _HttpReader(io.RawIOBase):
             self._resp.release_conn()
             raise WenetDataError(f"HTTP status {self._resp.status}", name, kind="io")
 
+    def watch_member(self, member: str, deadline: float) -> None:
+        """Reading ``member`` must end by ``deadline`` (``time.monotonic()`` seconds)."""
+        self._member, self._member_deadline = member, deadline
+
+    def _timeout_error(self, now: float) -> Optional[WenetDataError]:
+        if now >= self._deadline:
+            msg = (f"download not finished within its {self.limits.deadline_s:g} s deadline "
+                   "(WENET_LHOTSE_HTTP_DEADLINE_S)")
+        elif now >= self._member_deadline:
+            msg = (f"member not read within {self.limits.member_deadline_s:g} s "
+                   "(WENET_LHOTSE_MEMBER_DEADLINE_S)")
+        else:
+            return None
+        return WenetDataError(msg, self.name, member=self._member, kind="timeout")
+
     def readable(self) -> bool:
         return True
 
     def readinto(self, b) -> int:
         import urllib3
 
+        now = time.monotonic()
+        err = self._timeout_error(now)
+        if err is not None:
+            raise err
+        sock = getattr(getattr(self._resp, "_connection", None), "sock", None)
+        if sock is not None:  # never wait past a deadline
+            sock.settimeout(max(0.01, min(self.limits.stall_s, self._deadline - now,
+                                          self._member_deadline - now)))
         try:
-            data = self._resp.read(len(b))
+            data = self._resp.read1(len(b))
+        except (urllib3.exceptions.ReadTimeoutError, TimeoutError) as e:
+            err = self._timeout_error(time.monotonic()) or WenetDataError(
+                f"no data for {self.limits.stall_s:g} s (WENET_LHOTSE_HTTP_STALL_S)",
+                self.name, member=self._member, kind="timeout")
+            raise err from e
         except urllib3.exceptions.HTTPError as e:
             raise WenetDataError(f"download failed: {e}", self.name, kind="truncated") from e
         b[: len(data)] = data
@@ -156,20 +240,28 @@ class _HttpReader(io.RawIOBase):
             super().close()
 
 
-def open_input(name: str, timeout: float = 60.0) -> BinaryIO:
+def open_input(name: str, timeout: Optional[float] = None, *, allow_pipe: bool = False,
+               limits: Optional[ReadLimits] = None) -> BinaryIO:
     """Open a local path, ``file://``, ``http(s)://`` URL or ``pipe:CMD`` for sequential
     binary reading. A missing local file raises :class:`WenetDataError` (kind
-    ``"missing_file"``); a failed HTTP request one of kind ``"io"``.
+    ``"missing_file"``); a failed HTTP request one of kind ``"io"``; a ``pipe:``
+    without ``allow_pipe`` one of kind ``"refused"`` (nothing is run).
 
-    :param timeout: HTTP connect/read timeout (seconds).
+    :param timeout: HTTP stall timeout (seconds); overrides ``limits.stall_s``.
+    :param limits: network time limits (default: :class:`ReadLimits` from the environment).
     """
     name = str(name)
     if is_remote(name):
         return open_remote(name)
     if is_pipe(name):
+        if not allow_pipe:
+            raise WenetDataError(PIPE_REFUSED, name, kind="refused")
         return io.BufferedReader(_PipeReader(name), buffer_size=_CHUNK)
     if is_url(name):
-        return io.BufferedReader(_HttpReader(name, timeout), buffer_size=_CHUNK)
+        limits = limits if limits is not None else ReadLimits()
+        if timeout is not None:
+            limits = ReadLimits(timeout, limits.deadline_s, limits.member_deadline_s)
+        return io.BufferedReader(_HttpReader(name, limits), buffer_size=_CHUNK)
     path = local_path(name)
     try:
         return open(path, "rb")
@@ -193,14 +285,19 @@ def atomic_output(path: Pathlike, mode: str = "wb", encoding: Optional[str] = No
     The result gets the permissions a plain ``open()`` gives (0666 minus the umask),
     not ``mkstemp``'s 0600, so files written for a team stay readable by it.
     An object-store URL is written with :func:`~wenet_lhotse.formats.remote.remote_output`
-    (the object appears only when the upload completes)."""
+    (the object appears only when the upload completes).
+
+    The temporary file is named ``.<name>.<pid>@<host>.XXXXXXXX.tmp`` (shortened for
+    long names); the first write into a directory removes such files left there by
+    writers on this host that are no longer running (killed), never a live one's."""
     if is_remote(str(path)):
         with remote_output(str(path), mode) as f:
             yield f
         return
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    remove_stale_temp_files(path.parent)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=temp_prefix(path.name), suffix=".tmp")
     try:
         with os.fdopen(fd, mode, encoding=encoding) as f:
             yield f
@@ -221,17 +318,37 @@ class TailReader(io.RawIOBase):
     block where ``tarfile`` stopped can be inspected afterwards (``tarfile`` ends
     silently on a truncated or invalid header)."""
 
-    def __init__(self, raw) -> None:
+    def __init__(self, raw, member_deadline_s: Optional[float] = None,
+                 source: str = "") -> None:
         super().__init__()
         self._raw = raw
         self.pos = 0
         self._chunks: List[Tuple[int, bytes]] = []
+        self._member_deadline_s = member_deadline_s
+        self._source = source
+        self._member: Optional[str] = None
+        self._member_end = float("inf")
+
+    def start_member(self, member: str) -> None:
+        """Tar member ``member`` is read from now on: it must be read within the
+        member deadline (checked after each read; HTTP streams also bound each wait)."""
+        if self._member_deadline_s is None:
+            return
+        self._member = member
+        self._member_end = time.monotonic() + self._member_deadline_s
+        raw = getattr(self._raw, "raw", None)
+        if hasattr(raw, "watch_member"):
+            raw.watch_member(member, self._member_end)
 
     def readable(self) -> bool:
         return True
 
     def read(self, n: int = -1) -> bytes:
         data = self._raw.read(n)
+        if self._member is not None and time.monotonic() > self._member_end:
+            raise WenetDataError(f"member not read within {self._member_deadline_s:g} s "
+                                 "(WENET_LHOTSE_MEMBER_DEADLINE_S)", self._source,
+                                 member=self._member, kind="timeout")
         if data:
             self._chunks.append((self.pos, data))
             del self._chunks[:-3]

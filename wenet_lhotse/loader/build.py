@@ -385,6 +385,8 @@ def build_dataloader(
     cfg = LoaderConfig.from_wenet(dataset_conf, split)
     lconf = cfg.lhotse
     specs = parse_sources(sources)
+    for spec in specs:
+        spec.allow_pipe = lconf.allow_pipe
     ws, rk = world_info(world_size, rank)
     strict = not lconf.fault_tolerant
     transform = None

@@ -48,6 +48,7 @@ similar durations) and are ignored.
       mux_stop_early: false    # end the epoch when the first source is exhausted
       pool_workers: 0          # feature threads inside each DataLoader worker
       fault_tolerant: false    # skip (and count) unreadable items instead of raising
+      allow_pipe: false        # run 'pipe:' lines / 'command' sources of the data (shell)
       steps_per_epoch: null    # streamed mode: fixed steps per epoch (else: first rank out)
       snapshot_depth: 64       # batches of resume state kept (>= prefetch depth)
       return_pcm: false        # add pcm / pcm_length (the waveform) to each batch
@@ -99,6 +100,7 @@ class LhotseConf:
     mux_stop_early: bool = False
     pool_workers: int = 0
     fault_tolerant: bool = False
+    allow_pipe: bool = False
     steps_per_epoch: Optional[int] = None
     snapshot_depth: int = 64
     return_pcm: bool = False

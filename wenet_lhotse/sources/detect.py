@@ -3,8 +3,10 @@
 The kind is told from the content, never from the name alone: a directory with
 ``cuts.*.jsonl*`` is Lhotse Shar; a JSON-lines file whose first record has ``"key"``
 is a WeNet raw list, one with ``"id"`` (and no ``"key"``) a Lhotse cuts manifest; a
-gzipped file that is not JSON lines a manifest too; any other text file a WeNet
-shard list (one tar path/URL per line). An empty file is an (empty) raw list.
+gzipped file that is not JSON lines a manifest too; a text file whose first line is a
+tar path, a URL or ``pipe:`` a WeNet shard list. Any other text file is not an input
+(a notes file is never taken for a list of commands). An empty file is an (empty)
+raw list.
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ from __future__ import annotations
 import codecs
 import gzip
 import json
+import os
+import re
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Optional, Tuple
 
 from lhotse.utils import Pathlike
 
@@ -34,17 +38,29 @@ WENET_KINDS = ("raw", "shard")
 STREAMED_KINDS = ("shard",)
 
 
-def _first_line(path: Path) -> str:
+#: What a shard list line ends with (any compression ``tarfile`` reads).
+TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz")
+_URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
+
+
+def looks_like_shard_line(line: str) -> bool:
+    """A tar path (``*.tar``, ``*.tar.gz``, ... or an existing file), a URL or ``pipe:``."""
+    return (line.startswith("pipe:") or bool(_URL.match(line))
+            or line.lower().endswith(TAR_SUFFIXES) or os.path.isfile(line))
+
+
+def _first_line(path: Path) -> Tuple[int, str]:
+    """``(1-based number, stripped text)`` of the first non-empty line; ``(0, "")``."""
     opener = gzip.open if path.suffix == ".gz" else open
     try:
         with opener(path, "rt", encoding="utf-8", errors="replace") as f:
-            for line in f:
+            for no, line in enumerate(f, 1):
                 line = line.lstrip("\ufeff").strip()  # a UTF-8 BOM is not whitespace
                 if line:
-                    return line
+                    return no, line
     except (OSError, EOFError) as err:
         raise WenetDataError(f"cannot read: {err}", str(path), kind="io") from err
-    return ""
+    return 0, ""
 
 
 def detect_input_kind(path: Pathlike, wenet_only: bool = False) -> str:
@@ -78,7 +94,7 @@ def _detect_remote(url: str) -> str:
                          if ln), b"").decode("utf-8", "replace")
         except (OSError, EOFError) as err:
             raise WenetDataError(f"cannot read: {err}", url, kind="io") from None
-    return _kind_of_line(line, gz)
+    return _kind_of_line(line, gz, url)
 
 
 def _detect(p: Path) -> str:
@@ -89,11 +105,12 @@ def _detect(p: Path) -> str:
         return "shar"
     if not p.exists():
         raise WenetDataError("no such file or directory", str(p), kind="missing_file")
-    return _kind_of_line(_first_line(p), p.suffix == ".gz")
+    no, line = _first_line(p)
+    return _kind_of_line(line, p.suffix == ".gz", str(p), no)
 
 
-def _kind_of_line(line: str, gz: bool) -> str:
-    """The kind of a list/manifest from its first non-empty line."""
+def _kind_of_line(line: str, gz: bool, where: str, no: Optional[int] = None) -> str:
+    """The kind of a list/manifest from its first non-empty line (number ``no``)."""
     if not line:
         return "raw"  # an empty list
     if line.startswith("{"):
@@ -104,7 +121,13 @@ def _kind_of_line(line: str, gz: bool) -> str:
         if isinstance(obj, dict) and "key" not in obj and "id" in obj:
             return "cuts"
         return "raw"
-    return "cuts" if gz else "shard"
+    if gz:
+        return "cuts"
+    if not looks_like_shard_line(line):
+        raise WenetDataError(
+            f"not an input: its first line {line[:40]!r} is neither JSON (a raw list or "
+            "manifest) nor a tar path or URL (a shard list)", where, line=no, kind="format")
+    return "shard"
 
 
 def detect_data_type(path: Pathlike) -> str:

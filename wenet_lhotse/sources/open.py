@@ -14,12 +14,16 @@ from lhotse.lazy import Dillable
 from lhotse.utils import Pathlike, fastcopy
 
 from wenet_lhotse.errors import SkipReport, WenetDataError
+from wenet_lhotse.formats.checks import PIPE_REFUSED
 from wenet_lhotse.formats.raw_list import read_raw_list
 from wenet_lhotse.formats.remote import is_remote
 from wenet_lhotse.formats.shard_reader import read_shard_list
 from wenet_lhotse.formats.streams import as_path_list
 from wenet_lhotse.sources.detect import KINDS, detect_data_type, detect_input_kind
+from wenet_lhotse.sources.manifest import LazyCheckedManifest
 from wenet_lhotse.sources.shar_dir import cuts_files, shar_fields
+from wenet_lhotse.sources.shar_stream import LazyCheckedShar
+from wenet_lhotse.sources.shar_stream import supported as supported_shar
 from wenet_lhotse.sources.spec import SourceSpec
 
 
@@ -37,19 +41,29 @@ def open_kind(
     split_for_dataloading: bool = False,
     fields: Optional[Dict[str, List[str]]] = None,
     shar_shards: Optional[Sequence[int]] = None,
+    allow_pipe: bool = False,
     **split_kw: Any,
 ) -> CutSet:
     """The one open-by-kind dispatcher (see :func:`open_cuts` / :func:`open_source` for
-    the arguments). ``fields``: a Shar source given by URLs instead of a directory."""
+    the arguments). ``fields``: a Shar source given by URLs instead of a directory.
+    ``allow_pipe``: run ``pipe:`` inputs and ``command`` audio sources (shell commands
+    from the data); without it they are refused."""
     if kind == "raw":
         return read_raw_list(paths, wav_root=wav_root, strict=strict, skip_report=skip_report)
     if kind == "shard":
         return read_shard_list(paths, shuffle_shards=shuffle_shards, seed=seed, epoch=epoch,
                                split_for_dataloading=split_for_dataloading, strict=strict,
-                               skip_report=skip_report, **split_kw)
+                               skip_report=skip_report, allow_pipe=allow_pipe, **split_kw)
     if kind == "cuts":
-        return _chain([CutSet(LazyManifestReader(p)) if ".jsonl" in p else CutSet.from_file(p)
-                       for p in paths])
+        checked = [p for p in paths if ".jsonl" in p]
+        others = [CutSet.from_file(p) for p in paths if ".jsonl" not in p]
+        if checked:
+            others.insert(0, CutSet(LazyCheckedManifest(checked, strict=strict,
+                                                        skip_report=skip_report,
+                                                        allow_pipe=allow_pipe)))
+        return _chain(others)
+    if fields is not None and not allow_pipe:
+        _refuse_pipe_fields(fields)
     if kind == "shar":
         if fields is None and len(paths) != 1:
             raise ValueError(f"{paths}: a Shar source takes one directory")
@@ -60,12 +74,24 @@ def open_kind(
         if shar_shards is not None:
             all_fields = fields if fields is not None else shar_fields(paths[0])
             chosen = {f: [urls[i] for i in shar_shards] for f, urls in all_fields.items()}
-            return CutSet.from_shar(fields=chosen) if shar_shards else CutSet()
+            if not shar_shards:
+                return CutSet()
+            if supported_shar(chosen):  # pairs members with cuts by id; errors name files
+                return CutSet(LazyCheckedShar(chosen, strict=strict, skip_report=skip_report))
+            return CutSet.from_shar(fields=chosen)
         where = {"fields": fields} if fields is not None else {"in_dir": paths[0]}
         return CutSet.from_shar(**where, shuffle_shards=shuffle_shards,
                                 split_for_dataloading=split_for_dataloading,
                                 seed=seed + epoch, stateful_shuffle=False)
     raise ValueError(f"kind must be one of {tuple(KINDS)} or 'auto', got {kind!r}")
+
+
+def _refuse_pipe_fields(fields: Dict[str, List[str]]) -> None:
+    for name, urls in fields.items():
+        for i, url in enumerate(urls):
+            if str(url).startswith("pipe:"):
+                raise WenetDataError(PIPE_REFUSED, f"Shar fields[{name!r}][{i}] {url}",
+                                     kind="refused")
 
 
 def open_cuts(
@@ -76,6 +102,7 @@ def open_cuts(
     skip_report: Optional[SkipReport] = None,
     with_audio: bool = True,
     wav_root: Optional[Pathlike] = None,
+    allow_pipe: bool = False,
 ) -> Tuple[CutSet, str]:
     """Open ``path`` lazily as a CutSet; returns ``(cuts, kind)``.
 
@@ -85,11 +112,13 @@ def open_cuts(
     :param with_audio: for Shar, False reads only the cut manifests (no tars).
     :param wav_root: for raw lists, the directory relative ``wav`` paths resolve
         against (default: the working directory, as WeNet does).
+    :param allow_pipe: run ``pipe:`` lines of shard lists and ``command`` audio sources
+        of manifests (shell commands from the data); without it they are bad input.
     """
     if kind == "auto":
         kind = detect_input_kind(path)
     return open_kind(kind, [str(path)], strict=strict, skip_report=skip_report,
-                     with_audio=with_audio, wav_root=wav_root), kind
+                     with_audio=with_audio, wav_root=wav_root, allow_pipe=allow_pipe), kind
 
 
 def read_shar(in_dir: Pathlike, *, with_audio: bool = True) -> CutSet:
@@ -161,6 +190,7 @@ def open_source(
     split_for_dataloading: bool = False,
     transform: Optional[Callable[[CutSet], CutSet]] = None,
     shar_shards: Optional[Sequence[int]] = None,
+    allow_pipe: bool = False,
     **split_kw: Any,
 ) -> CutSet:
     """Open ``spec`` as a lazy CutSet with its tags attached (no audio is decoded).
@@ -178,41 +208,13 @@ def open_source(
     cuts = open_kind(spec.type, spec.paths, strict=strict, skip_report=skip_report,
                      shuffle_shards=shuffle_shards, seed=seed, epoch=epoch,
                      split_for_dataloading=split_for_dataloading, fields=spec.fields,
-                     shar_shards=shar_shards, **split_kw)
+                     shar_shards=shar_shards, allow_pipe=allow_pipe or spec.allow_pipe,
+                     **split_kw)
     if transform is not None:
         cuts = transform(cuts)
     if spec.tags:
         cuts = cuts.map(TagCuts(spec.tags))
     return cuts
-
-
-class LazyManifestReader(Dillable):
-    """The cuts of a Lhotse JSONL manifest, streamed (Lhotse's ``LazyManifestIterator``).
-    A file cut short, not gzip or garbled raises :class:`WenetDataError` naming the file
-    and line, where Lhotse's reader raises a bare ``EOFError`` / ``JSONDecodeError``."""
-
-    def __init__(self, path: Pathlike) -> None:
-        self.path = str(path)
-
-    def _error(self, err: Exception, n: int) -> WenetDataError:
-        return WenetDataError(f"unreadable after line {n}: {type(err).__name__}: {err}",
-                              self.path, line=n + 1, kind="truncated")
-
-    def __iter__(self):
-        from lhotse.lazy import LazyManifestIterator
-
-        n = 0
-        try:
-            for cut in LazyManifestIterator(self.path):
-                n += 1
-                yield cut
-        except WenetDataError:
-            raise
-        except (OSError, EOFError, UnicodeDecodeError, ValueError) as err:
-            raise self._error(err, n) from None
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
 
 
 def _chain(cutsets: Sequence[CutSet]) -> CutSet:

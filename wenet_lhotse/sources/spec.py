@@ -37,6 +37,8 @@ class SourceSpec:
         in the same order; URLs are anything Lhotse opens (``pipe:aws s3 cp s3://... -``,
         ``pipe:curl -s https://...``, or ``s3://``/``https://`` with smart_open). Instead
         of ``path``; such a source is always streamed.
+    :param allow_pipe: run the shell commands this source's data names (``pipe:`` lines,
+        ``command`` audio sources); set from ``lhotse_conf.allow_pipe``, not per source.
     """
 
     path: Union[str, List[str], None] = None
@@ -45,6 +47,7 @@ class SourceSpec:
     tags: Dict[str, Any] = field(default_factory=dict)
     name: Optional[str] = None
     fields: Optional[Dict[str, List[str]]] = None
+    allow_pipe: bool = field(default=False, repr=False)
 
     def __post_init__(self) -> None:
         what = self.path if self.path is not None else "shar fields"

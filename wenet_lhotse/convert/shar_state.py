@@ -1,0 +1,225 @@
+"""What one Shar shard on disk holds and how it was written: the completeness check
+behind restartable conversion, and the record of what was skipped while writing it.
+
+A shard written while items of its input were skipped (fault-tolerant mode) carries
+a **skip record** in the gzip header of its ``cuts.<i>.jsonl.gz`` (the optional
+``FCOMMENT`` field, RFC 1952): ``wenet-lhotse-skips:{"skipped": N, "kinds": {...},
+"items": [first 20 locations and reasons]}``. Every gzip reader (Lhotse's, ``zcat``)
+ignores it, it travels with the shard, and it is written in the same atomic rename
+as the manifest. A shard holding a record is *not* complete: a rerun writes it
+again (the input may have been fixed), and ``validate`` reports it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import os
+import shutil
+import struct
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
+
+from lhotse.utils import Pathlike
+
+from wenet_lhotse.errors import SkippedItem, WenetDataError
+from wenet_lhotse.formats.remote import is_remote, remote_exists, remote_put
+from wenet_lhotse.formats.streams import open_input
+from wenet_lhotse.sources.shar_dir import shard_paths
+
+logger = logging.getLogger(__name__)
+
+_TAG = b"wenet-lhotse-skips:"
+_FHCRC, _FEXTRA, _FNAME, _FCOMMENT = 0x02, 0x04, 0x08, 0x10
+#: Skipped items listed in a record (all are counted).
+RECORD_ITEMS = 20
+
+
+def make_record(items: List[SkippedItem]) -> Dict[str, Any]:
+    """The skip record of a shard from the items skipped while writing it."""
+    kinds: Dict[str, int] = {}
+    for item in items:
+        kinds[item.kind] = kinds.get(item.kind, 0) + 1
+    return {"skipped": len(items), "kinds": kinds,
+            "items": [str(i) for i in items[:RECORD_ITEMS]]}
+
+
+def _header_end(data: bytes) -> Optional[tuple]:
+    """``(flags, end of FEXTRA+FNAME, end of whole header)`` of a gzip member header."""
+    if len(data) < 10 or data[:2] != b"\x1f\x8b":
+        return None
+    flags, pos = data[3], 10
+    if flags & _FEXTRA:
+        (xlen,) = struct.unpack("<H", data[pos:pos + 2])
+        pos += 2 + xlen
+    if flags & _FNAME:
+        pos = data.index(b"\0", pos) + 1
+    name_end = pos
+    if flags & _FCOMMENT:
+        pos = data.index(b"\0", pos) + 1
+    if flags & _FHCRC:
+        pos += 2
+    return flags, name_end, pos
+
+
+def write_record(cuts_path: Pathlike, record: Optional[Dict[str, Any]]) -> None:
+    """Put ``record`` (None: none) into the gzip header of ``cuts_path`` (rewritten in
+    place: call it on a file not yet visible to readers)."""
+    with open(cuts_path, "rb") as f:
+        data = f.read()
+    flags, name_end, end = _header_end(data)
+    flags &= ~(_FCOMMENT | _FHCRC)
+    comment = b""
+    if record is not None:
+        flags |= _FCOMMENT
+        text = json.dumps(record, ensure_ascii=True, separators=(",", ":"))
+        comment = _TAG + text.encode("ascii").replace(b"\0", b"") + b"\0"
+    with open(cuts_path, "wb") as f:
+        f.write(data[:3] + bytes([flags]) + data[4:name_end] + comment + data[end:])
+
+
+def read_record(cuts_path: Pathlike) -> Optional[Dict[str, Any]]:
+    """The skip record of a shard's manifest, or None (none, or not readable)."""
+    try:
+        with open(cuts_path, "rb") as f:
+            head = f.read(1 << 16)
+        parsed = _header_end(head)
+    except (OSError, ValueError, struct.error):
+        return None
+    if parsed is None or not parsed[0] & _FCOMMENT:
+        return None
+    comment = head[parsed[1]:head.index(b"\0", parsed[1])]
+    if not comment.startswith(_TAG):
+        return None
+    try:
+        return json.loads(comment[len(_TAG):])
+    except ValueError:
+        return None
+
+
+def remote_shard_urls(out_dir: str, index: int) -> Tuple[str, str]:
+    """``(cuts manifest URL, audio tar URL)`` of shard ``index`` under an object-store prefix."""
+    cuts, tar = shard_paths("", index)
+    return f"{out_dir.rstrip('/')}/{cuts.name}", f"{out_dir.rstrip('/')}/{tar.name}"
+
+
+def _shard_files(out_dir: Union[Pathlike, str], index: int) -> Tuple[str, str]:
+    if is_remote(str(out_dir)):
+        return remote_shard_urls(str(out_dir), index)
+    return tuple(str(p) for p in shard_paths(out_dir, index))  # type: ignore[return-value]
+
+
+def shard_ids(out_dir: Union[Pathlike, str], index: int) -> List[str]:
+    """The cut ids of shard ``index``'s manifest (local or object storage), in order."""
+    with open_input(_shard_files(out_dir, index)[0]) as raw, \
+            gzip.GzipFile(fileobj=raw) as f:
+        return [json.loads(line)["id"] for line in f if line.strip()]
+
+
+def shard_is_complete(out_dir: Union[Pathlike, str], index: int) -> bool:
+    """True when shard ``index`` exists in full and was written from a complete input
+    (no skip record). Reads the (small) cuts manifest and walks the tar headers
+    (seeking over the audio data), so it is cheap. On object storage an object exists
+    only once its upload completed, and the manifest is uploaded after the tar: both
+    objects present means complete (skip records are checked on local shards only)."""
+    if is_remote(str(out_dir)):
+        return all(remote_exists(u) for u in remote_shard_urls(str(out_dir), index))
+    cuts_path, tar_path = shard_paths(out_dir, index)
+    if not (cuts_path.is_file() and tar_path.is_file()):
+        return False
+    try:
+        with gzip.open(cuts_path, "rb") as f:
+            num_cuts = sum(1 for line in f if line.strip())
+        size = tar_path.stat().st_size
+        num_members = 0
+        last_end = 0
+        with tarfile.open(tar_path, "r:") as tar:
+            for member in tar:
+                num_members += 1
+                last_end = member.offset_data + member.size
+    except (OSError, EOFError, tarfile.TarError, gzip.BadGzipFile) as err:
+        logger.info("shard %d in %s is damaged (%s); it will be rewritten", index, out_dir, err)
+        return False
+    if not (num_members == 2 * num_cuts and last_end <= size):
+        logger.info("shard %d in %s is incomplete; it will be rewritten", index, out_dir)
+        return False
+    record = read_record(cuts_path)
+    if record is not None:
+        logger.info("shard %d in %s was written with %d items skipped; it will be rewritten",
+                    index, out_dir, record.get("skipped", 0))
+        return False
+    return True
+
+
+def merge_record(record: Optional[Dict[str, Any]],
+                 items: Sequence[SkippedItem]) -> Dict[str, Any]:
+    """``record`` (or none) plus ``items`` skipped later."""
+    out = dict(record or {"skipped": 0, "kinds": {}, "items": []})
+    new = make_record(list(items))
+    out["skipped"] = out.get("skipped", 0) + new["skipped"]
+    kinds = dict(out.get("kinds", {}))
+    for k, v in new["kinds"].items():
+        kinds[k] = kinds.get(k, 0) + v
+    out["kinds"] = kinds
+    out["items"] = (list(out.get("items", [])) + new["items"])[:RECORD_ITEMS]
+    return out
+
+
+def drop_duplicates(out_dir: Union[Path, str], index: int, keys: Sequence[str],
+                    errors: Sequence[WenetDataError], strict: bool,
+                    work_dir: Optional[Path]) -> None:
+    """Keys ``keys`` of the written shard ``index`` are already in other shards. Strict:
+    the shard's manifest is removed (so a rerun writes it again; on object storage it
+    stays: the caller's error says which). Fault-tolerant: the shard is rewritten
+    without them, its skip record listing ``errors``. ``work_dir``: scratch space on
+    the output's filesystem (None: a temporary directory)."""
+    cuts_src, tar_src = _shard_files(out_dir, index)
+    if strict:
+        if not is_remote(str(out_dir)):
+            os.remove(cuts_src)
+        return
+    if work_dir is not None:
+        work_dir.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f"dedup-{index:06d}-", dir=work_dir))
+    try:
+        cuts_tmp, tar_tmp = shard_paths(tmp, index)
+        for src, dst in ((cuts_src, cuts_tmp), (tar_src, tar_tmp)):
+            with open_input(src) as f, open(dst, "wb") as g:
+                shutil.copyfileobj(f, g)
+        drop_cuts(cuts_tmp, tar_tmp, set(keys))
+        write_record(cuts_tmp, merge_record(read_record(cuts_tmp),
+                                            [SkippedItem.from_error(e) for e in errors]))
+        # Audio first, manifest last: a manifest in OUT means its tar is complete.
+        for src, dst in ((tar_tmp, tar_src), (cuts_tmp, cuts_src)):
+            if is_remote(str(out_dir)):
+                remote_put(str(src), dst)
+            else:
+                os.replace(src, dst)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def drop_cuts(cuts_path: Pathlike, tar_path: Pathlike, drop: Set[str]) -> None:
+    """Remove the cuts with ids in ``drop`` from a shard (manifest lines and their tar
+    members, which are named ``<id>.<ext>``), rewriting both files in place."""
+    with gzip.open(cuts_path, "rb") as f:
+        lines = [ln for ln in f if ln.strip() and json.loads(ln)["id"] not in drop]
+    with gzip.GzipFile(cuts_path, "wb", mtime=0) as f:
+        f.writelines(lines)
+    tmp = f"{tar_path}.filtered"
+    with tarfile.open(tar_path, "r:") as src, tarfile.open(tmp, "w") as dst:
+        for member in src:
+            if member.name.rsplit(".", 1)[0] not in drop:
+                dst.addfile(member, src.extractfile(member))
+    os.replace(tmp, tar_path)
+
+
+def empty_shard(cuts_path: Pathlike, tar_path: Pathlike) -> None:
+    """Write a shard with no cuts (keeps the shard numbering without gaps)."""
+    with gzip.GzipFile(cuts_path, "wb", mtime=0):
+        pass
+    with tarfile.open(tar_path, "w"):
+        pass

@@ -1,0 +1,82 @@
+"""Names of the temporary files behind atomic writes, and the removal of those left by
+writers that were killed.
+
+A temporary file for ``name`` is ``.<name>.<pid>@<host>.XXXXXXXX.tmp`` in the target's
+directory: the writer's PID and a 6-hex-digit hash of its host name say who owns it.
+A file whose owner is on this host and no longer running is stale (a ``kill -9``
+leaves it; any other exit removes it) and is removed by the next write into that
+directory. Files of live writers and of other hosts (a shared filesystem) are never
+touched. The name is shortened so that the whole fits in 255 bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import socket
+from typing import Set
+
+logger = logging.getLogger(__name__)
+
+#: This host, as it appears in temporary file names.
+HOST_TAG = hashlib.blake2b(socket.gethostname().encode("utf-8", "replace"),
+                           digest_size=3).hexdigest()
+
+# mkstemp's random part: 8 characters of [a-z0-9_]
+_STALE = re.compile(r"^\..*\.(\d+)@([0-9a-f]{6})\.[a-z0-9_]{8}\.tmp$", re.DOTALL)
+_NAME_MAX = 255
+_cleaned: Set[str] = set()
+
+
+def temp_prefix(name: str) -> str:
+    """The ``mkstemp`` prefix for a temporary file of target file name ``name``."""
+    tag = f".{os.getpid()}@{HOST_TAG}."
+    budget = _NAME_MAX - 1 - len(tag) - 8 - len(".tmp")
+    raw = name.encode("utf-8", "surrogateescape")
+    if len(raw) > budget:
+        name = raw[:budget].decode("utf-8", "ignore")
+    return f".{name}{tag}"
+
+
+def process_running(pid: int) -> bool:
+    """True when process ``pid`` exists on this host (a zombie counts as running)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def remove_stale_temp_files(directory: os.PathLike) -> int:
+    """Remove the temporary files in ``directory`` whose writer (on this host) is dead;
+    once per directory per process. Returns how many were removed."""
+    key = os.path.realpath(directory)
+    if key in _cleaned:
+        return 0
+    _cleaned.add(key)
+    removed = 0
+    try:
+        entries = list(os.scandir(key))
+    except OSError:
+        return 0
+    for entry in entries:
+        if not entry.name.endswith(".tmp"):
+            continue
+        m = _STALE.match(entry.name)
+        if m is None or m.group(2) != HOST_TAG:
+            continue
+        pid = int(m.group(1))
+        if pid == os.getpid() or process_running(pid):
+            continue
+        try:
+            os.unlink(entry.path)
+            removed += 1
+        except OSError:
+            pass
+    if removed:
+        logger.info("removed %d stale temporary files of killed writers in %s", removed, key)
+    return removed
