@@ -32,6 +32,7 @@ _EXPORTS = {
     "read_shard_list": "wenet_lhotse.formats",
     "write_raw_list": "wenet_lhotse.formats",
     "write_wenet_shards": "wenet_lhotse.formats",
+    "ReadLimits": "wenet_lhotse.formats",
     "detect_data_type": "wenet_lhotse.sources",
     "LazyWenetRawListIterator": "wenet_lhotse.formats",
     "LazyWenetShardIterator": "wenet_lhotse.formats",

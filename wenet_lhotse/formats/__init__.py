@@ -17,9 +17,10 @@ from wenet_lhotse.formats.shard_reader import (
     read_shard_list,
 )
 from wenet_lhotse.formats.shard_writer import write_wenet_shards
-from wenet_lhotse.formats.streams import atomic_output, open_input
+from wenet_lhotse.formats.streams import ReadLimits, atomic_output, open_input
 
 __all__ = [
+    "ReadLimits",
     "LazyWenetRawListIterator",
     "LazyWenetShardIterator",
     "ShardEntry",
