@@ -62,7 +62,9 @@ class EqualStepsIterator:
     """Wraps a per-rank batch iterator so that every rank yields the same number of
     batches: after each attempt to get a batch, ranks all-reduce MIN of a
     "has data" flag; when any rank is out, all stop. Optionally also stops after
-    ``max_steps`` batches."""
+    ``max_steps`` batches. An epoch that would end at 0 steps because some rank had
+    nothing while others had batches is a ``RuntimeError`` on every rank, not a
+    silent empty epoch."""
 
     def __init__(self, inner: Iterator, group: Optional[Any], max_steps: Optional[int] = None
                  ) -> None:
@@ -84,9 +86,16 @@ class EqualStepsIterator:
         except StopIteration:
             batch, has = None, 0
         if self.group is not None:
-            flag = torch.tensor([has], dtype=torch.int32)
+            # MIN of (has, -has): whether every rank has a batch, and whether any has.
+            flag = torch.tensor([has, -has], dtype=torch.int32)
             dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self.group)
-            has = int(flag.item())
+            has, anyone = int(flag[0].item()), -int(flag[1].item())
+            if not has and anyone and self.steps == 0:
+                self.done = True
+                raise RuntimeError(
+                    "a rank had no batch at all this epoch while others had: every rank "
+                    "would stop at 0 steps. Its data was all skipped or it got no shard "
+                    "(see loader.skip_report on that rank; fewer tars than ranks x workers?)")
         if not has:
             self.done = True
             raise StopIteration
