@@ -95,7 +95,7 @@ def test_pipe_lines_need_an_opt_in_cli(small, tmp_path):
     assert f"{lst}:1: [refused]" in res.stdout and f"{lst}:3: [refused]" in res.stdout
     res = cli("import", lst, "--shar", tmp_path / "shar")
     assert res.returncode != 0 and not marker.exists()
-    err = [ln for ln in res.stderr.splitlines() if ln.startswith("Error")]
+    err = [ln for ln in res.stderr.splitlines() if ln.lower().startswith("error")]
     assert len(err) == 1 and f"{lst}:1" in err[0] and "--allow-pipe" in err[0]
     for args in (["validate", lst], ["stats", lst], ["import", lst, "--shar", tmp_path / "s2"],
                  ["export", lst, "-o", tmp_path / "x.list"]):

@@ -202,7 +202,8 @@ def export_cmd(source, out, shards_dir, shard_size, jobs, audio_dir, cluster, al
             from wenet_lhotse.convert.export import export_shards
 
             lst = export_shards(source, shards_dir, shard_size=shard_size, list_path=out,
-                                num_workers=jobs, progress=True, cluster=cluster, allow_pipe=allow_pipe)
+                                num_workers=jobs, progress=True, cluster=cluster,
+                                allow_pipe=allow_pipe)
             click.echo(f"shards: {shards_dir}, list: {lst}")
         else:
             if cluster:
