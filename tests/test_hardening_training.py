@@ -56,10 +56,7 @@ def shar_without_member(corpus, tmp_path, shard=1, position=1):
     return out, lost
 
 
-WAIT = pytest.mark.xfail(strict=True, reason="fixed after the loader split (layout: loader)")
-
-
-@pytest.mark.parametrize("mode", ["streamed", pytest.param("map", marks=WAIT)])
+@pytest.mark.parametrize("mode", ["streamed", "map"])
 def test_missing_shar_audio_member(corpus12, tmp_path, mode):
     shar, lost = shar_without_member(corpus12, tmp_path)
     tok = CharTokenizer(corpus12.units)
@@ -79,7 +76,6 @@ def truncate(path: Path, keep: float = 0.5) -> None:
     path.write_bytes(data[: int(len(data) * keep)])
 
 
-@WAIT
 @pytest.mark.parametrize("mode", ["streamed", "map"])
 def test_truncated_shar_manifest(corpus12, tmp_path, mode):
     out = wenet_to_shar(corpus12.data_list, tmp_path / "shar", shard_size=6).out_dir
@@ -96,7 +92,6 @@ def test_truncated_shar_manifest(corpus12, tmp_path, mode):
         keys_of(strict)
 
 
-@WAIT
 def test_truncated_plain_manifest(corpus12, tmp_path, caplog):
     man = tmp_path / "cuts.jsonl.gz"
     cli("import", corpus12.data_list, "-o", man, check=0)
@@ -124,7 +119,6 @@ def test_truncated_plain_manifest(corpus12, tmp_path, caplog):
     assert "Traceback" not in res.stderr
 
 
-@WAIT
 def test_worker_without_batches_forwards_its_skips(corpus12, tmp_path, caplog):
     """Streamed, 2 workers, 2 tars: worker 1's tar is garbage, so it yields no batch;
     its skip still reaches loader.skip_report and the end-of-epoch log."""
@@ -142,7 +136,6 @@ def test_worker_without_batches_forwards_its_skips(corpus12, tmp_path, caplog):
                for r in caplog.records)
 
 
-@WAIT
 @pytest.mark.slow
 def test_ddp_rank_with_nothing_is_an_error(corpus12, tmp_path):
     """2 ranks, 2 tars; rank 1's tar is garbage: rank 1 has no batch at all. Every rank

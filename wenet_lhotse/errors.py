@@ -119,6 +119,15 @@ class SkippedItem:
         return cls(err.source, err.line, err.member, err.kind, err.message)
 
 
+@dataclass(frozen=True)
+class SkipsOnly:
+    """What a DataLoader worker yields, instead of a batch, to forward the items it
+    skipped after its last batch (or when it had no batch at all): the loader adds them
+    to its ``skip_report`` and does not count it as a step."""
+
+    items: List[SkippedItem]
+
+
 @dataclass
 class SkipReport:
     """Counts and lists every skipped item. Thread-safe; merge reports from workers

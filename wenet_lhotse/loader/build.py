@@ -144,9 +144,11 @@ def _map_reader(spec: SourceSpec, cfg: LoaderConfig, seed: int, strict: bool,
     probe_cache = cfg.lhotse.probe_cache
     reader: Any
     if spec.type == "cuts":
-        reader = JsonlReader(spec.paths, shuffle_files=shuffle, seed=seed)
+        reader = JsonlReader(spec.paths, shuffle_files=shuffle, seed=seed, strict=strict,
+                             skip_report=skip_report)
     elif spec.type == "shar":
-        reader = shar_reader(spec.paths[0], shuffle_files=shuffle, seed=seed)
+        reader = shar_reader(spec.paths[0], shuffle_files=shuffle, seed=seed, strict=strict,
+                             skip_report=skip_report)
     else:
         # raw lists (durations from audio headers, probed once) and, for cv, shard lists:
         # held in memory, reshuffled each pass.
@@ -180,8 +182,11 @@ def _metadata(spec: SourceSpec, strict: bool, transform: Any) -> CutSet:
     if spec.type == "shar" and spec.fields is not None:  # remote: the cuts field only
         return transform(CutSet.from_shar(fields={"cuts": spec.fields["cuts"]}))
     if spec.type == "shar":
-        return transform(CutSet(shar_reader(spec.paths[0]).as_lazy_cuts()))
-    return open_source(spec, strict=strict, transform=transform)
+        # Skips met here are met again, and counted, when the data is read for batches.
+        return transform(CutSet(shar_reader(spec.paths[0], strict=strict,
+                                            skip_report=SkipReport(log=False)).as_lazy_cuts()))
+    return open_source(spec, strict=strict, transform=transform,
+                       skip_report=SkipReport(log=False))
 
 
 def _bins_and_budget(cuts: Iterator[Cut], cfg: LoaderConfig, n: int,
@@ -274,7 +279,8 @@ def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
                                   max_duration=max_duration,
                                   quadratic_duration=lconf.quadratic_duration)
     logger.info("%s batches: %s, %d buckets, %s", split, formula, len(bins) + 1, "map")
-    attach = SharAudioAttacher() if any(s.type == "shar" for s in specs) else None
+    attach = (SharAudioAttacher(strict=plan.strict) if any(s.type == "shar" for s in specs)
+              else None)
     dataset_for_loader = LoaderDataset(dataset, attach)
     if split == "train":
         depth = max(lconf.snapshot_depth,

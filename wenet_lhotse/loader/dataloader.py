@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, T
 import torch
 from lhotse import CutSet
 
-from wenet_lhotse.errors import BATCH_SKIPS_KEY, SkipReport
+from wenet_lhotse.errors import BATCH_SKIPS_KEY, SkipReport, SkipsOnly
 from wenet_lhotse.loader.distributed import EqualStepsIterator
 from wenet_lhotse.loader.sampler import ResumableBucketingSampler
 from wenet_lhotse.loader.streamed import SKIP_TURN, StreamedEpochDataset, WorkerBatch
@@ -50,9 +50,14 @@ class LoaderDataset(torch.utils.data.Dataset):
             self._epoch = epoch
         else:
             cuts = item
-        if self.attach is not None:
-            cuts = self.attach(cuts)
-        return self.dataset[cuts]
+        if self.attach is None:
+            return self.dataset[cuts]
+        cuts = self.attach(cuts)
+        out = self.dataset[cuts]
+        skipped = self.attach.skip_report.take_new()  # members missing from Shar tars
+        if skipped and isinstance(out, dict):
+            out.setdefault(BATCH_SKIPS_KEY, []).extend(skipped)
+        return out
 
 
 class EpochTaggedSampler(torch.utils.data.Sampler):
@@ -232,10 +237,18 @@ class StreamedDataLoader(LhotseDataLoader):
 
     def _batches(self, inner: Iterator[Any]) -> Iterator[Any]:
         # drop the round-robin placeholders of a restored epoch
-        it: Iterator[Any] = (item for item in inner if item is not SKIP_TURN)
+        it: Iterator[Any] = self._absorb(item for item in inner if item is not SKIP_TURN)
         if self.equal_steps_group is not None or self.max_steps is not None:
             it = EqualStepsIterator(it, self.equal_steps_group, self.max_steps)
         return it
+
+    def _absorb(self, it: Iterator[Any]) -> Iterator[Any]:
+        """Take the skips a worker forwards without a batch; they are not steps."""
+        for item in it:
+            if isinstance(item, (tuple, list)) and isinstance(item[-1], SkipsOnly):
+                self.skip_report.extend(item[-1].items)
+                continue
+            yield item
 
     def _unwrap(self, item: WorkerBatch) -> Any:
         wid, batch = item

@@ -13,6 +13,7 @@ that a resumable sampler can restart at any position without parsing what preced
 from __future__ import annotations
 
 import random
+import zlib
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -20,7 +21,8 @@ from lhotse.cut import Cut
 from lhotse.lazy import Dillable
 from lhotse.serialization import decode_json_line, deserialize_item, open_best
 
-from wenet_lhotse.errors import WenetDataError
+from wenet_lhotse.errors import SkipReport, WenetDataError
+from wenet_lhotse.sources.manifest import parse_manifest_line
 from wenet_lhotse.sources.shar_dir import shar_files
 
 
@@ -132,16 +134,29 @@ class JsonlReader(PositionedReader):
     :param shar_tars: for Shar, the ``recording.*.tar`` of each cuts file; each cut
         then gets ``custom["shar_tar"]`` so that :class:`SharAudioAttacher` can
         fetch its audio later.
+    :param strict: a bad line (see :mod:`wenet_lhotse.sources.manifest`) or a file cut
+        short raises :class:`WenetDataError` naming file and line; else it is recorded
+        in ``skip_report`` (once per epoch) and skipped (a cut-short file ends there).
     """
 
     def __init__(self, paths: Sequence[str], shuffle_files: bool = False, seed: int = 0,
-                 shar_tars: Optional[Sequence[Optional[str]]] = None) -> None:
+                 shar_tars: Optional[Sequence[Optional[str]]] = None, strict: bool = True,
+                 skip_report: Optional[SkipReport] = None) -> None:
+        self.strict = strict
+        self.skip_report = skip_report if skip_report is not None else SkipReport()
+        self._reported: set = set()  # (epoch, file, line): a pass read again is not a new skip
         self.paths = [str(p) for p in paths]
         self.shuffle_files = shuffle_files
         self.seed = seed
         self.shar_tars = list(shar_tars) if shar_tars is not None else None
         self.epoch = 0
         self._line_counts: Dict[str, int] = {}
+
+    def _skip(self, err: WenetDataError) -> None:
+        key = (self.epoch, err.source, err.line)
+        if self.strict or key not in self._reported:
+            self._reported.add(key)
+            self.skip_report.handle(err, self.strict)
 
     def _file_order(self) -> List[int]:
         order = list(range(len(self.paths)))
@@ -159,18 +174,25 @@ class JsonlReader(PositionedReader):
                 continue
             tar = self.shar_tars[i] if self.shar_tars is not None else None
             n = 0
-            for lineno, line in _numbered_lines(path):
-                n = lineno + 1
-                if offset + lineno < start or not line.strip():
-                    continue  # skipped lines are not decoded nor parsed
-                try:
-                    cut = deserialize_item(decode_json_line(line))
-                except Exception as err:
-                    raise WenetDataError(f"not a Lhotse cut: {type(err).__name__}: {err}",
-                                         path, line=n, kind="json") from None
-                if tar is not None:
-                    cut.custom = {**(cut.custom or {}), "shar_tar": tar}
-                yield offset + lineno, cut
+            try:
+                for lineno, line in _numbered_lines(path):
+                    n = lineno + 1
+                    if offset + lineno < start or not line.strip():
+                        continue  # skipped lines are not decoded nor parsed
+                    try:
+                        cut = parse_manifest_line(line.decode("utf-8"), path, n)
+                    except (WenetDataError, UnicodeDecodeError) as err:
+                        self._skip(err if isinstance(err, WenetDataError)
+                                   else WenetDataError(f"not valid UTF-8: {err}", path,
+                                                       line=n, kind="encoding"))
+                        continue
+                    if tar is not None:
+                        cut.custom = {**(cut.custom or {}), "shar_tar": tar}
+                    yield offset + lineno, cut
+            except WenetDataError as err:  # cut short or corrupt: the rest of it is lost
+                if err.kind != "truncated":
+                    raise
+                self._skip(err)
             self._line_counts[path] = n
             offset += n
 
@@ -190,13 +212,16 @@ class JsonlReader(PositionedReader):
                 continue
             tar = self.shar_tars[i] if self.shar_tars is not None else None
             n, complete = 0, True
-            for lineno, line in _numbered_lines(path):
-                n = lineno + 1
-                if offset + lineno in positions:
-                    out[offset + lineno] = (line, tar)
-                if offset + lineno >= last:
-                    complete = False
-                    break
+            try:
+                for lineno, line in _numbered_lines(path):
+                    n = lineno + 1
+                    if offset + lineno in positions:
+                        out[offset + lineno] = (line, tar)
+                    if offset + lineno >= last:
+                        complete = False
+                        break
+            except WenetDataError:  # reported when the file was first read (iter_from)
+                pass
             if complete:
                 self._line_counts[path] = n
             offset += n
@@ -224,7 +249,7 @@ def _numbered_lines(path: str) -> Iterator[Tuple[int, bytes]]:
         with _open_lines(path) as f:
             for read, line in enumerate(f, 1):
                 yield read - 1, line
-    except (OSError, EOFError) as err:
+    except (OSError, EOFError, zlib.error) as err:
         raise WenetDataError(f"unreadable after line {read}: {type(err).__name__}: {err}",
                              path, line=read + 1, kind="truncated") from None
 
@@ -240,7 +265,8 @@ def _open_lines(path: str):
     return open_best(path, "rb")
 
 
-def shar_reader(in_dir: str, shuffle_files: bool = False, seed: int = 0) -> JsonlReader:
+def shar_reader(in_dir: str, shuffle_files: bool = False, seed: int = 0, strict: bool = True,
+                skip_report: Optional[SkipReport] = None) -> JsonlReader:
     """A :class:`JsonlReader` over a Shar directory's ``cuts.*.jsonl*`` (metadata only)."""
     files = shar_files(in_dir)
     cuts = {i: p for i, p in files.get("cuts", {}).items() if ".jsonl" in p}
@@ -248,7 +274,8 @@ def shar_reader(in_dir: str, shuffle_files: bool = False, seed: int = 0) -> Json
         raise ValueError(f"{Path(in_dir)}: no Shar cuts.*.jsonl* files")
     recordings = {i: p for i, p in files.get("recording", {}).items() if ".tar" in p}
     return JsonlReader([cuts[i] for i in sorted(cuts)], shuffle_files=shuffle_files, seed=seed,
-                       shar_tars=[recordings.get(i) for i in sorted(cuts)])
+                       shar_tars=[recordings.get(i) for i in sorted(cuts)], strict=strict,
+                       skip_report=skip_report)
 
 
 class Tracked(Dillable):

@@ -12,7 +12,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from lhotse import CutSet
 
-from wenet_lhotse.errors import WenetDataError
+from wenet_lhotse.errors import SkipReport, WenetDataError
 
 
 class _TarScan:
@@ -81,17 +81,21 @@ class SharAudioAttacher:
     """Attach Shar audio to metadata cuts: ``custom["shar_tar"]`` names the tar; the
     member ``<cut_id>.<ext>`` is located from the tar headers (read incrementally, data
     seeked over, remembered per process) and read with one seek. Thread-safe; a copy
-    sent to a DataLoader worker starts with an empty index."""
+    sent to a DataLoader worker starts with an empty index. A cut whose member is
+    missing raises :class:`WenetDataError` naming the tar (``strict``), or is left out
+    and recorded in ``skip_report`` (the loader forwards it with the batch)."""
 
-    def __init__(self) -> None:
+    def __init__(self, strict: bool = True) -> None:
+        self.strict = strict
+        self.skip_report = SkipReport()
         self._scans: Dict[str, _TarScan] = {}
         self._lock = threading.Lock()
 
     def __getstate__(self) -> Dict[str, Any]:
-        return {}
+        return {"strict": self.strict}
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
-        self.__init__()
+        self.__init__(state.get("strict", True))
 
     def _locate(self, tar: str, cut_id: str) -> Tuple[int, int, str]:
         with self._lock:
@@ -113,10 +117,19 @@ class SharAudioAttacher:
             if tar is None or cut.recording is None or cut.recording.sources[0].type != "shar":
                 out.append(cut)
                 continue
-            offset, size, name = self._locate(tar, cut.id)
-            with open(tar, "rb") as f:
-                f.seek(offset)
-                data = f.read(size)
+            try:
+                offset, size, name = self._locate(tar, cut.id)
+                with open(tar, "rb") as f:
+                    f.seek(offset)
+                    data = f.read(size)
+            except (OSError, tarfile.TarError) as err:
+                self.skip_report.handle(WenetDataError(
+                    f"cannot read audio of cut {cut.id!r}: {err}", tar, member=cut.id,
+                    kind="missing_audio"), self.strict)
+                continue
+            except WenetDataError as err:
+                self.skip_report.handle(err, self.strict)
+                continue
             fill_shar_placeholder(cut.recording, data=data, tarpath=name)
             out.append(cut)
         return CutSet.from_cuts(out)

@@ -5,8 +5,9 @@ every (rank, worker) opens its share of the tars of every source, shuffled for t
 epoch, and runs its own :class:`~.bucketing.BucketingSampler` (Lhotse's
 ``DynamicBucketingSampler`` with merged bucket remainders, ``world_size=1``). What it
 yields to the loader (:class:`~.dataloader.StreamedDataLoader`) is the protocol below:
-a :class:`WorkerBatch` per batch, and :data:`SKIP_TURN` from a worker whose turn a
-restored epoch skips.
+a :class:`WorkerBatch` per batch, :data:`SKIP_TURN` from a worker whose turn a
+restored epoch skips, and last a ``WorkerBatch(worker, SkipsOnly(items))`` when the
+worker skipped items after its last batch (or had no batch): not a step.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any, Dict, Iterator, Mapping, NamedTuple, Optional, Sequence,
 import torch
 from lhotse import CutSet
 
-from wenet_lhotse.errors import BATCH_SKIPS_KEY, SkipReport
+from wenet_lhotse.errors import BATCH_SKIPS_KEY, SkipReport, SkipsOnly
 from wenet_lhotse.formats.split import reader_share
 from wenet_lhotse.loader.bucketing import BucketingSampler
 from wenet_lhotse.sources import SourceSpec, mux_sources, open_source, spec_shar_fields
@@ -133,3 +134,6 @@ class StreamedEpochDataset(torch.utils.data.IterableDataset):
             # The worker id travels with the batch: the loader counts batches per
             # worker, which makes resume exact even after some workers ran out of tars.
             yield WorkerBatch(wid, out)
+        skipped = self.skip_report.take_new()
+        if skipped:  # met after the last batch (or with no batch at all): still reported
+            yield WorkerBatch(wid, SkipsOnly(skipped))

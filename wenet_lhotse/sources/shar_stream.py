@@ -50,6 +50,8 @@ class LazyCheckedShar(Dillable):
     """The cuts of Shar shards ``fields`` (``{"cuts": [...], "recording": [...]}``, one
     entry per shard, in reading order), audio attached, checked as the module doc says."""
 
+    _lost_manifest = False  # the current shard's manifest was cut short
+
     def __init__(self, fields: Dict[str, List[str]], strict: bool = True,
                  skip_report: Optional[SkipReport] = None) -> None:
         self.fields = {k: [str(u) for u in v] for k, v in fields.items()}
@@ -66,7 +68,8 @@ class LazyCheckedShar(Dillable):
     def __len__(self) -> int:
         raise TypeError("a streamed Shar source has no len()")
 
-    def _manifest(self, path: str) -> OrderedDict[str, Cut]:
+    def _manifest(self, path: str) -> Tuple[OrderedDict[str, Cut], bool]:
+        """The shard's cuts by id, and whether the manifest was read to its end."""
         cuts: OrderedDict[str, Cut] = OrderedDict()
         no = 0
         try:
@@ -78,12 +81,14 @@ class LazyCheckedShar(Dillable):
                         cuts[cut.id] = cut
         except _READ_ERRORS as err:
             self._handle(WenetDataError(
-                f"manifest unreadable after line {no} ({type(err).__name__}: {err}); the "
-                "cuts after it are lost", path, line=no + 1, kind="truncated"))
-        return cuts
+                f"unreadable after line {no}: {type(err).__name__}: {err}", path,
+                line=no + 1, kind="truncated"))
+            return cuts, False
+        return cuts, True
 
     def _shard(self, cuts_path: str, tar_path: str) -> Iterator[Cut]:
-        cuts = self._manifest(cuts_path)
+        cuts, whole = self._manifest(cuts_path)
+        self._lost_manifest = not whole  # members of the lost cuts are not reported again
         cap = max_member_bytes()
         pending: Optional[Tuple[str, bytes, str]] = None  # (id, data, member name)
         member = None
@@ -134,13 +139,16 @@ class LazyCheckedShar(Dillable):
                                         member=cut_id, kind="missing_audio"))
 
     def _orphan(self, tar_path: str, member: str, why: str) -> None:
+        if self._lost_manifest:
+            return
         self._handle(WenetDataError(f"member without its pair: {why}", tar_path,
                                     member=member, kind="unpaired"))
 
     def _no_data(self, cuts: OrderedDict[str, Cut], stem: str, tar_path: str,
                  member: str) -> None:
         """A ``.json`` without its data member: that cut is lost."""
-        cuts.pop(stem, None)
+        if cuts.pop(stem, None) is None and self._lost_manifest:
+            return
         self._handle(WenetDataError(f"no audio member for cut {stem!r}", tar_path,
                                     member=member, kind="missing_audio"))
 
