@@ -1,0 +1,68 @@
+"""A WeNet shard list file: one tar per line (a local path, an ``http(s)://`` URL, or
+``pipe:CMD`` when allowed), each remembered with the list line that named it."""
+
+from __future__ import annotations
+
+import codecs
+import os
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Union
+
+from lhotse.utils import Pathlike
+
+from wenet_lhotse.errors import SkipReport, WenetDataError
+from wenet_lhotse.formats.checks import PIPE_REFUSED
+from wenet_lhotse.formats.remote import is_remote
+from wenet_lhotse.formats.streams import as_path_list, is_local, is_pipe, local_path, open_input
+
+
+@dataclass(frozen=True)
+class ShardEntry:
+    """One tar of a shard list: its path/URL/pipe and where it was listed."""
+
+    url: str
+    list_file: Optional[str] = None
+    line: Optional[int] = None
+
+    @property
+    def listed_at(self) -> str:
+        return f" (listed at {self.list_file}:{self.line})" if self.list_file else ""
+
+
+def read_shard_entries(
+    paths: Union[Pathlike, Sequence[Pathlike]],
+    strict: bool = True,
+    skip_report: Optional[SkipReport] = None,
+    allow_pipe: bool = False,
+) -> List[ShardEntry]:
+    """Read shard list file(s): one tar per non-empty line (LF or CRLF). Relative
+    local paths are made absolute against the working directory. A ``pipe:`` line
+    without ``allow_pipe`` is bad input (kind ``"refused"``, never run)."""
+    report = skip_report if skip_report is not None else SkipReport()
+    entries = []
+    for path in as_path_list(paths):
+        try:
+            with open_input(path) if is_remote(path) else open(path, "rb") as f:
+                lines = f.read().split(b"\n")
+        except OSError as e:
+            raise WenetDataError(f"cannot open shard list: {e}", path, kind="missing_file") from e
+        for lineno, raw in enumerate(lines, 1):
+            raw = raw.strip()
+            if lineno == 1 and raw.startswith(codecs.BOM_UTF8):
+                raw = raw[len(codecs.BOM_UTF8):]
+            if not raw:
+                continue
+            try:
+                name = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                report.handle(WenetDataError("line is not valid UTF-8", path, line=lineno,
+                                             kind="encoding"), strict)
+                continue
+            if is_pipe(name) and not allow_pipe:
+                report.handle(WenetDataError(PIPE_REFUSED, path, line=lineno, kind="refused"),
+                              strict)
+                continue
+            if is_local(name):
+                name = os.path.abspath(local_path(name))
+            entries.append(ShardEntry(name, str(path), lineno))
+    return entries
