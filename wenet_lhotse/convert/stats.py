@@ -13,7 +13,7 @@ import numpy as np
 from lhotse.utils import Pathlike
 
 from wenet_lhotse.convert.executor import map_tasks
-from wenet_lhotse.errors import SkipReport
+from wenet_lhotse.errors import SkipReport, WenetDataError
 from wenet_lhotse.formats.shard_reader import ShardEntry, read_one_tar, read_shard_entries
 from wenet_lhotse.sources.detect import detect_input_kind
 from wenet_lhotse.sources.open import open_cuts
@@ -107,7 +107,8 @@ def corpus_stats(path: Pathlike, *, strict: bool = False, progress: bool = False
 
     Reads metadata only: raw lists probe audio headers, Shar reads just its cut
     manifests; shard lists must stream their tars. Bad items are skipped and counted
-    unless ``strict``.
+    unless ``strict``; a cuts manifest cut short is an error (the figures would cover an
+    unknown part of it).
 
     :param num_jobs: local processes for shard lists (one tar each) and raw lists
         (header probing).
@@ -151,6 +152,10 @@ def corpus_stats(path: Pathlike, *, strict: bool = False, progress: bool = False
                 add([_metadata(cut)])
     finally:
         bar.close()
+    cut_short = [i for i in report if i.kind == "truncated" and kind == "cuts"]
+    if cut_short:  # figures over an unknown part of the manifest would mislead
+        i = cut_short[0]
+        raise WenetDataError(i.message, i.source, line=i.line, member=i.member, kind=i.kind)
     return CorpusStats(str(path), kind, np.frombuffer(durations, dtype=np.float64),
                        np.frombuffer(text_lengths, dtype=np.int64), len(speakers), report)
 

@@ -135,4 +135,7 @@ class LazyCheckedManifest(Dillable):
                 yield item
 
     def __len__(self) -> int:
-        return sum(count_newlines_fast(p) for p in self.paths)
+        try:
+            return sum(count_newlines_fast(p) for p in self.paths)
+        except (OSError, EOFError, zlib.error):  # reported, with its line, when iterated
+            raise TypeError("length unknown: a manifest is unreadable") from None
