@@ -101,6 +101,9 @@ def test_data_errors_name_file_and_line(bad):
 def test_os_errors_name_the_path(bad):
     line = one_error_line(CliRunner().invoke(main, ["corpus", f"{bad}/file/sub", "-n", "2"]))
     assert f"{bad}/file" in line
+    line = one_error_line(CliRunner().invoke(main, ["demo", "-o", f"{bad}/file/demo",
+                                                    "--quick"]))
+    assert f"{bad}/file/demo" in line and "Not a directory" in line
     line = one_error_line(CliRunner().invoke(main, ["cmvn", f"{bad}/cuts.jsonl.gz", "-c",
                                                     f"{bad}/good.yaml", "-o",
                                                     f"{bad}/file/cmvn"]))
