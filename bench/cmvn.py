@@ -14,7 +14,9 @@ On one generated corpus (16 kHz WAV, raw list + shards, a yaml with the aishell 
   ours on the raw list and on the shards, and whether ``frame_num`` agrees;
 * wall seconds of ours serial (``-j 1``) and with 2 processes (``-j 2``) on the raw list,
   best of ``--rounds`` interleaved runs, and their ratio; WeNet's tool's wall time
-  (``--num_workers 0``, and 2) for reference. Process start-up is included everywhere.
+  (``--num_workers 0``, and 2) for reference. Process start-up is included everywhere;
+* the same two without start-up: ``compute_cmvn`` called in this process (after one
+  warm-up call), ``num_jobs=1`` vs ``num_jobs=2``, best of ``--rounds`` interleaved.
 """
 
 from __future__ import annotations
@@ -90,9 +92,20 @@ def main() -> None:
         print(f"{name:12s} max rel diff vs WeNet's tool {rel:.2e}, frame_num "
               f"{'equal' if got['frame_num'] == ref['frame_num'] else 'DIFFERENT'} "
               f"({got['frame_num']})")
+    from wenet_lhotse.convert.cmvn import compute_cmvn
+
+    dconf = yaml.safe_load(conf.read_text())["dataset_conf"]
+    compute_cmvn(c.data_list, dconf)  # warm-up: imports, kernels, page cache
+    for _ in range(args.rounds):
+        for jobs in (1, 2):
+            t = time.perf_counter()
+            compute_cmvn(c.data_list, dconf, num_jobs=jobs)
+            times.setdefault(f"in-process -j{jobs}", []).append(time.perf_counter() - t)
     best = {k: min(v) for k, v in times.items()}
     for k, v in best.items():
-        print(f"{k:10s} best of {args.rounds}: {v:6.2f} s wall")
+        print(f"{k:17s} best of {args.rounds}: {v:6.2f} s wall")
+    print(f"in-process -j2 vs -j1: {best['in-process -j1'] / best['in-process -j2']:.2f}x "
+          f"({c.total_duration / best['in-process -j2']:.0f} s of audio per second at -j2)")
     print(f"ours -j2 vs -j1: {best['ours -j1'] / best['ours -j2']:.2f}x; "
           f"ours -j1 vs WeNet's tool --num_workers 0: {best['wenet -j0'] / best['ours -j1']:.2f}x")
     shutil.rmtree(tmp, ignore_errors=True)
