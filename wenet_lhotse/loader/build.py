@@ -143,12 +143,11 @@ def _map_reader(spec: SourceSpec, cfg: LoaderConfig, seed: int, strict: bool,
     shuffle = cfg.list_shuffle
     probe_cache = cfg.lhotse.probe_cache
     reader: Any
+    kw = {"shuffle_files": shuffle, "seed": seed, "strict": strict, "skip_report": skip_report}
     if spec.type == "cuts":
-        reader = JsonlReader(spec.paths, shuffle_files=shuffle, seed=seed, strict=strict,
-                             skip_report=skip_report)
+        reader = JsonlReader(spec.paths, **kw)
     elif spec.type == "shar":
-        reader = shar_reader(spec.paths[0], shuffle_files=shuffle, seed=seed, strict=strict,
-                             skip_report=skip_report)
+        reader = shar_reader(spec.paths[0], **kw)
     else:
         # raw lists (durations from audio headers, probed once) and, for cv, shard lists:
         # held in memory, reshuffled each pass.
@@ -181,12 +180,11 @@ def _metadata(spec: SourceSpec, strict: bool, transform: Any) -> CutSet:
     other types as opened (shard lists read their first tars)."""
     if spec.type == "shar" and spec.fields is not None:  # remote: the cuts field only
         return transform(CutSet.from_shar(fields={"cuts": spec.fields["cuts"]}))
+    quiet = SkipReport(log=False)  # skips met here are met, and counted, again for batches
     if spec.type == "shar":
-        # Skips met here are met again, and counted, when the data is read for batches.
         return transform(CutSet(shar_reader(spec.paths[0], strict=strict,
-                                            skip_report=SkipReport(log=False)).as_lazy_cuts()))
-    return open_source(spec, strict=strict, transform=transform,
-                       skip_report=SkipReport(log=False))
+                                            skip_report=quiet).as_lazy_cuts()))
+    return open_source(spec, strict=strict, transform=transform, skip_report=quiet)
 
 
 def _bins_and_budget(cuts: Iterator[Cut], cfg: LoaderConfig, n: int,
@@ -279,8 +277,7 @@ def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
                                   max_duration=max_duration,
                                   quadratic_duration=lconf.quadratic_duration)
     logger.info("%s batches: %s, %d buckets, %s", split, formula, len(bins) + 1, "map")
-    attach = (SharAudioAttacher(strict=plan.strict) if any(s.type == "shar" for s in specs)
-              else None)
+    attach = SharAudioAttacher(plan.strict) if any(s.type == "shar" for s in specs) else None
     dataset_for_loader = LoaderDataset(dataset, attach)
     if split == "train":
         depth = max(lconf.snapshot_depth,
@@ -390,9 +387,7 @@ def build_dataloader(
         check_special_tokens(table, special_tokens)
     cfg = LoaderConfig.from_wenet(dataset_conf, split)
     lconf = cfg.lhotse
-    specs = parse_sources(sources)
-    for spec in specs:
-        spec.allow_pipe = lconf.allow_pipe
+    specs = parse_sources(sources, allow_pipe=lconf.allow_pipe)
     ws, rk = world_info(world_size, rank)
     strict = not lconf.fault_tolerant
     transform = None

@@ -107,11 +107,14 @@ class SourceSpec:
         return cls(path=str(obj))
 
 
-def parse_sources(sources: Any) -> List[SourceSpec]:
-    """A list of :class:`SourceSpec` from a spec, a path, or a list of either."""
+def parse_sources(sources: Any, allow_pipe: bool = False) -> List[SourceSpec]:
+    """A list of :class:`SourceSpec` from a spec, a path, or a list of either;
+    ``allow_pipe`` (``lhotse_conf.allow_pipe``) is set on each."""
     if isinstance(sources, (str, os.PathLike, SourceSpec, Mapping)):
         sources = [sources]
     specs = [SourceSpec.from_any(s) for s in sources]
     if not specs:
         raise ValueError("no data sources given")
+    for spec in specs:
+        spec.allow_pipe = spec.allow_pipe or allow_pipe
     return specs
