@@ -216,3 +216,34 @@ def test_device_path_config_errors(sharded):
             "lhotse_conf": {"features_on": "device"}}
     with pytest.raises(ValueError, match="features_on: device supports"):
         epoch_batches(sharded.data_list, sharded.units, conf, "train", workers=0)
+
+
+def test_drop_in_computes_features_on_the_device(sharded):
+    """Through WeNet's entry point (the drop-in), features_on: device gives the worker
+    path's batches, and the workers send waveforms (the transform is in the loader)."""
+    import argparse
+
+    from wenet_lhotse.text import CharTokenizer
+    from wenet_lhotse.wenet_compat import init_dataset_and_dataloader
+
+    def first_batches(lconf):
+        args = argparse.Namespace(train_data=str(sharded.data_list),
+                                  cv_data=str(sharded.data_list), data_type="raw",
+                                  num_workers=1, pin_memory=False, prefetch=2)
+        conf = {"dataset_conf": {**LOADER_CONF, "lhotse_conf": lconf}}
+        _, _, train, _ = init_dataset_and_dataloader(args, conf, CharTokenizer(sharded.units),
+                                                     seed=5)
+        return train, list(train)[:2]
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _, worker = first_batches({})
+        loader, device = first_batches({"features_on": "device", "device": "cpu"})
+    finally:
+        torch.set_num_threads(threads)
+    assert isinstance(loader.batch_transform, DeviceFeatures)
+    for w, d in zip(worker, device):
+        assert d["keys"] == w["keys"] and list(d) == list(w)
+        assert torch.equal(d["feats_lengths"], w["feats_lengths"])
+        assert (d["feats"] - w["feats"]).abs().max() <= 1e-4

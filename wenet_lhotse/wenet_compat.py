@@ -108,7 +108,8 @@ def wenet_dataset(tokenizer: Any, dataset_conf: Mapping[str, Any], split: str,
     ds = make_wenet_dataset(tokenizer, dataset_conf, split,
                             pool_workers=int(lconf.get("pool_workers", 0)), seed=seed,
                             fault_tolerant=bool(lconf["fault_tolerant"]),
-                            return_pcm=bool(lconf["return_pcm"]))
+                            return_pcm=bool(lconf["return_pcm"]),
+                            features_on=str(lconf.get("features_on", "worker")))
     ds.lang_id = WenetLangId.from_wenet_conf(dataset_conf.get("language_conf")).preload()
     ds.lang_from_data = bool(lconf.get("lang_from_data", False))
     return ds

@@ -126,11 +126,17 @@ def make_wenet_dataset(tokenizer: Any, dataset_conf: Mapping[str, Any], split: s
     return dataset
 
 
-def device_transform(dataset: Any, device: Optional[str]) -> Any:
-    """The training-process half of ``features_on: device`` for our dataset."""
+def device_transform(dataset: Any, features_on: str, device: Optional[str]) -> Any:
+    """The training-process half of ``features_on: device`` when ``dataset``'s features
+    are computed on the device (our dataset built with it), else None."""
     from wenet_lhotse.features.device import DeviceFeatures
 
-    p = dataset.features.pipeline
+    p = getattr(getattr(dataset, "features", None), "pipeline", None)
+    if getattr(p, "features_on", "worker") != "device":
+        if features_on == "device":
+            raise ValueError("lhotse_conf.features_on: device, but the dataset given "
+                             "computes its features in the DataLoader workers")
+        return None
     return DeviceFeatures(p.extractor, p.resample_to, device=device,
                           return_pcm=dataset.return_pcm)
 
@@ -390,15 +396,13 @@ def build_dataloader(
     specs = parse_sources(sources, allow_pipe=lconf.allow_pipe)
     ws, rk = world_info(world_size, rank)
     strict = not lconf.fault_tolerant
-    transform = None
     if dataset is None:
         dataset = make_wenet_dataset(tokenizer, cfg.dataset_conf, split,
                                      pool_workers=lconf.pool_workers, seed=seed,
                                      fault_tolerant=lconf.fault_tolerant,
                                      return_pcm=lconf.return_pcm,
                                      features_on=lconf.features_on)
-        if lconf.features_on == "device":
-            transform = device_transform(dataset, lconf.device)
+    transform = device_transform(dataset, lconf.features_on, lconf.device)
     filter_conf = cfg.dataset_conf.get("filter_conf") or {}
     use_filter = tokenizer is not None and split != "infer"
     transforms = [CutTransform(tokenizer if use_filter else None,
