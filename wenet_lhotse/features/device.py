@@ -191,6 +191,22 @@ class DeviceFeatures:
         self._device = torch.device(device) if device is not None else None
         self.return_pcm = return_pcm
 
+    @classmethod
+    def for_dataset(cls, dataset: Any, features_on: str = "worker",
+                    device: Union[None, str, torch.device] = None) -> Optional[DeviceFeatures]:
+        """The training-process half for ``dataset`` (our ``WenetAsrDataset``) when its
+        features are computed on the device, else None. ``features_on`` is
+        ``lhotse_conf.features_on``: ``"device"`` with a dataset whose features are
+        computed in the workers is a config error."""
+        p = getattr(getattr(dataset, "features", None), "pipeline", None)
+        if getattr(p, "features_on", "worker") != "device":
+            if features_on == "device":
+                raise ValueError("lhotse_conf.features_on: device, but the dataset given "
+                                 "computes its features in the DataLoader workers")
+            return None
+        return cls(p.extractor, p.resample_to, device=device,
+                   return_pcm=bool(getattr(dataset, "return_pcm", False)))
+
     @property
     def device(self) -> torch.device:
         if self._device is None:

@@ -38,6 +38,7 @@ from lhotse.cut import Cut
 from lhotse.dataset.sampling.dynamic_bucketing import estimate_duration_buckets
 
 from wenet_lhotse.errors import SkipReport
+from wenet_lhotse.features.device import DeviceFeatures
 from wenet_lhotse.formats.split import reader_share
 from wenet_lhotse.loader.bucketing import BucketingSampler
 from wenet_lhotse.loader.config import LoaderConfig
@@ -90,8 +91,8 @@ def make_wenet_dataset(tokenizer: Any, dataset_conf: Mapping[str, Any], split: s
                        return_pcm: bool = False, features_on: str = "worker") -> Any:
     """Our ``WenetAsrDataset`` with features configured from WeNet's ``dataset_conf``
     (fbank/mfcc/log-mel, speed perturb, resample, spec_aug/sub/trim). With
-    ``features_on="device"`` its batches carry waveforms; :func:`device_transform` turns
-    them into features in the training process."""
+    ``features_on="device"`` its batches carry waveforms; ``DeviceFeatures.for_dataset``
+    turns them into features in the training process."""
     from wenet_lhotse.dataset import WenetAsrDataset
     from wenet_lhotse.features.fbank import extractor_from_wenet_conf
     from wenet_lhotse.features.strategy import PooledFeatures
@@ -124,21 +125,6 @@ def make_wenet_dataset(tokenizer: Any, dataset_conf: Mapping[str, Any], split: s
                               speaker_table=speaker_conf.get("speaker_table_path"))
     dataset.freeze_epoch = split == "cv" and cv_dither == "fixed"
     return dataset
-
-
-def device_transform(dataset: Any, features_on: str, device: Optional[str]) -> Any:
-    """The training-process half of ``features_on: device`` when ``dataset``'s features
-    are computed on the device (our dataset built with it), else None."""
-    from wenet_lhotse.features.device import DeviceFeatures
-
-    p = getattr(getattr(dataset, "features", None), "pipeline", None)
-    if getattr(p, "features_on", "worker") != "device":
-        if features_on == "device":
-            raise ValueError("lhotse_conf.features_on: device, but the dataset given "
-                             "computes its features in the DataLoader workers")
-        return None
-    return DeviceFeatures(p.extractor, p.resample_to, device=device,
-                          return_pcm=dataset.return_pcm)
 
 
 def _map_reader(spec: SourceSpec, cfg: LoaderConfig, seed: int, strict: bool,
@@ -402,7 +388,7 @@ def build_dataloader(
                                      fault_tolerant=lconf.fault_tolerant,
                                      return_pcm=lconf.return_pcm,
                                      features_on=lconf.features_on)
-    transform = device_transform(dataset, lconf.features_on, lconf.device)
+    transform = DeviceFeatures.for_dataset(dataset, lconf.features_on, lconf.device)
     filter_conf = cfg.dataset_conf.get("filter_conf") or {}
     use_filter = tokenizer is not None and split != "infer"
     transforms = [CutTransform(tokenizer if use_filter else None,
