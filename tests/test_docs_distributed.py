@@ -33,4 +33,6 @@ def test_distributed_page_commands_run(dask_cluster, s3, tmp_path):
     manifest = gzip.decompress(fs.cat_file(f"{s3.bucket}/train/cuts.jsonl.gz")).splitlines()
     assert len(manifest) == 24
     assert len((tmp_path / "data" / "back.list").read_text().split()) == 24 // 1000 + 1
+    raw = (tmp_path / "data" / "raw" / "data.list").read_text().splitlines()
+    assert len(raw) == 24 and len(list((tmp_path / "data" / "raw" / "data_audio").iterdir())) == 24
     assert '"frame_num"' in (tmp_path / "data" / "global_cmvn").read_text()

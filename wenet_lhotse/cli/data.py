@@ -176,12 +176,12 @@ def import_cmd(data_list, out, data_type, shar_dir, shard_size, audio_format, wa
 @click.option("--shard-size", type=int, default=1000, show_default=True,
               help="Utterances per tar with --shards.")
 @click.option("-j", "--jobs", type=int, default=_default_jobs, show_default="min(4, CPUs)",
-              help="With --shards: processes encoding tars in parallel.")
+              help="Processes encoding tars (--shards) or writing audio files (raw list) "
+                   "in parallel.")
 @click.option("--audio-dir", type=click.Path(file_okay=False), default=None,
               help="Raw list only: where audio held in memory (Shar, shards) is written "
                    "[default: <list name>_audio/ next to the list].")
-@click.option("--cluster", default=None, metavar="tcp://HOST:PORT",
-              help="With --shards: " + CLUSTER_HELP)
+@click.option("--cluster", default=None, metavar="tcp://HOST:PORT", help=CLUSTER_HELP)
 @allow_pipe_option
 def export_cmd(source, out, shards_dir, shard_size, jobs, audio_dir, cluster, allow_pipe):
     """Export Lhotse cuts back to WeNet format.
@@ -206,15 +206,12 @@ def export_cmd(source, out, shards_dir, shard_size, jobs, audio_dir, cluster, al
                                 allow_pipe=allow_pipe)
             click.echo(f"shards: {shards_dir}, list: {lst}")
         else:
-            if cluster:
-                raise click.UsageError("--cluster applies to --shards (a raw list export "
-                                       "writes its audio files from this process)")
             if out is None:
                 raise click.UsageError("pass -o data.list (or --shards DIR for tar shards)")
             from wenet_lhotse.convert.export import export_raw_list
 
             lst = export_raw_list(source, out, audio_dir=audio_dir, progress=True,
-                                  allow_pipe=allow_pipe)
+                                  allow_pipe=allow_pipe, num_workers=jobs, cluster=cluster)
             click.echo(f"raw list: {lst}")
     except (WenetDataError, ValueError, ClusterError) as err:
         raise _fail(err) from None

@@ -6,6 +6,13 @@ whole in-memory recordings are dumped byte for byte (Shar's FLAC stays FLAC,
 no re-encoding); anything else is decoded and stored with
 :func:`~wenet_lhotse.convert.lossless.encode_lossless`. Cuts that already point
 at local files are written as they are.
+
+Both exports run as tasks over chunks of the input (:func:`map_tasks`: inline, a
+local process pool, or a Dask cluster): a raw-list task writes the audio files of
+:data:`RAW_CHUNK` cuts and returns their lines; the calling process writes the list,
+in input order, once, atomically. A task is pure and restartable: an audio file
+already there and complete (same bytes for a copy, every sample decodable for an
+encoding) is kept, so a rerun writes only the missing or damaged files.
 """
 
 from __future__ import annotations
@@ -14,18 +21,19 @@ import hashlib
 import io
 import logging
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import List, Optional, Tuple
 from urllib.parse import quote
 
 from lhotse import AudioSource, fastcopy
 from lhotse.cut import Cut
 from lhotse.utils import Pathlike
 
-from wenet_lhotse.convert.executor import cluster_slots, open_cluster
+from wenet_lhotse.convert.executor import cluster_slots, map_tasks, open_cluster
 from wenet_lhotse.convert.lossless import encode_lossless
 from wenet_lhotse.formats.layout import is_whole_recording
-from wenet_lhotse.formats.raw_list import write_raw_list
+from wenet_lhotse.formats.raw_list import raw_list_line
 from wenet_lhotse.formats.shard_writer import write_wenet_shards
+from wenet_lhotse.formats.split import chunked
 from wenet_lhotse.formats.streams import atomic_output, same_file
 from wenet_lhotse.sources.open import open_cuts
 
@@ -37,6 +45,9 @@ def default_audio_dir(out_list: Pathlike) -> Path:
     out_list = Path(out_list)
     return out_list.parent / f"{out_list.stem}_audio"
 
+
+#: Cuts per task of a raw-list export (their audio files and lines).
+RAW_CHUNK = 100
 
 #: Longest exported audio file name (bytes), leaving room for a temporary-file suffix.
 MAX_NAME_BYTES = 200
@@ -63,24 +74,58 @@ def _needs_file(cut: Cut) -> bool:
     return any(s.type != "file" for s in cut.recording.sources)
 
 
-def materialize_audio(cut: Cut, audio_dir: Path) -> Cut:
+def _is_complete(path: Path, data: Optional[bytes], cut: Cut) -> bool:
+    """True when ``path`` already holds this cut's audio: the same bytes when they are
+    known (a copy), else a file whose samples all decode (rate, channels and length
+    as the cut's). Writes are atomic, so a damaged file is one changed afterwards."""
+    if not path.is_file():
+        return False
+    if data is not None:
+        return path.stat().st_size == len(data) and path.read_bytes() == data
+    import soundfile as sf
+
+    try:
+        with sf.SoundFile(str(path)) as f:
+            if f.samplerate != cut.sampling_rate or f.frames != cut.num_samples:
+                return False
+            return len(f.read(dtype="float32", always_2d=True)) == cut.num_samples
+    except (RuntimeError, sf.LibsndfileError, TypeError):
+        return False
+
+
+def materialize_audio(cut: Cut, audio_dir: Path, stats: Optional[List[int]] = None) -> Cut:
     """Return ``cut`` with its audio in a local file under ``audio_dir`` (written
-    atomically). In-memory whole recordings are copied byte for byte."""
+    atomically; kept when already complete, see :func:`_is_complete`). In-memory whole
+    recordings are copied byte for byte. ``stats[0]``/``stats[1]`` count the files
+    written / kept."""
     import soundfile as sf
 
     src = cut.recording.sources[0]
     whole_in_memory = is_whole_recording(cut) and src.type == "memory"
+    path = None
     if whole_in_memory:
-        data = bytes(src.source)
+        data: Optional[bytes] = bytes(src.source)
         fmt = sf.info(io.BytesIO(data)).format.lower()
         ext = {"wav": "wav", "flac": "flac", "ogg": "ogg", "mp3": "mp3"}.get(fmt, fmt)
         start = cut.start
+        path = (audio_dir / audio_file_name(cut.id, ext)).absolute()
+        done = _is_complete(path, data, cut)
     else:
-        data, ext = encode_lossless(cut.load_audio(), cut.sampling_rate)
-        start = 0.0
-    path = (audio_dir / audio_file_name(cut.id, ext)).absolute()
-    with atomic_output(path) as f:
-        f.write(data)
+        start, data = 0.0, None
+        # the extension depends on the samples: look for what an earlier run wrote
+        found = [p for p in ((audio_dir / audio_file_name(cut.id, e)).absolute()
+                             for e in ("flac", "wav")) if _is_complete(p, None, cut)]
+        done = bool(found)
+        if found:
+            path = found[0]
+        else:
+            data, ext = encode_lossless(cut.load_audio(), cut.sampling_rate)
+            path = (audio_dir / audio_file_name(cut.id, ext)).absolute()
+    if not done:
+        with atomic_output(path) as f:
+            f.write(data)
+    if stats is not None:
+        stats[1 if done else 0] += 1
     channels = cut.recording.channel_ids
     if not whole_in_memory:
         channels = cut.channel if isinstance(cut.channel, list) else [cut.channel]
@@ -96,6 +141,16 @@ def materialize_audio(cut: Cut, audio_dir: Path) -> Cut:
     return fastcopy(cut, recording=recording, start=start, channel=channel)
 
 
+def _raw_chunk(job: Tuple[List[Cut], Path, str]) -> Tuple[List[bytes], int, int]:
+    """One task: the chunk's audio files written (or kept), its lines, and how many
+    files were written and kept."""
+    cuts, audio_dir, list_name = job
+    stats = [0, 0]
+    lines = [raw_list_line(materialize_audio(c, audio_dir, stats) if _needs_file(c) else c,
+                           list_name) for c in cuts]
+    return lines, stats[0], stats[1]
+
+
 def export_raw_list(
     src: Pathlike,
     out_list: Pathlike,
@@ -103,27 +158,45 @@ def export_raw_list(
     audio_dir: Optional[Pathlike] = None,
     progress: bool = False,
     allow_pipe: bool = False,
+    num_workers: int = 1,
+    cluster: Optional[str] = None,
+    chunk_size: int = RAW_CHUNK,
 ) -> Path:
     """Write a WeNet raw ``data.list`` from a cuts manifest, Shar directory or WeNet list.
 
     :param src: anything :func:`~wenet_lhotse.sources.open_cuts` opens.
-    :param out_list: the list to write (atomically).
+    :param out_list: the list to write (atomically, by this process, once).
     :param audio_dir: where audio of in-memory/URL cuts is written
         (default :func:`default_audio_dir`; created only when needed).
-    :param progress: show a tqdm bar (unit: utterances).
+    :param progress: show a tqdm bar (unit: utterances, moved as tasks complete).
     :param allow_pipe: run ``pipe:`` inputs and ``command`` audio sources of ``src``.
+    :param num_workers: local processes writing audio files (1: in this process).
+    :param cluster: a Dask scheduler address: the audio files are written by its
+        workers (which must see ``audio_dir``); the list is written here.
+    :param chunk_size: cuts per task.
+
+    The output does not depend on where it ran. Rerunning after an interruption
+    keeps the complete audio files and rewrites the missing or damaged ones.
     """
     from tqdm.auto import tqdm
 
     _refuse_same(src, out_list)
     cuts, _ = open_cuts(src, allow_pipe=allow_pipe)
-    adir = Path(audio_dir) if audio_dir is not None else default_audio_dir(out_list)
-
-    def gen() -> Iterator[Cut]:
-        for cut in tqdm(cuts, desc="export", unit="utt", disable=not progress):
-            yield materialize_audio(cut, adir) if _needs_file(cut) else cut
-
-    return write_raw_list(gen(), out_list)
+    # absolute here: pool and cluster workers run in other directories
+    adir = (Path(audio_dir) if audio_dir is not None else default_audio_dir(out_list)).absolute()
+    name = str(out_list)
+    jobs = ((chunk, adir, name) for chunk in chunked(cuts, chunk_size))
+    written = kept = lines = 0
+    with tqdm(desc="export", unit="utt", disable=not progress) as bar, \
+            atomic_output(out_list, "wb") as f:
+        for _, (chunk_lines, w, k) in map_tasks(_raw_chunk, jobs, num_jobs=num_workers,
+                                                 cluster=cluster):
+            f.writelines(chunk_lines)
+            written, kept, lines = written + w, kept + k, lines + len(chunk_lines)
+            bar.update(len(chunk_lines))
+    logger.info("wrote %d lines to %s; audio files: %d written, %d kept from an earlier run",
+                lines, out_list, written, kept)
+    return Path(out_list)
 
 
 def export_shards(

@@ -317,30 +317,36 @@ def write_raw_list(
     n = 0
     with atomic_output(path, "wb") as f:
         for cut in cuts:
-            key = cut.id
-            check_key(key, str(path))  # never written: it may become a file name later
-            wav, start, end = _raw_wav_and_span(cut, audio_root, key)
-            obj = {"key": key, "wav": wav}
-            text = cut_text(cut)
-            if text is not None:
-                obj["txt"] = text
-            if start is not None:
-                obj["start"], obj["end"] = start, end
-            speaker, lang = cut_speaker_lang(cut)
-            if speaker is not None:
-                obj["speaker"] = speaker
-            if lang is not None:
-                obj["lang"] = lang
-            for name, value in cut_extra_fields(cut).items():
-                obj[name] = json_value(key, name, value)
-            try:
-                f.write(json.dumps(obj, ensure_ascii=False).encode("utf-8") + b"\n")
-            except UnicodeEncodeError:
-                raise WenetDataError(f"cut {key!r}: {text_problem(obj)}", str(path),
-                                     kind="encoding") from None
+            f.write(raw_list_line(cut, str(path), audio_root))
             n += 1
     logger.info("wrote %d lines to %s", n, path)
     return path
+
+
+def raw_list_line(cut, list_path: str, audio_dir: Optional[Path] = None) -> bytes:
+    """One cut as a raw-list line (UTF-8 JSON, ending in a newline), as
+    :func:`write_raw_list` writes it; ``list_path`` names the list in errors."""
+    key = cut.id
+    check_key(key, list_path)  # never written: it may become a file name later
+    wav, start, end = _raw_wav_and_span(cut, audio_dir, key)
+    obj = {"key": key, "wav": wav}
+    text = cut_text(cut)
+    if text is not None:
+        obj["txt"] = text
+    if start is not None:
+        obj["start"], obj["end"] = start, end
+    speaker, lang = cut_speaker_lang(cut)
+    if speaker is not None:
+        obj["speaker"] = speaker
+    if lang is not None:
+        obj["lang"] = lang
+    for name, value in cut_extra_fields(cut).items():
+        obj[name] = json_value(key, name, value)
+    try:
+        return json.dumps(obj, ensure_ascii=False).encode("utf-8") + b"\n"
+    except UnicodeEncodeError:
+        raise WenetDataError(f"cut {key!r}: {text_problem(obj)}", list_path,
+                             kind="encoding") from None
 
 
 def _probe(audio_path: str, key: str) -> Recording:

@@ -11,7 +11,7 @@ import os
 import tarfile
 from concurrent.futures import Executor
 from pathlib import Path
-from typing import Iterable, Iterator, List, Optional, Tuple, Union
+from typing import Iterable, List, Optional, Tuple, Union
 
 import numpy as np
 from lhotse.utils import Pathlike
@@ -27,6 +27,7 @@ from wenet_lhotse.formats.layout import (
     whole_recording_bytes,
 )
 from wenet_lhotse.formats.parallel import map_bounded
+from wenet_lhotse.formats.split import chunked
 from wenet_lhotse.formats.streams import atomic_output
 
 logger = logging.getLogger(__name__)
@@ -112,17 +113,6 @@ def _write_job(job: Tuple[List, str], resample_to: Optional[int], extras: bool) 
     return _write_one_shard(cuts, tar_path, resample_to, extras)
 
 
-def _chunks(cuts: Iterable, size: int) -> Iterator[List]:
-    chunk: List = []
-    for cut in cuts:
-        chunk.append(cut)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
 def write_wenet_shards(
     cuts: Iterable,
     out_dir: Pathlike,
@@ -167,7 +157,7 @@ def write_wenet_shards(
     tar_paths: List[str] = []
     jobs = (
         (chunk, str((out_dir / f"{prefix}_{i:09d}.tar").resolve()))
-        for i, chunk in enumerate(_chunks(cuts, shard_size))
+        for i, chunk in enumerate(chunked(cuts, shard_size))
     )
     bar = None
     if progress:
