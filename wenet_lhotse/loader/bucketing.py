@@ -80,12 +80,16 @@ class SteppedBucketer(DynamicBucketer):
         #: batches formed from merged remainders, emitted before any bucket is drawn from
         self.merged: Deque[List[Cut]] = deque()
         self.source_exhausted = False
+        #: indexes of the buckets changed since :meth:`take_touched` (snapshots copy
+        #: only those)
+        self.touched: set = set(range(len(self.buckets)))
 
     # -- buffer
 
     def _put(self, cut: Cut) -> None:
         idx = self.constraint.select_bucket(buckets=self.duration_bins, example=cut)
         self.buckets[idx].put(cut)
+        self.touched.add(idx)
 
     def _next_cut(self) -> Cut:
         return next(self.cuts_iter)
@@ -129,6 +133,7 @@ class SteppedBucketer(DynamicBucketer):
     def _draw_from_bucket(self) -> List[Cut]:
         """Lhotse's step: select a ready bucket, draw one batch with ``DurationBatcher``."""
         bucket = self._select_bucket(self.sel_state)
+        self.touched.add(next(i for i, b in enumerate(self.buckets) if b is bucket))
         used: List[int] = []
         if self.shuffle:
             candidates: Any = pick_at_random(bucket, rng=self.rng, out_indexes_used=used)
@@ -153,6 +158,7 @@ class SteppedBucketer(DynamicBucketer):
         """Merge the contents of every bucket into batches (see the module docstring).
         False when no batch could be formed."""
         cuts: List[Cut] = []
+        self.touched.update(range(len(self.buckets)))
         for b in self.buckets:
             with b.mutex:
                 cuts.extend(b.queue)

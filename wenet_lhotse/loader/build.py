@@ -82,7 +82,7 @@ class CutTransform:
 
             cuts = wenet_filter(cuts, self.tokenizer, self.filter_conf)
         if self.tags:
-            cuts = cuts.map(TagCuts(self.tags))
+            cuts = cuts.map(TagCuts(self.tags), apply_fn=None)  # MetaCuts too
         return cuts
 
 
@@ -128,14 +128,15 @@ def make_wenet_dataset(tokenizer: Any, dataset_conf: Mapping[str, Any], split: s
 
 
 def _map_reader(spec: SourceSpec, cfg: LoaderConfig, seed: int, strict: bool,
-                skip_report: Optional[SkipReport]):
+                skip_report: Optional[SkipReport], light: bool = False):
     """The source as a positioned reader: WeNet's ``list_shuffle`` reorders its lines
     (raw) or files (manifests, Shar) each pass; ``cycle`` > 1 reads it that many times
     per epoch (:class:`~.cycle.CycledReader`)."""
     shuffle = cfg.list_shuffle
     probe_cache = cfg.lhotse.probe_cache
     reader: Any
-    kw = {"shuffle_files": shuffle, "seed": seed, "strict": strict, "skip_report": skip_report}
+    kw = {"shuffle_files": shuffle, "seed": seed, "strict": strict, "skip_report": skip_report,
+          "light": light}
     if spec.type == "cuts":
         reader = JsonlReader(spec.paths, **kw)
     elif spec.type == "shar":
@@ -259,7 +260,9 @@ def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
     cfg, lconf, split = plan.cfg, plan.cfg.lhotse, plan.split
     specs, seed, ws, rk = plan.specs, plan.seed, plan.world_size, plan.rank
     num_workers, prefetch_factor = plan.num_workers, plan.prefetch_factor
-    streams = [PositionedStream(_map_reader(s, cfg, seed, plan.strict, plan.skip_report), tf)
+    # train: the sampler holds metadata and builds only its rank's emitted cuts
+    streams = [PositionedStream(_map_reader(s, cfg, seed, plan.strict, plan.skip_report,
+                                            light=split == "train"), tf)
                for s, tf in zip(specs, plan.transforms)]
     mux = ResumableMux(streams, plan.weights, seed=seed, stop_early=lconf.mux_stop_early)
     mux.start(0)

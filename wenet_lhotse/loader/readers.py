@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 import zlib
+from bisect import bisect_left
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -22,7 +23,7 @@ from lhotse.lazy import Dillable
 from lhotse.serialization import decode_json_line, deserialize_item, open_best
 
 from wenet_lhotse.errors import SkipReport, WenetDataError
-from wenet_lhotse.sources.manifest import parse_manifest_line
+from wenet_lhotse.sources.manifest import parse_manifest_line, parse_manifest_meta
 from wenet_lhotse.sources.shar_dir import shar_files
 
 
@@ -137,11 +138,15 @@ class JsonlReader(PositionedReader):
     :param strict: a bad line (see :mod:`wenet_lhotse.sources.manifest`) or a file cut
         short raises :class:`WenetDataError` naming file and line; else it is recorded
         in ``skip_report`` (once per epoch) and skipped (a cut-short file ends there).
+    :param light: yield plain cuts as :class:`~wenet_lhotse.sources.meta_cut.MetaCut`
+        (Lhotse objects built when asked for: the training sampler materializes only
+        the cuts of its rank's emitted batches).
     """
 
     def __init__(self, paths: Sequence[str], shuffle_files: bool = False, seed: int = 0,
                  shar_tars: Optional[Sequence[Optional[str]]] = None, strict: bool = True,
-                 skip_report: Optional[SkipReport] = None) -> None:
+                 skip_report: Optional[SkipReport] = None, light: bool = False) -> None:
+        self.light = light
         self.strict = strict
         self.skip_report = skip_report if skip_report is not None else SkipReport()
         self._reported: set = set()  # (epoch, file, line): a pass read again is not a new skip
@@ -173,6 +178,7 @@ class JsonlReader(PositionedReader):
                 offset += n  # a whole file before ``start``: not even opened
                 continue
             tar = self.shar_tars[i] if self.shar_tars is not None else None
+            extra = {"shar_tar": tar} if tar is not None else None
             n = 0
             try:
                 for lineno, line in _numbered_lines(path):
@@ -180,14 +186,17 @@ class JsonlReader(PositionedReader):
                     if offset + lineno < start or not line.strip():
                         continue  # skipped lines are not decoded nor parsed
                     try:
-                        cut = parse_manifest_line(line.decode("utf-8"), path, n)
+                        if self.light:
+                            cut = parse_manifest_meta(line, path, n, extra_custom=extra)
+                        else:
+                            cut = parse_manifest_line(line.decode("utf-8"), path, n)
+                            if extra is not None:
+                                cut.custom = {**(cut.custom or {}), **extra}
                     except (WenetDataError, UnicodeDecodeError) as err:
                         self._skip(err if isinstance(err, WenetDataError)
                                    else WenetDataError(f"not valid UTF-8: {err}", path,
                                                        line=n, kind="encoding"))
                         continue
-                    if tar is not None:
-                        cut.custom = {**(cut.custom or {}), "shar_tar": tar}
                     yield offset + lineno, cut
             except WenetDataError as err:  # cut short or corrupt: the rest of it is lost
                 if err.kind != "truncated":
@@ -197,18 +206,20 @@ class JsonlReader(PositionedReader):
             offset += n
 
     def read_raw(self, positions: set) -> Dict[int, Any]:
-        """The JSON lines (bytes, unparsed) at ``positions``; files before the first
-        position are skipped by their known line counts, reading stops after the last."""
+        """The JSON lines (bytes, unparsed) at ``positions``; files holding none of them
+        are skipped by their known line counts (a checkpoint carries them), reading stops
+        after the last."""
         out: Dict[int, Any] = {}
-        start, last = min(positions), max(positions)
+        wanted = sorted(positions)
+        last = wanted[-1]
         offset = 0
         for i in self._file_order():
             if offset > last:
                 break
             path = self.paths[i]
             n = self._line_counts.get(path)
-            if n is not None and offset + n <= start:
-                offset += n
+            if n is not None and _none_in(wanted, offset, offset + n):
+                offset += n  # no buffered cut in this file (its length is known)
                 continue
             tar = self.shar_tars[i] if self.shar_tars is not None else None
             n, complete = 0, True
@@ -241,6 +252,12 @@ class JsonlReader(PositionedReader):
         self._line_counts.update(state.get("line_counts") or {})
 
 
+def _none_in(sorted_positions: List[int], lo: int, hi: int) -> bool:
+    """No position in ``[lo, hi)``."""
+    i = bisect_left(sorted_positions, lo)
+    return i == len(sorted_positions) or sorted_positions[i] >= hi
+
+
 def _numbered_lines(path: str) -> Iterator[Tuple[int, bytes]]:
     """``(0-based line number, line)`` of a manifest; a file cut short or unreadable
     raises :class:`WenetDataError` naming it and the line (not a bare ``EOFError``)."""
@@ -266,7 +283,7 @@ def _open_lines(path: str):
 
 
 def shar_reader(in_dir: str, shuffle_files: bool = False, seed: int = 0, strict: bool = True,
-                skip_report: Optional[SkipReport] = None) -> JsonlReader:
+                skip_report: Optional[SkipReport] = None, light: bool = False) -> JsonlReader:
     """A :class:`JsonlReader` over a Shar directory's ``cuts.*.jsonl*`` (metadata only)."""
     files = shar_files(in_dir)
     cuts = {i: p for i, p in files.get("cuts", {}).items() if ".jsonl" in p}
@@ -275,7 +292,7 @@ def shar_reader(in_dir: str, shuffle_files: bool = False, seed: int = 0, strict:
     recordings = {i: p for i, p in files.get("recording", {}).items() if ".tar" in p}
     return JsonlReader([cuts[i] for i in sorted(cuts)], shuffle_files=shuffle_files, seed=seed,
                        shar_tars=[recordings.get(i) for i in sorted(cuts)], strict=strict,
-                       skip_report=skip_report)
+                       skip_report=skip_report, light=light)
 
 
 class Tracked(Dillable):

@@ -59,6 +59,7 @@ from lhotse.lazy import Dillable
 from wenet_lhotse.loader.bucketing import SteppedBucketer
 from wenet_lhotse.loader.distributed import plan_last_two_rounds, plan_partition
 from wenet_lhotse.loader.mux import LazyCut, ResumableMux, tuplify
+from wenet_lhotse.sources.meta_cut import MetaCut
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +85,7 @@ class _ResumableBucketer(SteppedBucketer):
         # id(cut) -> (cut, stream index, position), for buffered and recently emitted cuts
         self.loc: Dict[int, Tuple[Cut, int, int]] = {}
         self.emitted: List[int] = []  # id() of cuts handed out since the last snapshot
+        self._last_queues: Optional[Tuple] = None
 
     def _next_cut(self) -> Cut:
         cut = next(self.cuts_iter)
@@ -97,7 +99,13 @@ class _ResumableBucketer(SteppedBucketer):
         """Cheap (references only): buckets, merged batches, RNG states, mux state,
         the constraint's shared record, whether the input is exhausted."""
         shared = getattr(self.constraint, "shared_state", None)
-        return (tuple(tuple(b.queue) for b in self.buckets),
+        # Only the buckets changed since the last snapshot are copied (a batch touches
+        # a few of them; copying the whole buffer each batch was O(buffer)).
+        prev, touched = self._last_queues, self.touched
+        queues = tuple(tuple(b.queue) if prev is None or i in touched else prev[i]
+                       for i, b in enumerate(self.buckets))
+        self._last_queues, self.touched = queues, set()
+        return (queues,
                 tuple(tuple(b) for b in self.merged), self.rng.getstate(),
                 self.sel_state.save(), self.mux.state(), shared() if shared else None,
                 self.source_exhausted)
@@ -266,8 +274,10 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
         except StopIteration:
             self._epoch_done = True
             raise
-        selected = CutSet.from_cuts(c.materialize() if isinstance(c, LazyCut) else c
-                                    for c in batches[self.rank])
+        # Buffered cuts are metadata (MetaCut, or LazyCut after a restore): only this
+        # rank's batch is built into Lhotse cuts.
+        selected = CutSet.from_cuts(c.materialize() if isinstance(c, (LazyCut, MetaCut))
+                                    else c for c in batches[self.rank])
         self._log_diagnostics(selected)
         for tfn in self._transforms:
             selected = tfn(selected)

@@ -23,6 +23,7 @@ manifest).
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import io
 import json
@@ -30,7 +31,9 @@ import os
 import zlib
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
-from lhotse.cut import Cut
+from lhotse import Recording, SupervisionSegment
+from lhotse.audio.source import AudioSource
+from lhotse.cut import Cut, MonoCut
 from lhotse.lazy import Dillable, count_newlines_fast
 from lhotse.serialization import deserialize_item
 from lhotse.utils import Pathlike
@@ -39,6 +42,20 @@ from wenet_lhotse.errors import SkipReport, WenetDataError
 from wenet_lhotse.formats.checks import PIPE_REFUSED, key_problem, text_problem
 from wenet_lhotse.formats.remote import is_remote
 from wenet_lhotse.formats.streams import as_path_list, open_input
+from wenet_lhotse.sources.meta_cut import MetaCut
+
+try:  # 4-5x faster than json.loads per line; Lhotse uses it too when installed
+    import orjson
+
+    def _loads(line: Any) -> Any:
+        try:
+            return orjson.loads(line)
+        except orjson.JSONDecodeError:
+            # json's message and column for the error; and what json accepts but orjson
+            # refuses (NaN, lone surrogates) reaches the checks below as before
+            return json.loads(line)
+except ImportError:  # pragma: no cover - orjson is a dependency
+    _loads = json.loads
 
 
 def _has_command_source(obj: Any) -> bool:
@@ -51,34 +68,51 @@ def _has_command_source(obj: Any) -> bool:
     return False
 
 
-def _time_problem(cut: Cut) -> Optional[str]:
-    spans = [("start", cut.start), ("duration", cut.duration)]
-    for sup in getattr(cut, "supervisions", None) or []:
-        spans += [("supervision start", sup.start), ("supervision duration", sup.duration)]
+def _span_problem(cut_span: Tuple[Any, Any], sup_spans: Sequence[Tuple[Any, Any]]
+                  ) -> Optional[str]:
+    """Why the cut's ``(start, duration)`` and its supervisions' are not usable times
+    (seconds), or None."""
+    spans = [("start", cut_span[0]), ("duration", cut_span[1])]
+    for start, duration in sup_spans:
+        spans += [("supervision start", start), ("supervision duration", duration)]
     for name, value in spans:
         if not isinstance(value, (int, float)) or value != value or value in (
                 float("inf"), float("-inf")):
             return f"{name} must be finite, got {value}"
-    if cut.start < 0 or cut.duration <= 0:
-        return f"bad span start={cut.start} duration={cut.duration} (seconds)"
+    if cut_span[0] < 0 or cut_span[1] <= 0:
+        return f"bad span start={cut_span[0]} duration={cut_span[1]} (seconds)"
     return None
 
 
-def parse_manifest_line(line: str, path: str, lineno: int, allow_pipe: bool = False) -> Cut:
-    """One manifest line -> its cut; :class:`WenetDataError` naming ``path:lineno``."""
+def _time_problem(cut: Cut) -> Optional[str]:
+    sups = getattr(cut, "supervisions", None) or []
+    return _span_problem((cut.start, cut.duration), [(s.start, s.duration) for s in sups])
+
+
+def _load_checked(line: Any, path: str, lineno: int, allow_pipe: bool) -> Any:
+    """The line's JSON object, with the checks that need no Lhotse object."""
+    try:
+        obj = _loads(line)
+    except json.JSONDecodeError as e:
+        raise WenetDataError(f"malformed JSON: {e.msg} (column {e.colno})", path,
+                             line=lineno, kind="json") from None
+    text = line if isinstance(line, str) else None
+    if "\\u" in (text if text is not None else "") or (
+            text is None and b"\\u" in line):
+        why = text_problem(obj)
+        if why is not None:
+            raise WenetDataError(why, path, line=lineno, kind="encoding")
+    has_command = '"command"' in text if text is not None else b'"command"' in line
+    if not allow_pipe and has_command and _has_command_source(obj):
+        raise WenetDataError(f"an audio source of type 'command': {PIPE_REFUSED}", path,
+                             line=lineno, kind="refused")
+    return obj
+
+
+def _to_cut(obj: Any, path: str, lineno: int) -> Cut:
     def fail(msg: str, kind: str) -> WenetDataError:
         return WenetDataError(msg, path, line=lineno, kind=kind)
 
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise fail(f"malformed JSON: {e.msg} (column {e.colno})", "json") from None
-    if "\\u" in line:
-        why = text_problem(obj)
-        if why is not None:
-            raise fail(why, "encoding")
-    if not allow_pipe and '"command"' in line and _has_command_source(obj):
-        raise fail(f"an audio source of type 'command': {PIPE_REFUSED}", "refused")
     try:
         cut = deserialize_item(obj)
     except Exception as err:  # Lhotse raises anything for a malformed object
@@ -91,6 +125,70 @@ def parse_manifest_line(line: str, path: str, lineno: int, allow_pipe: bool = Fa
     if why is not None:
         raise fail(why, "bad_segment")
     return cut
+
+
+def parse_manifest_line(line: Any, path: str, lineno: int, allow_pipe: bool = False) -> Cut:
+    """One manifest line (str or UTF-8 bytes) -> its cut; :class:`WenetDataError`
+    naming ``path:lineno``."""
+    return _to_cut(_load_checked(line, path, lineno, allow_pipe), path, lineno)
+
+
+def _fields(cls: Any, drop: Sequence[str] = ()) -> Tuple[frozenset, frozenset]:
+    """(required, allowed) keys of a Lhotse dataclass's ``from_dict`` input."""
+    fs = [f for f in dataclasses.fields(cls) if f.init and f.name not in drop]
+    required = frozenset(f.name for f in fs if f.default is dataclasses.MISSING
+                         and f.default_factory is dataclasses.MISSING)
+    return required, frozenset(f.name for f in fs)
+
+
+# What a plain line may hold: deserialize_item builds such a line without error
+# (anything else -- features, transforms, video, unknown keys -- takes the full path).
+_CUT = _fields(MonoCut, drop=("features",))
+_CUT = (_CUT[0], _CUT[1] | {"type"})
+_RECORDING = _fields(Recording, drop=("transforms",))
+_SOURCE = _fields(AudioSource, drop=("video",))
+_SUPERVISION = _fields(SupervisionSegment)
+
+
+def _keys_ok(obj: Any, fields: Tuple[frozenset, frozenset]) -> bool:
+    return isinstance(obj, dict) and fields[0] <= obj.keys() <= fields[1]
+
+
+def _plain_mono(obj: Any) -> bool:
+    """A ``MonoCut`` that ``deserialize_item`` builds without error and whose fields a
+    :class:`MetaCut` reads have the right types (anything else takes the full path, with
+    its errors)."""
+    if not _keys_ok(obj, _CUT) or obj.get("type") != "MonoCut":
+        return False
+    rec, sups = obj.get("recording"), obj.get("supervisions", [])
+    return (_keys_ok(rec, _RECORDING) and isinstance(rec["sampling_rate"], int)
+            and isinstance(rec["sources"], list)
+            and all(_keys_ok(src, _SOURCE) for src in rec["sources"])
+            and isinstance(obj["id"], str) and isinstance(sups, list)
+            and all(_keys_ok(sup, _SUPERVISION) for sup in sups))
+
+
+def parse_manifest_meta(line: Any, path: str, lineno: int, allow_pipe: bool = False,
+                        extra_custom: Optional[dict] = None) -> Any:
+    """Like :func:`parse_manifest_line` (the same checks, the same errors), but a plain
+    ``MonoCut`` comes back as a :class:`~wenet_lhotse.sources.meta_cut.MetaCut` (its
+    Lhotse objects built on demand); any other line as its cut, with ``extra_custom``
+    merged into ``custom`` either way."""
+    obj = _load_checked(line, path, lineno, allow_pipe)
+    if not _plain_mono(obj):
+        cut = _to_cut(obj, path, lineno)
+        if extra_custom:
+            cut.custom = {**(cut.custom or {}), **extra_custom}
+        return cut
+    why = key_problem(obj["id"])
+    if why is not None:
+        raise WenetDataError(f"unsafe cut id {obj['id'][:40]!r}: {why}", path, line=lineno,
+                             kind="unsafe_key")
+    why = _span_problem((obj["start"], obj["duration"]),
+                        [(s["start"], s["duration"]) for s in obj.get("supervisions", ())])
+    if why is not None:
+        raise WenetDataError(why, path, line=lineno, kind="bad_segment")
+    return MetaCut(obj, line, extra_custom, (path, lineno))
 
 
 def iter_manifest(path: str, allow_pipe: bool = False) -> Iterator[Tuple[Any, int]]:

@@ -21,6 +21,7 @@ from wenet_lhotse.formats.shard_reader import read_shard_list
 from wenet_lhotse.formats.streams import as_path_list
 from wenet_lhotse.sources.detect import KINDS, detect_data_type, detect_input_kind
 from wenet_lhotse.sources.manifest import LazyCheckedManifest
+from wenet_lhotse.sources.meta_cut import MetaCut
 from wenet_lhotse.sources.shar_dir import cuts_files, shar_fields
 from wenet_lhotse.sources.shar_stream import LazyCheckedShar
 from wenet_lhotse.sources.shar_stream import supported as supported_shar
@@ -165,6 +166,8 @@ class TagCuts(Dillable):
     def __call__(self, cut: Cut) -> Cut:
         if not self.tags:
             return cut
+        if isinstance(cut, MetaCut):  # tags go into the cut it builds
+            return cut.tagged(self.tags)
         custom = dict(self.tags)
         custom.update(cut.custom or {})
         return fastcopy(cut, custom=custom)
