@@ -110,19 +110,21 @@ def measure(source: str, mode: str, seconds: float, extra: dict) -> dict:
     from wenet_lhotse.loader.build import build_dataloader
 
     conf = {**CONF, "lhotse_conf": {**CONF["lhotse_conf"], "mode": mode, **extra}}
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     _, loader = build_dataloader(source, None, conf, "train", dataset=Ids(), seed=1,
                                  num_workers=0)
     built = time.perf_counter() - t0
     it = iter(loader)
     next(it)
-    first = time.perf_counter() - t0
-    n, t1 = 0, time.perf_counter()
+    first, first_cpu = time.perf_counter() - t0, time.process_time() - c0
+    n, t1, c1 = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - t1 < seconds:
         next(it)
         n += 1
-    return {"first_batch_s": first, "build_s": built,
-            "batches_per_s": n / (time.perf_counter() - t1), "peak_rss_mb": peak_rss_mb()}
+    # CPU seconds as well as wall: on a shared machine the CPU figures are the stable ones
+    return {"first_batch_s": first, "first_batch_cpu_s": first_cpu, "build_s": built,
+            "batches_per_s": n / (time.perf_counter() - t1),
+            "batches_per_cpu_s": n / (time.process_time() - c1), "peak_rss_mb": peak_rss_mb()}
 
 
 def measure_resume(source: str, fraction: float, num_cuts: int, world_size: int) -> dict:
@@ -146,17 +148,17 @@ def measure_resume(source: str, fraction: float, num_cuts: int, world_size: int)
     run_s = time.perf_counter() - t0
     sd = loader.state_dict()
     expected = next(it)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     fresh = build()
     fresh.load_state_dict(sd)
     got = next(iter(fresh))
-    restore = time.perf_counter() - t0
+    restore, restore_cpu = time.perf_counter() - t0, time.process_time() - c0
     assert got == expected, "restored loader did not continue with the next batch"
     # How far back the buffered cuts reach: restoring rereads (unparsed) the lines from
-    # the oldest buffered cut's file on, so this span is what restoring costs.
+    # the files holding buffered cuts (from the oldest on), so this span bounds its cost.
     span = _buffer_span(sd)
-    return {"restore_s": restore, "batch": k, "cuts": seen, "run_s": run_s,
-            "peak_rss_mb": peak_rss_mb(), "span": span}
+    return {"restore_s": restore, "restore_cpu_s": restore_cpu, "batch": k, "cuts": seen,
+            "run_s": run_s, "peak_rss_mb": peak_rss_mb(), "span": span}
 
 
 def _buffer_span(state) -> list:
@@ -236,6 +238,12 @@ def child(args) -> None:
     print("RESULT " + json.dumps(out), flush=True)
 
 
+def _figures(r: dict) -> str:
+    return (f"first batch {r['first_batch_s']:.2f} s ({r['first_batch_cpu_s']:.2f} CPU s; "
+            f"building the loader {r['build_s']:.2f} s), {r['batches_per_s']:.0f} batches/s "
+            f"({r['batches_per_cpu_s']:.0f} per CPU s), peak RSS {r['peak_rss_mb']:.0f} MiB")
+
+
 def run_child(what: str, source: str, args, env_extra: dict) -> dict:
     env = {**os.environ, **env_extra}
     cmd = [sys.executable, __file__, "--child", what, "--source", source,
@@ -284,23 +292,18 @@ def main() -> None:
         if args.ref_cuts:
             generate(workdir, args.ref_cuts, 0)
             r = run_child(mode, str(workdir / f"shar_{args.ref_cuts}"), args, rank0)
-            print(f"{mode:>8} at {args.ref_cuts} cuts: first batch {r['first_batch_s']:.2f} s "
-                  f"(building the loader {r['build_s']:.2f} s), "
-                  f"{r['batches_per_s']:.0f} batches/s, peak RSS {r['peak_rss_mb']:.0f} MiB",
-                  flush=True)
+            print(f"{mode:>8} at {args.ref_cuts} cuts: {_figures(r)}", flush=True)
         r = run_child(mode, shar, args, rank0)
         rate[mode] = r["batches_per_s"]
-        print(f"{mode:>8} at {args.num_cuts} cuts: first batch {r['first_batch_s']:.2f} s "
-              f"(building the loader {r['build_s']:.2f} s), "
-              f"{r['batches_per_s']:.0f} batches/s, peak RSS {r['peak_rss_mb']:.0f} MiB",
-              flush=True)
+        print(f"{mode:>8} at {args.num_cuts} cuts: {_figures(r)}", flush=True)
     if "resume" not in skip:
         if args.resume_cuts != args.num_cuts:
             generate(workdir, args.resume_cuts, 0)
         r = run_child("resume", str(workdir / f"shar_{args.resume_cuts}"), args, rank0)
         print(f"  resume: {args.resume_cuts} cuts, at 90% of rank 0's epoch (batch "
               f"{r['batch']}, {r['cuts']} cuts, {r['run_s']:.0f} s of sampling to get there): "
-              f"restored and next batch in {r['restore_s']:.2f} s, peak RSS "
+              f"restored and next batch in {r['restore_s']:.2f} s ({r['restore_cpu_s']:.2f} CPU "
+              f"s), peak RSS "
               f"{r['peak_rss_mb']:.0f} MiB; buffered cuts span stream positions "
               f"{r['span'][0]}-{r['span'][1]}", flush=True)
     if "raw" not in skip:

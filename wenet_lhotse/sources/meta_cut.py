@@ -49,8 +49,8 @@ class MetaCut:
 
     It holds the line itself (bytes or str) and plain values, not the parsed JSON:
     a sampler buffers tens of thousands of these, and nested dicts and lists would
-    each be an object for Python's cyclic garbage collector to walk (measured: GC
-    then took a third of the sampler's time)."""
+    each be one more object for Python's cyclic garbage collector to walk again and
+    again (with them, collection was the largest cost in ``bench/scale.py``'s profile)."""
 
     __slots__ = ("id", "start", "duration", "sampling_rate", "_sups", "_line", "_extra",
                  "_tags", "_cut", "_where")
