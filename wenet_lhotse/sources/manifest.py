@@ -96,14 +96,15 @@ def _load_checked(line: Any, path: str, lineno: int, allow_pipe: bool) -> Any:
     except json.JSONDecodeError as e:
         raise WenetDataError(f"malformed JSON: {e.msg} (column {e.colno})", path,
                              line=lineno, kind="json") from None
-    text = line if isinstance(line, str) else None
-    if "\\u" in (text if text is not None else "") or (
-            text is None and b"\\u" in line):
+
+    def holds(marker: str) -> bool:  # a cheap look at the line before walking the object
+        return marker in line if isinstance(line, str) else marker.encode() in line
+
+    if holds("\\u"):
         why = text_problem(obj)
         if why is not None:
             raise WenetDataError(why, path, line=lineno, kind="encoding")
-    has_command = '"command"' in text if text is not None else b'"command"' in line
-    if not allow_pipe and has_command and _has_command_source(obj):
+    if not allow_pipe and holds('"command"') and _has_command_source(obj):
         raise WenetDataError(f"an audio source of type 'command': {PIPE_REFUSED}", path,
                              line=lineno, kind="refused")
     return obj
@@ -133,18 +134,18 @@ def parse_manifest_line(line: Any, path: str, lineno: int, allow_pipe: bool = Fa
     return _to_cut(_load_checked(line, path, lineno, allow_pipe), path, lineno)
 
 
-def _fields(cls: Any, drop: Sequence[str] = ()) -> Tuple[frozenset, frozenset]:
+def _fields(cls: Any, drop: Sequence[str] = (), extra: Sequence[str] = ()
+            ) -> Tuple[frozenset, frozenset]:
     """(required, allowed) keys of a Lhotse dataclass's ``from_dict`` input."""
     fs = [f for f in dataclasses.fields(cls) if f.init and f.name not in drop]
     required = frozenset(f.name for f in fs if f.default is dataclasses.MISSING
                          and f.default_factory is dataclasses.MISSING)
-    return required, frozenset(f.name for f in fs)
+    return required, frozenset(f.name for f in fs) | frozenset(extra)
 
 
 # What a plain line may hold: deserialize_item builds such a line without error
 # (anything else -- features, transforms, video, unknown keys -- takes the full path).
-_CUT = _fields(MonoCut, drop=("features",))
-_CUT = (_CUT[0], _CUT[1] | {"type"})
+_CUT = _fields(MonoCut, drop=("features",), extra=("type",))
 _RECORDING = _fields(Recording, drop=("transforms",))
 _SOURCE = _fields(AudioSource, drop=("video",))
 _SUPERVISION = _fields(SupervisionSegment)
