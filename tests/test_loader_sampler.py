@@ -56,3 +56,66 @@ def test_sampler_follows_lhotse_dynamic_bucketing(data):
         assert a == [[c.id for c in b] for b in stepped]
         assert a[:3] == b[:3]
         assert len(a) <= len(b)  # never more partial batches
+
+
+def _buffered_items(state):
+    """The buffered-cut items of a loader state (wherever the sampler state sits)."""
+    found = []
+
+    def walk(x):
+        if isinstance(x, dict):
+            for key in ("buckets", "merged"):
+                if isinstance(x.get(key), list):
+                    found.extend(i for b in x[key] for i in b)
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+
+    walk(state)
+    return found
+
+
+def test_restore_reads_only_the_recent_part_of_the_stream(data, tmp_path, monkeypatch):
+    """Cuts that waited in their bucket since long before carry their line in the state,
+    so restoring late in an epoch reads only the files of the last ``2 * buffer_size``
+    positions (and those still to come), not the files back to the oldest buffered cut."""
+    import json
+
+    from lhotse import CutSet
+
+    from wenet_lhotse.loader import readers
+
+    per_file, files, buffer_size = 50, 12, 20
+    cuts = list(CutSet.from_file(data["big"][0]).subset(first=per_file * files))
+    shar = tmp_path / "shar"  # metadata-only Shar: cuts files, no audio tars
+    shar.mkdir()
+    for i in range(files):
+        CutSet.from_cuts(cuts[i * per_file:(i + 1) * per_file]).to_file(
+            shar / f"cuts.{i:06d}.jsonl.gz")
+    conf = {**CONF, "lhotse_conf": {**CONF["lhotse_conf"], "buffer_size": buffer_size}}
+
+    def build():
+        return build_dataloader(str(shar), None, conf, "train", dataset=Keys(), seed=4)[1]
+
+    expected = _epoch(build())
+    k = int(len(expected) * 0.8)
+    loader = build()
+    it = iter(loader)
+    for _ in range(k):
+        next(it)
+    state = json.loads(json.dumps(loader.state_dict()))  # plain data
+    items = _buffered_items(state)
+    assert any(len(i) == 6 for i in items), "no buffered cut from long before: test data"
+    fresh = build()
+    opened = []
+    real = readers._numbered_lines
+    monkeypatch.setattr(readers, "_numbered_lines", lambda p: (opened.append(p), real(p))[1])
+    fresh.load_state_dict(state)
+    assert [[key for key, _ in b] for b in fresh] == expected[k:]
+    reader = fresh.bucketing_sampler.mux.streams[0].reader
+    recent = min(i[1] for i in items if len(i) == 5)
+    order = [reader.paths[i] for i in reader._file_order()]
+    old = {p for n, p in enumerate(order) if (n + 1) * per_file <= recent}
+    assert old and not old & set(opened)

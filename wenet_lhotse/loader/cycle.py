@@ -77,6 +77,12 @@ class CycledReader(PositionedReader):
     def materialize(self, raw: Any) -> Cut:
         return self.reader.materialize(raw)
 
+    def raw_for_state(self, cut: Any) -> Optional[Any]:
+        return self.reader.raw_for_state(cut)
+
+    def raw_from_state(self, raw: Any) -> Any:
+        return self.reader.raw_from_state(raw)
+
     def state(self) -> Dict[str, Any]:
         return {"inner": self.reader.state(), "pass_len": self._n}
 

@@ -12,7 +12,6 @@ from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
 
 from lhotse import CutSet
 from lhotse.cut import Cut
-from lhotse.utils import compute_num_samples
 
 from wenet_lhotse.loader.readers import PositionedReader, Tracked
 
@@ -42,29 +41,6 @@ class PositionedStream:
         if self.transform is not None:
             cuts = self.transform(cuts)
         return iter(cuts), tracked
-
-
-class LazyCut:
-    """A buffered cut restored from a checkpoint: only what the bucketer and the
-    sampling constraint look at (``id``, ``duration``, ``sampling_rate``,
-    ``num_samples``); the real cut is parsed when its batch is emitted."""
-
-    __slots__ = ("id", "duration", "sampling_rate", "stream", "raw")
-
-    def __init__(self, stream: PositionedStream, duration: float, sampling_rate: int,
-                 cut_id: str, raw: Any) -> None:
-        self.id = cut_id
-        self.duration = duration
-        self.sampling_rate = sampling_rate
-        self.stream = stream
-        self.raw = raw
-
-    @property
-    def num_samples(self) -> int:
-        return compute_num_samples(self.duration, self.sampling_rate)
-
-    def materialize(self) -> Cut:
-        return self.stream.materialize(self.raw)
 
 
 class ResumableMux:

@@ -21,10 +21,37 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 from lhotse.cut import Cut
 from lhotse.lazy import Dillable
 from lhotse.serialization import decode_json_line, deserialize_item, open_best
+from lhotse.utils import compute_num_samples
 
 from wenet_lhotse.errors import SkipReport, WenetDataError
 from wenet_lhotse.sources.manifest import parse_manifest_line, parse_manifest_meta
+from wenet_lhotse.sources.meta_cut import MetaCut
 from wenet_lhotse.sources.shar_dir import shar_files
+
+
+class LazyCut:
+    """A buffered cut restored from a checkpoint: only what the bucketer and the
+    sampling constraint look at (``id``, ``duration``, ``sampling_rate``,
+    ``num_samples``); the real cut is parsed when its batch is emitted, by its
+    ``stream`` (a :class:`~.mux.PositionedStream`: reader plus transform) from ``raw``
+    (what the reader's ``read_raw`` / ``raw_from_state`` gave)."""
+
+    __slots__ = ("id", "duration", "sampling_rate", "stream", "raw")
+
+    def __init__(self, stream: Any, duration: float, sampling_rate: int,
+                 cut_id: str, raw: Any) -> None:
+        self.id = cut_id
+        self.duration = duration
+        self.sampling_rate = sampling_rate
+        self.stream = stream
+        self.raw = raw
+
+    @property
+    def num_samples(self) -> int:
+        return compute_num_samples(self.duration, self.sampling_rate)
+
+    def materialize(self) -> Cut:
+        return self.stream.materialize(self.raw)
 
 
 class PositionedReader(Dillable):
@@ -59,6 +86,15 @@ class PositionedReader(Dillable):
 
     def materialize(self, raw: Any) -> Cut:
         """The cut for an item returned by :meth:`read_raw`."""
+        return raw
+
+    def raw_for_state(self, cut: Any) -> Optional[Any]:
+        """``cut``'s item as plain data (JSON-able) for a checkpoint, so that restoring
+        need not read back to its position; ``None``: read it by position."""
+        return None
+
+    def raw_from_state(self, raw: Any) -> Any:
+        """The item :meth:`raw_for_state` gave, as :meth:`read_raw` would return it."""
         return raw
 
     def state(self) -> Dict[str, Any]:
@@ -237,6 +273,20 @@ class JsonlReader(PositionedReader):
                 self._line_counts[path] = n
             offset += n
         return out
+
+    def raw_for_state(self, cut: Any) -> Optional[Any]:
+        if isinstance(cut, MetaCut):
+            line, extra = cut.line, cut.extra_custom
+            tar = extra.get("shar_tar") if extra else None
+        elif isinstance(cut, LazyCut):
+            line, tar = cut.raw
+        else:  # a cut built on reading (not a plain MonoCut line): read it back
+            return None
+        return [line.decode("utf-8") if isinstance(line, bytes) else line, tar]
+
+    def raw_from_state(self, raw: Any) -> Any:
+        line, tar = raw
+        return line.encode("utf-8"), tar
 
     def materialize(self, raw: Any) -> Cut:
         line, tar = raw

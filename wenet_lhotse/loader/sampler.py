@@ -24,9 +24,11 @@ A snapshot (positions of the cuts in the bucket buffer and in merged batches, RN
 states, the mux state, the constraint's shared record) is kept for each of the last few
 emitted batches, because DataLoader workers prefetch:
 :meth:`ResumableBucketingSampler.state_dict` takes the number of batches the training
-loop actually consumed. Restoring re-reads only the
-buffered cuts (per source, from the lowest buffered position to the current
-one) and never reads audio.
+loop actually consumed. Restoring reads no audio and no more than the last
+``2 * buffer_size`` positions of each source (the files holding buffered cuts among
+them); a buffered cut read before that carries its manifest line in the state
+(a few hundred cuts that wait in a bucket for most of an epoch), so the cost of a
+restore does not grow with the corpus.
 
 The Lhotse internals this module and :mod:`.bucketing` rely on
 (``DynamicBucketer._select_bucket``, ``_is_ready``, ``_collect_cuts_in_buckets``,
@@ -58,7 +60,8 @@ from lhotse.lazy import Dillable
 
 from wenet_lhotse.loader.bucketing import SteppedBucketer
 from wenet_lhotse.loader.distributed import plan_last_two_rounds, plan_partition
-from wenet_lhotse.loader.mux import LazyCut, ResumableMux, tuplify
+from wenet_lhotse.loader.mux import ResumableMux, tuplify
+from wenet_lhotse.loader.readers import LazyCut
 from wenet_lhotse.sources.meta_cut import MetaCut
 
 logger = logging.getLogger(__name__)
@@ -314,10 +317,19 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
                 f"DataLoader's prefetch depth")
         buckets, merged, rng_state, sel_state, mux_state, shared, exhausted = snap
         loc = self._bucketer.loc
+        # A cut read long before (it waited in its bucket) carries its line in the state:
+        # restoring then reads back only the recent part of the stream, whatever the
+        # corpus size (a few cuts wait for most of an epoch).
+        recent = [p - 2 * self.buffer_size for p in mux_state["next_pos"]]
 
         def where(c: Any) -> List[Any]:
             _, stream, pos = loc[id(c)]
-            return [stream, pos, c.duration, int(c.sampling_rate), c.id]
+            item = [stream, pos, c.duration, int(c.sampling_rate), c.id]
+            if pos < recent[stream]:
+                raw = self.mux.streams[stream].reader.raw_for_state(c)
+                if raw is not None:
+                    item.append(raw)
+            return item
 
         readers = [s.reader.state() for s in self.mux.streams]
         return {**base, "epoch": self.epoch, "consumed": consumed, "snapshot": {
@@ -360,10 +372,11 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
         wanted: Dict[int, set] = {}
         for b in list(snap["buckets"]) + list(snap.get("merged") or []):
             for item in b:
-                wanted.setdefault(item[0], set()).add(item[1])
-        # The buffered cuts: what the bucketer needs comes from the state; their metadata
-        # is fetched unparsed (one pass over the lines up to the last buffered one) and
-        # parsed only when their batch is emitted.
+                if len(item) == 5:  # else its line is in the state
+                    wanted.setdefault(item[0], set()).add(item[1])
+        # The buffered cuts: what the bucketer needs comes from the state; their lines
+        # come from the state (cuts read long ago) or are read back unparsed (the
+        # recent ones: files holding none are skipped), parsed when their batch is emitted.
         self.mux.start(self.epoch, snap["mux"])
         raws = {s: self.mux.streams[s].reader.read_raw(ps) for s, ps in wanted.items()}
         missing = [(s, p) for s, ps in wanted.items() for p in ps if p not in raws[s]]
@@ -373,8 +386,10 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
                              f"did the data change since the checkpoint?")
 
         def lazy(item: List[Any]) -> LazyCut:
-            s, p, duration, rate, cut_id = item
-            cut = LazyCut(self.mux.streams[s], duration, rate, cut_id, raws[s][p])
+            s, p, duration, rate, cut_id = item[:5]
+            stream = self.mux.streams[s]
+            raw = stream.reader.raw_from_state(item[5]) if len(item) > 5 else raws[s][p]
+            cut = LazyCut(stream, duration, rate, cut_id, raw)
             self._bucketer.loc[id(cut)] = (cut, s, p)
             return cut
 

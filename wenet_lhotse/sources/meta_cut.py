@@ -76,6 +76,16 @@ class MetaCut:
         return compute_num_samples(self.duration, self.sampling_rate)
 
     @property
+    def line(self) -> Any:
+        """The manifest line it was read from (bytes or str, as given)."""
+        return self._line
+
+    @property
+    def extra_custom(self) -> Optional[Mapping[str, Any]]:
+        """The reader's keys for ``custom`` (e.g. ``shar_tar``)."""
+        return self._extra
+
+    @property
     def supervisions(self) -> Tuple[MetaSupervision, ...]:
         return tuple(MetaSupervision(*s) for s in self._sups)
 
