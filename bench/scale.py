@@ -154,21 +154,29 @@ def measure_resume(source: str, fraction: float, num_cuts: int, world_size: int)
     got = next(iter(fresh))
     restore, restore_cpu = time.perf_counter() - t0, time.process_time() - c0
     assert got == expected, "restored loader did not continue with the next batch"
-    # How far back the buffered cuts reach: restoring rereads (unparsed) the lines from
-    # the files holding buffered cuts (from the oldest on), so this span bounds its cost.
-    span = _buffer_span(sd)
+    # How far back the buffered cuts reach, and how many carry their line in the state
+    # (those read more than 2 * buffer_size positions before): restoring rereads,
+    # unparsed, only the files holding the others.
+    items = _buffered_items(sd)
+    reread = [i[1] for i in items if len(i) == 5]
     return {"restore_s": restore, "restore_cpu_s": restore_cpu, "batch": k, "cuts": seen,
-            "run_s": run_s, "peak_rss_mb": peak_rss_mb(), "span": span}
+            "run_s": run_s, "peak_rss_mb": peak_rss_mb(),
+            "span": [min(i[1] for i in items), max(i[1] for i in items)],
+            "reread_span": [min(reread), max(reread)] if reread else None,
+            "inline": len(items) - len(reread), "buffered": len(items),
+            "state_bytes": len(json.dumps(sd))}
 
 
-def _buffer_span(state) -> list:
-    """(oldest, newest) stream position among the buffered cuts of a loader state."""
+def _buffered_items(state) -> list:
+    """The buffered-cut items of a loader state: ``[stream, position, ...]``, with a
+    sixth element (the cut's manifest line) for cuts read long before."""
     found = []
 
     def walk(x):
         if isinstance(x, dict):
-            if "buckets" in x:
-                found.extend(p[-2] for b in x["buckets"] for p in b)
+            for key in ("buckets", "merged"):
+                if isinstance(x.get(key), list):
+                    found.extend(i for b in x[key] for i in b)
             for v in x.values():
                 walk(v)
         elif isinstance(x, (list, tuple)):
@@ -176,7 +184,7 @@ def _buffer_span(state) -> list:
                 walk(v)
 
     walk(state)
-    return [min(found), max(found)] if found else [0, 0]
+    return found
 
 
 def measure_raw(raw_list: str) -> dict:
@@ -304,8 +312,11 @@ def main() -> None:
               f"{r['batch']}, {r['cuts']} cuts, {r['run_s']:.0f} s of sampling to get there): "
               f"restored and next batch in {r['restore_s']:.2f} s ({r['restore_cpu_s']:.2f} CPU "
               f"s), peak RSS "
-              f"{r['peak_rss_mb']:.0f} MiB; buffered cuts span stream positions "
-              f"{r['span'][0]}-{r['span'][1]}", flush=True)
+              f"{r['peak_rss_mb']:.0f} MiB; the {r['buffered']} buffered cuts span stream "
+              f"positions {r['span'][0]}-{r['span'][1]}; {r['inline']} of them, read "
+              f"long before, carry their line in the state ({r['state_bytes'] / 1e6:.1f} MB "
+              f"as JSON), the others are reread from positions {r['reread_span']}",
+              flush=True)
     if "raw" not in skip:
         raw = str(workdir / f"raw_{args.raw_lines}.list")
         for p in (workdir / "probe_cache").glob("*"):
