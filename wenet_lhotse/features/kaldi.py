@@ -10,6 +10,10 @@ in ``compute_fbank`` / ``compute_mfcc``) to float32 rounding, but are faster:
   (2.5x fewer Gaussian draws at 25/10 ms frames); see :func:`frames_to_fbank`;
 * the power spectrum is computed from the interleaved real/imaginary parts
   (``re**2 + im**2``) instead of ``abs()`` then ``pow(2)``;
+* the mel filters are applied as a few dense products, each over the FFT bins its
+  group of ~16 neighbouring filters covers (:func:`cached_mel_groups`), skipping the
+  zeros of the filter bank (a quarter of the multiply-adds at 80 bins, 16 kHz); the
+  products differ from one full matmul only by float32 summation order;
 * frames go through the FFT and mel matmul in cache-sized blocks; short utterances of a
   batch share a block.
 
@@ -178,6 +182,42 @@ def cached_mel_banks(opts: FrameOptions, device: Optional[torch.device] = None) 
     return _CACHE.get(("mel", opts), lambda: mel_banks(opts), device)
 
 
+#: Mel filters per group in :func:`cached_mel_groups` (measured: 16-20 fastest at 80 bins).
+MEL_GROUP = 16
+
+
+def mel_groups(opts: FrameOptions) -> List[Tuple[int, int, int, int, torch.Tensor]]:
+    """The mel filter bank split by filter into groups of :data:`MEL_GROUP`: per group
+    ``(first filter, end filter, first FFT bin, end FFT bin, weights (filters, bins))``,
+    the bins being those where any filter of the group is non-zero."""
+    banks = mel_banks(opts)  # (bins, filters)
+    nz = banks > 0
+    out = []
+    num_bins = banks.shape[1]
+    groups = max(1, round(num_bins / MEL_GROUP))
+    for g in range(groups):
+        a, b = g * num_bins // groups, (g + 1) * num_bins // groups
+        rows = nz[:, a:b].any(dim=1).nonzero()
+        lo, hi = (int(rows.min()), int(rows.max()) + 1) if rows.numel() else (0, 1)
+        out.append((a, b, lo, hi, banks[lo:hi, a:b].t().contiguous()))
+    return out
+
+
+def cached_mel_groups(opts: FrameOptions, device: Optional[torch.device] = None
+                      ) -> List[Tuple[int, int, int, int, torch.Tensor]]:
+    dev = None if device is None or torch.device(device).type == "cpu" else str(device)
+    key = ("mel-groups", opts, dev)
+    groups = _GROUPS.get(key)
+    if groups is None:
+        groups = [(a, b, lo, hi, w if dev is None else w.to(dev))
+                  for a, b, lo, hi, w in mel_groups(opts)]
+        groups = _GROUPS.setdefault(key, groups)
+    return groups
+
+
+_GROUPS: Dict[Tuple, List[Tuple[int, int, int, int, torch.Tensor]]] = {}
+
+
 def cached_dct(num_ceps: int, num_mel_bins: int, cepstral_lifter: float,
                device: Optional[torch.device] = None) -> torch.Tensor:
     """DCT matrix with the lifter folded in, shape ``(num_mel_bins, num_ceps)``."""
@@ -269,9 +309,13 @@ def frames_to_fbank(
     power = ri[:, 0 : padded : 2] + ri[:, 1 : padded : 2]  # drops the Nyquist bin
     if not fb.use_power:
         power = power.sqrt_()
-    mel = power @ cached_mel_banks(opts, frames.device)
+    # (filters, frames): each group's product writes contiguous rows
+    mel_t = torch.empty((opts.num_mel_bins, m), dtype=power.dtype, device=power.device)
+    for a, b, lo, hi, weights in cached_mel_groups(opts, frames.device):
+        torch.mm(weights, power[:, lo:hi].t(), out=mel_t[a:b])
     if fb.use_log_fbank:
-        mel = mel.clamp_(min=EPSILON).log_()
+        mel_t = mel_t.clamp_(min=EPSILON).log_()
+    mel = mel_t.t().contiguous()
     if energy is not None:
         mel = torch.cat((energy.unsqueeze(1), mel), dim=1)
     return mel
@@ -281,7 +325,7 @@ def _dithered(wave: torch.Tensor, dither: float, generator: Optional[torch.Gener
     if dither == 0.0:
         return wave
     noise = torch.randn(wave.shape, generator=generator, dtype=wave.dtype, device=wave.device)
-    return wave + dither * noise
+    return noise.mul_(dither).add_(wave)  # = wave + dither * noise, one pass fewer
 
 
 def fbank(
