@@ -10,8 +10,9 @@ static batch 16) through ``build_dataloader``, for a raw list and for tar shards
   pipeline makes -- decode, resample (none: the corpus is 16 kHz), speed perturbation,
   dither, fbank, spec_aug -- then collation (padding features, tokenizing, sorting,
   targets: the dataset's ``__getitem__`` given the finished features);
-* **transfer**: a DataLoader with the same workers handing the finished batches to the
-  main process (pickling, shared memory, unpickling), CPU of the process tree;
+* **transfer**: the loader's DataLoader class with the same workers handing the finished
+  batches to the main process (pickling, shared memory, unpickling), CPU of the process
+  tree;
 * **total**: the real loader with ``--workers`` DataLoader workers, CPU of the process
   tree (psutil) over one epoch, of which "setup" is building the train and cv loaders
   (the drop-in builds both; metadata, bucket bins; the cv set is 1/25 of the train
@@ -160,11 +161,25 @@ def profile_stages(dataset, batches, clock: StageClock) -> List[Dict[str, Any]]:
             feats_list.append(np.ascontiguousarray(feats))
 
         def collate(cuts=cuts, feats_list=feats_list, pcms=pcms):
-            padded, lens = collate_feats(feats_list, features.feature_dim())
-            audio = collate_audio(pcms) if getattr(dataset, "return_pcm", False) else None
-            done = PooledBatch(padded, lens, cuts, audio)
+            pcm = getattr(dataset, "return_pcm", False)
+            if hasattr(features, "unpadded"):  # the dataset pads the rows in batch order
+                lens = torch.tensor([f.shape[0] for f in feats_list], dtype=torch.int32)
+                done = PooledBatch(feats_list, lens, cuts, pcms if pcm else None)
+            else:
+                padded, lens = collate_feats(feats_list, features.feature_dim())
+                done = PooledBatch(padded, lens, cuts, collate_audio(pcms) if pcm else None)
+
+            class Done:  # the features object, its work already done
+                def __call__(self, c, augment=True):
+                    return done
+
+                unpadded = __call__ if hasattr(features, "unpadded") else None
+
+                def feature_dim(self):
+                    return features.feature_dim()
+
             real = dataset.features
-            dataset.features = lambda c, augment=True: done
+            dataset.features = Done()
             try:
                 return dataset[cuts]
             finally:
@@ -187,8 +202,14 @@ def transfer_cpu(batches: List[Dict[str, Any]], workers: int) -> float:
             return batches[i]
 
     before = tree_usage()["cpu"]
-    loader = torch.utils.data.DataLoader(Ready(), batch_size=None, num_workers=workers,
-                                         persistent_workers=True)
+    try:  # our loader class: batches travel as they do in the loader (shared-memory ring)
+        from wenet_lhotse.loader.dataloader import LhotseDataLoader, LoaderDataset
+
+        loader = LhotseDataLoader(LoaderDataset(Ready()), sampler=range(len(batches)),
+                                  num_workers=workers, persistent_workers=True)
+    except ImportError:
+        loader = torch.utils.data.DataLoader(Ready(), batch_size=None, num_workers=workers,
+                                             persistent_workers=True)
     for _ in loader:
         pass
     # the workers' start-up (fork) is part of every loader; their idle time is not

@@ -38,6 +38,7 @@ from lhotse.dataset.collation import collate_vectors
 
 from wenet_lhotse.dataset.cut_fields import cut_lang, cut_speaker, cut_task
 from wenet_lhotse.dataset.langid import custom_lang
+from wenet_lhotse.dataset.padding import pad_rows
 from wenet_lhotse.errors import BATCH_SKIPS_KEY, SkipReport, WenetDataError
 from wenet_lhotse.formats.layout import cut_text
 from wenet_lhotse.text.tokenizer import CJK_PATTERN, read_symbol_table
@@ -184,7 +185,9 @@ class WenetAsrDataset(torch.utils.data.Dataset):
         ]
 
         if cut_list:
-            feats, feats_lens, kept_cuts, audio = self.features(
+            # features that can leave the padding to us: padded once, in batch order
+            compute = getattr(self.features, "unpadded", None) or self.features
+            feats, feats_lens, kept_cuts, audio = compute(
                 CutSet.from_cuts(cut_list), augment=self.augment)
         else:  # every cut was skipped: an empty batch (B = 0) the loop can pass over
             feats, feats_lens, kept_cuts = torch.zeros(0, 0, 0), torch.zeros(0), []
@@ -194,8 +197,9 @@ class WenetAsrDataset(torch.utils.data.Dataset):
             logger.warning("features left out %d of %d cuts", len(cut_list) - len(kept_idx),
                            len(cut_list))
         feats_lens = torch.as_tensor(feats_lens).to(torch.int32)
-        if feats.shape[0] != len(kept_idx) or feats_lens.shape[0] != len(kept_idx):
-            raise RuntimeError(f"features returned {feats.shape[0]} rows and "
+        rows = len(feats) if isinstance(feats, list) else feats.shape[0]
+        if rows != len(kept_idx) or feats_lens.shape[0] != len(kept_idx):
+            raise RuntimeError(f"features returned {rows} rows and "
                                f"{feats_lens.shape[0]} lengths for {len(kept_idx)} kept cuts")
 
         # Longest first; a stable sort keeps sampler order among equal lengths.
@@ -208,6 +212,9 @@ class WenetAsrDataset(torch.utils.data.Dataset):
         waves = getattr(feats, "batch_entries", None)
         if callable(waves):  # features_on: device -- waveforms now, features in training
             batch.update(waves(order.tolist()))
+        elif isinstance(feats, list):  # unpadded rows
+            dim = getattr(self.features, "feature_dim", lambda: 0)
+            batch["feats"] = pad_rows(feats, order.tolist(), trailing=(dim(),)).to(torch.float32)
         else:
             batch["feats"] = feats[order][:, :t_max].to(torch.float32)
         batch["feats_lengths"] = feats_lengths
@@ -226,11 +233,16 @@ class WenetAsrDataset(torch.utils.data.Dataset):
             if audio is None:
                 raise ValueError("return_pcm=True but features returned no audio: "
                                  "build them with return_audio=True")
-            pcm, pcm_lens = audio
-            pcm_lens = torch.as_tensor(pcm_lens).to(torch.int32)[order]
-            s_max = int(pcm_lens.max()) if len(src) else 0
-            batch["pcm"] = torch.as_tensor(pcm)[order][:, :s_max].to(torch.float32)
-            batch["pcm_length"] = pcm_lens
+            if isinstance(audio, list):  # unpadded rows
+                batch["pcm"] = pad_rows(audio, order.tolist()).to(torch.float32)
+                batch["pcm_length"] = torch.tensor([audio[i].shape[0] for i in order.tolist()],
+                                                   dtype=torch.int32)
+            else:
+                pcm, pcm_lens = audio
+                pcm_lens = torch.as_tensor(pcm_lens).to(torch.int32)[order]
+                s_max = int(pcm_lens.max()) if len(src) else 0
+                batch["pcm"] = torch.as_tensor(pcm)[order][:, :s_max].to(torch.float32)
+                batch["pcm_length"] = pcm_lens
 
         speakers = [cut_speaker(c) for c in batch_cuts]
         if self.speaker_table is not None:

@@ -126,7 +126,7 @@ class CutPipeline:
             if self.spec_trim is not None:
                 feats = spec_trim(feats, rng, self.spec_trim)
         feats = np.ascontiguousarray(feats, dtype=np.float32)
-        return feats, (samples.astype(np.float32) if self.return_audio else None)
+        return feats, (np.asarray(samples, dtype=np.float32) if self.return_audio else None)
 
 
 @contextmanager

@@ -29,10 +29,11 @@ from wenet_lhotse.features.pool import WorkerPool
 class PooledBatch(NamedTuple):
     """What :meth:`PooledFeatures.__call__` returns (unpacks as a 4-tuple)."""
 
-    feats: Any  # (B, T_max, F) float32 tensor padded with 0.0, or a device.WaveBatch
+    feats: Any  # (B, T_max, F) float32 tensor padded with 0.0, or a device.WaveBatch;
+    #             from ``unpadded``: a list of (T, F) float32 arrays
     feats_lens: torch.Tensor  # (B,) int32, frames
     cuts: CutSet  # the cuts kept, in output order
-    audio: Optional[Tuple[torch.Tensor, torch.Tensor]]  # ((B, S_max) float32, (B,) int32)
+    audio: Any  # ((B, S_max) float32, (B,) int32); from ``unpadded``: (S,) float32 arrays
 
 
 class PooledFeatures:
@@ -168,6 +169,18 @@ class PooledFeatures:
         :param epoch: overrides :attr:`epoch` for this call (e.g. from a sampler when the
             object lives in persistent DataLoader workers that never see ``set_epoch``).
         """
+        out = self.unpadded(cuts, augment=augment, epoch=epoch)
+        if not isinstance(out.feats, list):  # device mode: a WaveBatch
+            return out
+        return PooledBatch(*_collate(out.feats, self.feature_dim()), out.cuts,
+                           _collate_audio(out.audio) if out.audio is not None else None)
+
+    def unpadded(self, cuts: CutSet, augment: bool = True,
+                 epoch: Optional[int] = None) -> PooledBatch:
+        """As :meth:`__call__`, but ``feats`` (and ``audio``) are lists of per-cut
+        arrays ``(frames, dim)`` float32 (``(samples,)`` float32), not yet padded: the
+        dataset pads them in its batch order in one pass
+        (:func:`~wenet_lhotse.dataset.padding.pad_rows`). Device mode: as ``__call__``."""
         cut_list = list(cuts)
         ep = self.epoch if epoch is None else int(epoch)
         seeds = [cut_seed(self.seed, ep, c.id) for c in cut_list]
@@ -197,9 +210,9 @@ class PooledFeatures:
             waves = WaveBatch.collate(payloads)
             return PooledBatch(waves, waves.frames(), CutSet.from_cuts(kept), None)
         feats = [p[0] for p in payloads]
-        pcms = [p[1] for p in payloads]
-        return PooledBatch(*_collate(feats, self.feature_dim()), CutSet.from_cuts(kept),
-                           _collate_audio(pcms) if self.return_audio else None)
+        lens = torch.tensor([f.shape[0] for f in feats], dtype=torch.int32)
+        pcms = [p[1] for p in payloads] if self.return_audio else None
+        return PooledBatch(feats, lens, CutSet.from_cuts(kept), pcms)
 
     def close(self) -> None:
         """Stop this process's worker pool (a later call starts a new one)."""

@@ -26,6 +26,7 @@ from wenet_lhotse.errors import BATCH_SKIPS_KEY, SkipReport, SkipsOnly
 from wenet_lhotse.loader.distributed import EqualStepsIterator
 from wenet_lhotse.loader.sampler import ResumableBucketingSampler
 from wenet_lhotse.loader.streamed import SKIP_TURN, StreamedEpochDataset, WorkerBatch
+from wenet_lhotse.loader.transport import BatchRing
 
 logger = logging.getLogger(__name__)
 
@@ -37,12 +38,19 @@ class LoaderDataset(torch.utils.data.Dataset):
     otherwise; augmentation seeds depend on it), runs ``attach(cuts)`` (Shar audio
     for these cuts only), then ``dataset[cuts]``."""
 
+    #: set by the loader: the shared-memory ring batches travel through (workers)
+    ring: Optional[BatchRing] = None
+
     def __init__(self, dataset: Any, attach: Any = None) -> None:
         self.dataset = dataset
         self.attach = attach
         self._epoch: Optional[int] = None
 
     def __getitem__(self, item: Any) -> Any:
+        out = self._batch(item)
+        return out if self.ring is None else self.ring.pack(out)
+
+    def _batch(self, item: Any) -> Any:
         if isinstance(item, tuple):
             epoch, cuts = item
             if epoch != self._epoch and hasattr(self.dataset, "set_epoch"):
@@ -105,8 +113,16 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
     mode = ""
 
     def __init__(self, dataset: Any, *, skip_report: Optional[SkipReport] = None,
-                 batch_transform: Optional[Callable[[Any], Any]] = None, **kw: Any) -> None:
+                 batch_transform: Optional[Callable[[Any], Any]] = None,
+                 shared_ring: bool = True, **kw: Any) -> None:
         super().__init__(dataset, batch_size=None, **kw)
+        #: batches from the workers travel through reused shared memory (see
+        #: :mod:`~.transport`; persistent workers started with fork only)
+        self.ring: Optional[BatchRing] = None
+        if shared_ring and hasattr(dataset, "ring") and self._ring_possible():
+            self.ring = BatchRing(self.num_workers, slots=(self.prefetch_factor or 2) + 2)
+            dataset.ring = self.ring
+        self._pin: Tuple[bool, Optional[str]] = (False, None)
         #: applied to each batch in this (the training) process, e.g. features computed
         #: on the model's device (``lhotse_conf.features_on: device``)
         self.batch_transform = batch_transform
@@ -119,8 +135,21 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
         self._restored: Optional[Dict[str, Any]] = None
         self._reported = 0  # skip_report items already summarised at an epoch's end
 
+    def _ring_possible(self) -> bool:
+        if self.num_workers <= 0 or not self.persistent_workers:
+            return False
+        import multiprocessing
+
+        ctx = self.multiprocessing_context
+        method = ctx.get_start_method() if ctx is not None else (
+            multiprocessing.get_start_method(allow_none=True)
+            or multiprocessing.get_context().get_start_method())
+        return method == "fork"
+
     def __iter__(self) -> Iterator[Any]:
         inner = super().__iter__()
+        self._pin = (bool(getattr(inner, "_pin_memory", False)),
+                     getattr(inner, "_pin_memory_device", None))
         self._finished = False
         restored, self._restored = self._restored, None
         self._start_epoch(restored)
@@ -150,6 +179,8 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
         for item in it:
             self.consumed += 1
             batch = self._unwrap(item)
+            if self.ring is not None:
+                batch = self.ring.unpack(batch, *self._pin)
             if isinstance(batch, dict) and BATCH_SKIPS_KEY in batch:
                 self.skip_report.extend(batch.pop(BATCH_SKIPS_KEY))  # logged where skipped
             if self.batch_transform is not None:

@@ -42,6 +42,9 @@ class StreamedEpochDataset(torch.utils.data.IterableDataset):
     copy and advances on every ``iter()`` (persistent workers each get exactly one
     ``iter()`` per epoch)."""
 
+    #: set by the loader: the shared-memory ring batches travel through (see transport)
+    ring: Any = None
+
     def __init__(self, dataset: Any, specs: Sequence[SourceSpec], transforms: Sequence[Any],
                  sampler_kw: Dict[str, Any], seed: int, shuffle: bool, stop_early: bool,
                  rank: int, world_size: int, strict: bool = True, cycle: int = 1) -> None:
@@ -131,6 +134,8 @@ class StreamedEpochDataset(torch.utils.data.IterableDataset):
             skipped = self.skip_report.take_new()
             if skipped and isinstance(out, dict):
                 out.setdefault(BATCH_SKIPS_KEY, []).extend(skipped)
+            if self.ring is not None:
+                out = self.ring.pack(out)
             # The worker id travels with the batch: the loader counts batches per
             # worker, which makes resume exact even after some workers ran out of tars.
             yield WorkerBatch(wid, out)
