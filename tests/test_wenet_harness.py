@@ -68,3 +68,26 @@ def test_wenet_train_py_parses_its_arguments_in_a_subprocess(wenet_root, tmp_pat
                          cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "--train_data" in res.stdout and "--deepspeed_config" in res.stdout
+
+
+def test_sox_stand_in_has_sox_length_as_ours(wenet_root):
+    """The harness's ``sox_effects`` stand-in (WeNet's speed perturbation) emits sox's
+    ``floor(n / s + 0.5)`` samples, as our ``speed_perturb`` does; torchaudio's
+    resampler alone would give ``ceil(n / s)``."""
+    import math
+
+    from wenet_lhotse.features.augment import speed_perturb
+
+    (processor,) = import_wenet("wenet.dataset.processor")
+    sox_effects = processor.torchaudio.sox_effects
+    ceil_differs = 0
+    for n in (16000, 16001, 16005, 33333, 48007):
+        wave = torch.randn(1, n)
+        for s in ("0.9", "1.1"):
+            out, sr = sox_effects.apply_effects_tensor(wave, 16000, [["speed", s],
+                                                                     ["rate", "16000"]])
+            want = math.floor(n / float(s) + 0.5)
+            assert sr == 16000 and out.shape == (1, want), (n, s)
+            assert speed_perturb(wave[0].numpy(), 16000, float(s)).shape == (want,)
+            ceil_differs += math.ceil(n / float(s)) != want
+    assert ceil_differs  # the lengths tried include ones where ceil would be wrong

@@ -4,8 +4,11 @@ Serves only the chain WeNet's ``processor.speed_perturb`` applies,
 ``[['speed', s], ['rate', sr]]``: sox's ``speed s`` relabels the audio as ``sr * s`` Hz
 and ``rate sr`` resamples it back to ``sr``, so the result is a resampling from
 ``sr * s`` to ``sr`` -- here with torchaudio's own sinc resampler (``functional``),
-not sox's filter: same length (``ceil(n / s)``), samples not bit-equal to sox. Tests
-never compare perturbed audio; any other effect raises.
+not sox's filter: samples not bit-equal to sox, but sox's length: ``rate`` emits
+``floor(n / s + 0.5)`` samples (sox ``rate.c``: ``samples_in / factor + .5``), where
+torchaudio's resampler gives ``ceil(n / s)``, one more when ``n / s`` has a fraction
+below one half; the extra sample is dropped. Tests never compare perturbed audio; any
+other effect raises.
 """
 
 from __future__ import annotations
@@ -26,4 +29,6 @@ def apply_effects_tensor(tensor: torch.Tensor, sample_rate: int, effects: List[L
     speed = Fraction(effects[0][1]).limit_denominator(1000)
     # resample(orig=sr*speed, new=sr), expressed in integers for the sinc kernel
     orig, new = sample_rate * speed.numerator, sample_rate * speed.denominator
-    return resample(tensor, orig, new), sample_rate
+    out = resample(tensor, orig, new)
+    length = int(tensor.shape[-1] / float(effects[0][1]) + 0.5)  # sox's, <= ceil(n / s)
+    return out[..., :length], sample_rate
