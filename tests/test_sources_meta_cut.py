@@ -137,3 +137,25 @@ def test_cv_gets_lhotse_cuts(data):
                                  seed=3)
     batches = list(loader)  # Dicts asserts Lhotse cuts
     assert sorted(c["id"] for b in batches for c in b) == sorted(c.id for c in data["cuts"])
+
+
+def test_raw_list_from_the_probe_cache_holds_metacuts(data, tmp_path):
+    """A raw list read from the probe cache is held as MetaCuts for training (the whole
+    list stays in memory for WeNet's per-epoch shuffle) and trains as Lhotse cuts do."""
+    from wenet_lhotse.loader.readers import ListReader
+
+    conf = {**CONF, "shuffle": True,
+            "lhotse_conf": {**CONF["lhotse_conf"], "probe_cache": str(tmp_path / "cache")}}
+    runs = []
+    for light in (True, False):  # the first run writes the cache, the second reads it
+        _, loader = build_dataloader(str(data["raw"]), None, conf, "train", dataset=Dicts(),
+                                     seed=5)
+        reader = loader.bucketing_sampler.mux.streams[0].reader
+        assert isinstance(reader, ListReader)
+        assert all(isinstance(c, MetaCut) for c in reader.cuts)
+        if not light:
+            reader.cuts = [c.materialize() for c in reader.cuts]
+        runs.append([list(loader), list(loader)])
+    assert runs[0] == runs[1]
+    ids = sorted(c["id"] for ep in runs[0] for b in ep for c in b)
+    assert ids == sorted([c.id for c in data["cuts"]] * 2)

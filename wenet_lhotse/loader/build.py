@@ -55,7 +55,7 @@ from wenet_lhotse.loader.dataloader import (
 )
 from wenet_lhotse.loader.distributed import gloo_group, plan_partition, world_info
 from wenet_lhotse.loader.mux import PositionedStream, ResumableMux
-from wenet_lhotse.loader.readers import JsonlReader, ListReader, shar_reader
+from wenet_lhotse.loader.readers import JsonlReader, ListReader, read_meta_cuts, shar_reader
 from wenet_lhotse.loader.sampler import ResumableBucketingSampler
 from wenet_lhotse.loader.shar_audio import SharAudioAttacher
 from wenet_lhotse.loader.streamed import StreamedEpochDataset
@@ -149,7 +149,9 @@ def _map_reader(spec: SourceSpec, cfg: LoaderConfig, seed: int, strict: bool,
 
             probed = probed_raw_list(spec.paths, strict=strict, skip_report=skip_report,
                                      cache_dir=None if probe_cache is True else probe_cache)
-            cuts = list(CutSet.from_jsonl_lazy(probed.manifest))
+            # the cache is a manifest: metadata only for training (a fraction of the memory)
+            cuts = (read_meta_cuts(str(probed.manifest), strict, skip_report) if light
+                    else list(CutSet.from_jsonl_lazy(probed.manifest)))
         else:
             cuts = list(open_source(spec, strict=strict, skip_report=skip_report))
         if spec.type == "shard":

@@ -5,10 +5,9 @@ cuts of every rank) but hands out only its own batches: for bucketing and for We
 ``filter_conf`` it needs a cut's id, start, duration (seconds), sampling rate and
 transcripts -- never its ``Recording``/``AudioSource``/``SupervisionSegment`` objects.
 Building those with Lhotse's ``deserialize_item`` is most of the cost of reading a
-manifest line (~16 of ~40 microseconds with ``json``; ~5 with ``orjson``), so a
-:class:`MetaCut` keeps the (checked) line and builds the real cut when its batch is
+manifest line (and of holding one), so a :class:`MetaCut` keeps the (checked) line and builds the real cut when its batch is
 emitted (:meth:`MetaCut.materialize`). Any other attribute asked of
-it is the real cut's (built then, once), so code that does not know about it still
+it is the real cut's (built for the occasion), so code that does not know about it still
 gets correct answers, only not the fast path.
 
 Only plain ``MonoCut`` lines become a :class:`MetaCut`
@@ -53,7 +52,7 @@ class MetaCut:
     again (with them, collection was the largest cost in ``bench/scale.py``'s profile)."""
 
     __slots__ = ("id", "start", "duration", "sampling_rate", "_sups", "_line", "_extra",
-                 "_tags", "_cut", "_where")
+                 "_tags", "_where")
 
     def __init__(self, obj: Mapping[str, Any], line: Any,
                  extra_custom: Optional[Mapping[str, Any]] = None,
@@ -67,7 +66,6 @@ class MetaCut:
         self._line = line
         self._extra = extra_custom  # shared by the cuts of one file: not copied
         self._tags: Optional[Dict[str, Any]] = None
-        self._cut: Optional[Cut] = None
         self._where = where  # (manifest, line number) for an error when it is built
 
     @property
@@ -96,25 +94,24 @@ class MetaCut:
         for name in MetaCut.__slots__:
             setattr(other, name, getattr(self, name))
         other._tags = {**(self._tags or {}), **tags}
-        other._cut = None
         return other
 
     def materialize(self) -> Cut:
-        """The real cut (built once)."""
-        if self._cut is None:
-            try:
-                cut = deserialize_item(decode_json_line(self._line))
-            except Exception as err:  # the line was checked: not expected, but named
-                raise WenetDataError(
-                    f"not a Lhotse cut: {type(err).__name__}: {err}".splitlines()[0],
-                    self._where[0], line=self._where[1], kind="json") from None
-            if self._tags or self._extra:
-                cut.custom = {**(self._tags or {}), **(cut.custom or {}), **(self._extra or {})}
-            self._cut = cut
-        return self._cut
+        """The real cut, built anew on each call: it is not kept (a reader may hold its
+        MetaCuts for a whole run, and must not come to hold every built cut too)."""
+        try:
+            cut = deserialize_item(decode_json_line(self._line))
+        except Exception as err:  # the line was checked: not expected, but named
+            raise WenetDataError(
+                f"not a Lhotse cut: {type(err).__name__}: {err}".splitlines()[0],
+                self._where[0], line=self._where[1], kind="json") from None
+        if self._tags or self._extra:
+            cut.custom = {**(self._tags or {}), **(cut.custom or {}), **(self._extra or {})}
+        return cut
 
     def __getattr__(self, name: str) -> Any:
-        # Only reached for what the slots do not hold: the real cut answers.
+        # Only reached for what the slots do not hold: the real cut answers (built for
+        # the occasion: slow, but right, for code that does not know MetaCuts).
         if name.startswith("__") or name in MetaCut.__slots__:
             raise AttributeError(name)
         return getattr(self.materialize(), name)
