@@ -56,15 +56,27 @@ class AdversarialHandler(_QuietHandler):
     * ``lie_length``: a Content-Length larger than the body, then close;
     * ``lie_content``: status 200 with an HTML page instead of the file;
     * ``error``: status 500.
+
+    Modes that drop every response to a request without a Range header (a
+    Content-Length, then half the body, then close), and answer ``Range: bytes=N-``
+    requests:
+
+    * ``drop_once``: with ``206 Partial Content`` (the rest of the file);
+    * ``drop_then_error``: with status 500, every time.
+
+    Every request's Range header (or None) is appended to ``server.ranges``.
     """
 
     def do_GET(self):
         mode, stop = self.server.mode, self.server.stop
+        self.server.ranges.append(self.headers.get("Range"))
         if mode == "ok":
             return super().do_GET()
         if mode == "error":
             self.send_error(500, "internal error")
             return
+        if mode in ("drop_once", "drop_then_error") and self.headers.get("Range"):
+            return self._range(mode)
         try:
             with open(self.translate_path(self.path), "rb") as f:
                 data = f.read()
@@ -74,7 +86,7 @@ class AdversarialHandler(_QuietHandler):
         if mode == "lie_content":
             data = b"<html><body>Welcome! Please log in.</body></html>" * 20
         self.send_response(200)
-        if mode in ("trickle", "stall", "lie_content"):
+        if mode in ("trickle", "stall", "lie_content", "drop_once", "drop_then_error"):
             self.send_header("Content-Length", str(len(data)))
         elif mode == "lie_length":
             self.send_header("Content-Length", str(len(data) * 3))
@@ -91,19 +103,37 @@ class AdversarialHandler(_QuietHandler):
                 self.wfile.write(data[:1024])
                 self.wfile.flush()
                 stop.wait()
-            elif mode == "drop":
+            elif mode in ("drop", "drop_once", "drop_then_error"):
                 self.wfile.write(data[: len(data) // 2])
             else:
                 self.wfile.write(data)
         except OSError:  # the client gave up: what a deadline is for
             pass
 
+    def _range(self, mode: str) -> None:
+        if mode == "drop_then_error":
+            self.send_error(500, "internal error")
+            return
+        with open(self.translate_path(self.path), "rb") as f:
+            data = f.read()
+        start = int(self.headers["Range"].split("=", 1)[1].split("-", 1)[0])
+        self.send_response(206)
+        self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+        self.send_header("Content-Length", str(len(data) - start))
+        self.end_headers()
+        self.wfile.write(data[start:])
+
+
+class _ServedURL(str):
+    server: ThreadingHTTPServer
+
 
 @pytest.fixture
 def http_serve():
     """``serve(directory, handler_class=..., mode="ok", interval=0.2) -> base URL``: a real
     HTTP server on 127.0.0.1 (free port) per call, shut down after the test. With
-    :class:`AdversarialHandler` (the default), ``mode`` picks how it misbehaves."""
+    :class:`AdversarialHandler` (the default), ``mode`` picks how it misbehaves. The
+    URL's ``.server`` is the server (``.server.ranges``: the Range headers seen)."""
     servers = []
 
     def serve(directory, handler_class=AdversarialHandler, mode="ok",
@@ -113,10 +143,13 @@ def http_serve():
         server.daemon_threads = True
         server.block_on_close = False  # a stalled handler must not hold up the test
         server.mode, server.interval, server.stop = mode, interval, threading.Event()
+        server.ranges = []
         thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
         thread.start()
         servers.append((server, thread))
-        return f"http://127.0.0.1:{server.server_address[1]}"
+        url = _ServedURL(f"http://127.0.0.1:{server.server_address[1]}")
+        url.server = server
+        return url
 
     yield serve
     for server, thread in servers:

@@ -169,7 +169,9 @@ def test_stalled_server_hits_the_stall_timeout(corpus8, tmp_path, http_serve, mo
 
 @pytest.mark.parametrize("mode,kind", [("drop", "truncated"), ("lie_length", "truncated"),
                                        ("lie_content", "bad_tar"), ("error", "io")])
-def test_lying_servers_give_clear_errors(corpus8, tmp_path, http_serve, mode, kind):
+def test_lying_servers_give_clear_errors(corpus8, tmp_path, http_serve, mode, kind,
+                                        monkeypatch):
+    monkeypatch.setenv("WENET_LHOTSE_RETRY_BACKOFF_S", "0.01")  # 500 and cuts are retried
     base = http_serve(corpus8.root / "shards", mode=mode)
     lst = url_list(corpus8, base, tmp_path)
     err = _read_in_thread(lst)["error"]

@@ -116,6 +116,8 @@ def describe(err: BaseException) -> str:
     if "Credentials" in type(err).__name__:
         return (f"{type(err).__name__}: {_first_line(err)}; set AWS_ACCESS_KEY_ID/"
                 "AWS_SECRET_ACCESS_KEY or AWS_PROFILE (or ~/.aws/credentials)")
+    if isinstance(err, HttpStatusError):
+        return str(err)
     if isinstance(err, FileNotFoundError):
         text = _first_line(err)
         if "bucket" in text.lower():
@@ -129,37 +131,110 @@ def _first_line(err: BaseException) -> str:
     return lines[0] if lines else ""
 
 
-def remote_error(err: BaseException, url: str) -> WenetDataError:
-    """``err`` as a :class:`WenetDataError` naming ``url``."""
+def remote_error(err: BaseException, url: str, member: Optional[str] = None,
+                 retries: int = 0) -> WenetDataError:
+    """``err`` as a :class:`WenetDataError` naming ``url`` (and the tar ``member``
+    being read), saying how many retries were spent."""
     if isinstance(err, WenetDataError):
         return err
     kind = "missing_file" if isinstance(err, FileNotFoundError) else "io"
-    return WenetDataError(describe(err), url, kind=kind)
+    tried = f" (gave up after {retries} retries)" if retries else ""
+    return WenetDataError(describe(err) + tried, url, member=member, kind=kind)
 
 
-class RetryingReader(io.RawIOBase):
-    """An fsspec object read front to back; transient failures are retried with
-    exponential backoff (``backoff * 2**k`` seconds, at most ``retries`` times in a
-    row) and reading continues at the byte offset reached.
+class HttpStatusError(OSError):
+    """A server answered with a status worth retrying (5xx, 408, 429)."""
 
-    :param url: the object (``s3://bucket/key``).
-    :param retries: consecutive failed attempts tolerated before giving up.
-    :param backoff: first wait (seconds).
-    :param block_size: bytes per range request (default :data:`BLOCK_SIZE`).
+    def __init__(self, status: int, reason: str = "") -> None:
+        super().__init__(f"HTTP status {status}" + (f" ({reason})" if reason else ""))
+        self.status = status
+
+
+class ResumableReader(io.RawIOBase):
+    """A remote object read through :meth:`_open` (a request from byte :attr:`pos`) and
+    :meth:`_read`; transient failures are retried with exponential backoff
+    (``backoff * 2**k`` seconds, at most ``retries`` times in a row) and reading
+    continues at the byte offset reached. The final error names the URL and, when
+    the reader was told (:meth:`watch_member`), the tar member being read.
+
+    Subclasses implement ``_open``, ``_read(n)`` and ``_drop`` (close the request).
     """
 
-    def __init__(self, url: str, retries: int = 5, backoff: float = 0.5,
-                 block_size: Optional[int] = None) -> None:
+    def __init__(self, url: str, retries: int, backoff: float) -> None:
         super().__init__()
         self.name = url
         self.pos = 0  # bytes delivered to the caller
         self.num_retries = 0  # reopenings done (for logs and tests)
+        self.member: Optional[str] = None
         self._retries = retries
         self._backoff = backoff
-        self._block_size = block_size or BLOCK_SIZE
-        self._fs, self._path = _filesystem(url)
         self._file = None
         self._call(lambda: None)  # open now: a missing object fails here
+
+    def watch_member(self, member: str, deadline: float) -> None:
+        """The tar member now read (named in errors); ``deadline`` is for subclasses
+        that enforce one (``time.monotonic()`` seconds)."""
+        self.member = member
+
+    def _open(self) -> None:
+        raise NotImplementedError
+
+    def _read(self, n: int) -> bytes:
+        raise NotImplementedError
+
+    def _drop(self) -> None:
+        raise NotImplementedError
+
+    def _time_left(self) -> float:
+        """Seconds until a deadline (backoff never sleeps past it)."""
+        return float("inf")
+
+    def _call(self, fn, *args):
+        """``fn(*args)`` with the object open, retried across transient failures."""
+        failures = 0
+        while True:
+            try:
+                if self._file is None:
+                    self._open()
+                return fn(*args)
+            except Exception as err:
+                if not is_transient(err) or failures >= self._retries:
+                    raise remote_error(err, self.name, self.member, failures) from None
+                failures += 1
+                wait = min(self._backoff * 2 ** (failures - 1), max(0.0, self._time_left()))
+                logger.warning("%s: %s at byte %d; retrying in %.1f s (%d/%d)", self.name,
+                               describe(err), self.pos, wait, failures, self._retries)
+                self._drop()
+                time.sleep(wait)
+                self.num_retries += 1
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        data = self._call(self._read, len(b))
+        n = len(data)
+        b[:n] = data
+        self.pos += n
+        return n
+
+    def close(self) -> None:
+        if not self.closed:
+            self._drop()
+            super().close()
+
+
+class RetryingReader(ResumableReader):
+    """An fsspec object (``s3://bucket/key``, ...) read through
+    :class:`ResumableReader`'s retries, in range requests of ``block_size`` bytes
+    (default :data:`BLOCK_SIZE`). Seekable: a seek moves the next range request (a
+    header probe reads a few small ranges, not the whole object)."""
+
+    def __init__(self, url: str, retries: int = 5, backoff: float = 0.5,
+                 block_size: Optional[int] = None) -> None:
+        self._block_size = block_size or BLOCK_SIZE
+        self._fs, self._path = _filesystem(url)
+        super().__init__(url, retries, backoff)
 
     def _open(self) -> None:
         f = self._fs.open(self._path, "rb", block_size=self._block_size,
@@ -176,42 +251,24 @@ class RetryingReader(io.RawIOBase):
                 pass
             self._file = None
 
-    def _call(self, fn, *args):
-        """``fn(*args)`` with the object open, retried across transient failures."""
-        failures = 0
-        while True:
-            try:
-                if self._file is None:
-                    self._open()
-                return fn(*args)
-            except Exception as err:
-                if not is_transient(err) or failures >= self._retries:
-                    raise remote_error(err, self.name) from None
-                failures += 1
-                wait = self._backoff * 2 ** (failures - 1)
-                logger.warning("%s: %s at byte %d; retrying in %.1f s (%d/%d)", self.name,
-                               describe(err), self.pos, wait, failures, self._retries)
-                self._drop()
-                time.sleep(wait)
-                self.num_retries += 1
-
-    def readable(self) -> bool:
-        return True
-
     def _read(self, n: int) -> bytes:
         return self._file.read(n)
 
-    def readinto(self, b) -> int:
-        data = self._call(self._read, len(b))
-        n = len(data)
-        b[:n] = data
-        self.pos += n
-        return n
+    def seekable(self) -> bool:
+        return True
 
-    def close(self) -> None:
-        if not self.closed:
-            self._drop()
-            super().close()
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_CUR:
+            offset += self.pos
+        elif whence == io.SEEK_END:
+            offset += self._call(lambda: self._file.size)
+        self.pos = max(0, int(offset))
+        if self._file is not None:
+            self._file.seek(self.pos)
+        return self.pos
 
 
 def open_remote(url: str, retries: Optional[int] = None,

@@ -6,7 +6,8 @@ streamed from anywhere), one of:
 * a local path (``/data/shards_000000000.tar``, or relative to the working directory);
 * ``file://PATH``;
 * an ``http://`` / ``https://`` URL, streamed with urllib3 (WeNet pipes these
-  through ``wget -O -``; we stream in-process and check the HTTP status);
+  through ``wget -O -``; we stream in-process, check the HTTP status, and resume a
+  dropped connection with a range request: :mod:`wenet_lhotse.formats.http_reader`);
 * ``pipe:CMD``: the standard output of a shell command (``pipe:aws s3 cp s3://b/x.tar -``),
   only with ``allow_pipe=True`` (a command from data is never run otherwise).
   A command that exits with a non-zero status after its output was read to the
@@ -14,10 +15,11 @@ streamed from anywhere), one of:
 * ``s3://`` and any other fsspec URL: :mod:`wenet_lhotse.formats.remote` (transient
   failures retried, reading resumed at the byte offset reached).
 
-Network reads have limits (:class:`ReadLimits`, from the environment by default): no
-byte for ``stall_s`` seconds, a response not finished within ``deadline_s``, or one
-tar member not read within ``member_deadline_s`` is an error (kind ``"timeout"``)
-naming the URL and the member.
+Network reads have limits and retries (:class:`ReadLimits`, from the environment by
+default): no byte for ``stall_s`` seconds, a response not finished within
+``deadline_s``, or one tar member not read within ``member_deadline_s`` is an error
+(kind ``"timeout"``) naming the URL and the member; transient failures are retried
+``retries`` times (HTTP and object storage alike).
 
 :func:`atomic_output` writes a file (or object-store object) so that a reader never
 sees it half written.
@@ -26,6 +28,7 @@ sees it half written.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import io
 import logging
@@ -34,7 +37,6 @@ import subprocess
 import tempfile
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator, List, Optional, Tuple, Union
 
@@ -42,6 +44,7 @@ from lhotse.utils import Pathlike
 
 from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.formats.checks import PIPE_REFUSED
+from wenet_lhotse.formats.http_reader import HttpReader, ReadLimits
 from wenet_lhotse.formats.remote import is_remote, open_remote, remote_output
 from wenet_lhotse.formats.tempfiles import remove_stale_temp_files, temp_prefix
 
@@ -52,38 +55,6 @@ BLOCK = 512
 
 #: Bytes requested per read from HTTP and pipe streams.
 _CHUNK = 1 << 16
-
-
-def _env_seconds(name: str, default: float) -> float:
-    value = os.environ.get(name)
-    if not value:
-        return default
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise ValueError(f"${name}={value!r} is not a number of seconds") from None
-    if not seconds > 0:
-        raise ValueError(f"${name}={value!r} must be > 0 seconds")
-    return seconds
-
-
-@dataclass(frozen=True)
-class ReadLimits:
-    """Time limits on network reads (seconds). Defaults come from the environment when
-    the object is made (``WENET_LHOTSE_HTTP_STALL_S``, ``WENET_LHOTSE_HTTP_DEADLINE_S``,
-    ``WENET_LHOTSE_MEMBER_DEADLINE_S``), so DataLoader workers and CLI runs see them.
-
-    :param stall_s: longest wait for any byte (connect or read); default 60.
-    :param deadline_s: longest time for one whole response (one tar); default 3600.
-    :param member_deadline_s: longest time to read one tar member; default 600.
-    """
-
-    stall_s: float = field(
-        default_factory=lambda: _env_seconds("WENET_LHOTSE_HTTP_STALL_S", 60.0))
-    deadline_s: float = field(
-        default_factory=lambda: _env_seconds("WENET_LHOTSE_HTTP_DEADLINE_S", 3600.0))
-    member_deadline_s: float = field(
-        default_factory=lambda: _env_seconds("WENET_LHOTSE_MEMBER_DEADLINE_S", 600.0))
 
 
 def same_file(a: Pathlike, b: Pathlike) -> bool:
@@ -167,79 +138,6 @@ class _PipeReader(io.RawIOBase):
             super().close()
 
 
-class _HttpReader(io.RawIOBase):
-    """An urllib3 streaming response as a readable raw stream, within :class:`ReadLimits`
-    (each read waits at most the stall timeout, never past the deadlines)."""
-
-    def __init__(self, name: str, limits: ReadLimits) -> None:
-        super().__init__()
-        import urllib3
-
-        self.name = name
-        self.limits = limits
-        self._deadline = time.monotonic() + limits.deadline_s
-        self._member: Optional[str] = None
-        self._member_deadline = float("inf")
-        timeout = urllib3.Timeout(connect=limits.stall_s, read=limits.stall_s)
-        try:
-            # A pool per stream: nothing shared across forked DataLoader workers.
-            self._resp = urllib3.PoolManager().request(
-                "GET", name, preload_content=False, timeout=timeout, retries=urllib3.Retry(3)
-            )
-        except urllib3.exceptions.HTTPError as e:
-            raise WenetDataError(f"cannot fetch: {e}", name, kind="io") from e
-        if self._resp.status != 200:
-            self._resp.release_conn()
-            raise WenetDataError(f"HTTP status {self._resp.status}", name, kind="io")
-
-    def watch_member(self, member: str, deadline: float) -> None:
-        """Reading ``member`` must end by ``deadline`` (``time.monotonic()`` seconds)."""
-        self._member, self._member_deadline = member, deadline
-
-    def _timeout_error(self, now: float) -> Optional[WenetDataError]:
-        if now >= self._deadline:
-            msg = (f"download not finished within its {self.limits.deadline_s:g} s deadline "
-                   "(WENET_LHOTSE_HTTP_DEADLINE_S)")
-        elif now >= self._member_deadline:
-            msg = (f"member not read within {self.limits.member_deadline_s:g} s "
-                   "(WENET_LHOTSE_MEMBER_DEADLINE_S)")
-        else:
-            return None
-        return WenetDataError(msg, self.name, member=self._member, kind="timeout")
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b) -> int:
-        import urllib3
-
-        now = time.monotonic()
-        err = self._timeout_error(now)
-        if err is not None:
-            raise err
-        sock = getattr(getattr(self._resp, "_connection", None), "sock", None)
-        if sock is not None:  # never wait past a deadline
-            sock.settimeout(max(0.01, min(self.limits.stall_s, self._deadline - now,
-                                          self._member_deadline - now)))
-        try:
-            data = self._resp.read1(len(b))
-        except (urllib3.exceptions.ReadTimeoutError, TimeoutError) as e:
-            err = self._timeout_error(time.monotonic()) or WenetDataError(
-                f"no data for {self.limits.stall_s:g} s (WENET_LHOTSE_HTTP_STALL_S)",
-                self.name, member=self._member, kind="timeout")
-            raise err from e
-        except urllib3.exceptions.HTTPError as e:
-            raise WenetDataError(f"download failed: {e}", self.name, kind="truncated") from e
-        b[: len(data)] = data
-        return len(data)
-
-    def close(self) -> None:
-        if not self.closed:
-            self._resp.close()
-            self._resp.release_conn()
-            super().close()
-
-
 def open_input(name: str, timeout: Optional[float] = None, *, allow_pipe: bool = False,
                limits: Optional[ReadLimits] = None) -> BinaryIO:
     """Open a local path, ``file://``, ``http(s)://`` URL or ``pipe:CMD`` for sequential
@@ -251,17 +149,17 @@ def open_input(name: str, timeout: Optional[float] = None, *, allow_pipe: bool =
     :param limits: network time limits (default: :class:`ReadLimits` from the environment).
     """
     name = str(name)
+    limits = limits if limits is not None else ReadLimits()
     if is_remote(name):
-        return open_remote(name)
+        return open_remote(name, limits.retries, limits.backoff_s)
     if is_pipe(name):
         if not allow_pipe:
             raise WenetDataError(PIPE_REFUSED, name, kind="refused")
         return io.BufferedReader(_PipeReader(name), buffer_size=_CHUNK)
     if is_url(name):
-        limits = limits if limits is not None else ReadLimits()
         if timeout is not None:
-            limits = ReadLimits(timeout, limits.deadline_s, limits.member_deadline_s)
-        return io.BufferedReader(_HttpReader(name, limits), buffer_size=_CHUNK)
+            limits = dataclasses.replace(limits, stall_s=timeout)
+        return io.BufferedReader(HttpReader(name, limits), buffer_size=_CHUNK)
     path = local_path(name)
     try:
         return open(path, "rb")
