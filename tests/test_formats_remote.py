@@ -9,9 +9,9 @@ import pytest
 from servers import DUMMY_CREDENTIALS
 
 from wenet_lhotse.errors import WenetDataError
+from wenet_lhotse.formats.lhotse_io import install_lhotse_io_backend
 from wenet_lhotse.formats.remote import (
     RetryingReader,
-    install_lhotse_io_backend,
     is_remote,
     open_remote,
     remote_glob,

@@ -45,15 +45,6 @@ def _env_seconds(name: str, default: float) -> float:
     return seconds
 
 
-def _env_retries() -> int:
-    value = os.environ.get("WENET_LHOTSE_RETRIES")
-    if not value:
-        return remote.RETRIES
-    if not value.isdigit():
-        raise ValueError(f"$WENET_LHOTSE_RETRIES={value!r} is not a count (0, 1, 2, ...)")
-    return int(value)
-
-
 @dataclass(frozen=True)
 class ReadLimits:
     """Time limits (seconds) and retries of network reads. Defaults come from the
@@ -76,9 +67,8 @@ class ReadLimits:
         default_factory=lambda: _env_seconds("WENET_LHOTSE_HTTP_DEADLINE_S", 3600.0))
     member_deadline_s: float = field(
         default_factory=lambda: _env_seconds("WENET_LHOTSE_MEMBER_DEADLINE_S", 600.0))
-    retries: int = field(default_factory=_env_retries)
-    backoff_s: float = field(
-        default_factory=lambda: _env_seconds("WENET_LHOTSE_RETRY_BACKOFF_S", remote.BACKOFF))
+    retries: int = field(default_factory=remote.default_retries)
+    backoff_s: float = field(default_factory=remote.default_backoff)
 
 
 class HttpReader(ResumableReader):

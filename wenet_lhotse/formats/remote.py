@@ -22,20 +22,24 @@ success: an S3 object appears when its (multipart) upload completes, and a faile
 write is discarded, so a reader never sees half a file -- the object-store
 counterpart of :func:`wenet_lhotse.formats.streams.atomic_output`.
 
-:func:`install_lhotse_io_backend` registers the same reader and writer as a Lhotse
-IO backend, so Lhotse's own readers and writers (``CutSet.from_file``, Shar tars
-and manifests, ``SharWriter``) take these URLs too; importing this module (which
-:mod:`wenet_lhotse.formats` does) installs it. Lhotse would need ``smart_open``
-for them and has no resume-at-offset; without ``smart_open`` it refuses them.
-``http(s)://`` stays with :mod:`wenet_lhotse.formats.streams` for WeNet inputs
-(WeNet's semantics); Lhotse's IO gets it from here only when no other backend of
-Lhotse takes it.
+:func:`~wenet_lhotse.formats.lhotse_io.install_lhotse_io_backend` registers the
+same reader and writer as a Lhotse IO backend, so Lhotse's own readers and writers
+(``CutSet.from_file``, Shar tars and manifests, ``SharWriter``) take these URLs too;
+importing :mod:`wenet_lhotse.formats` (so any of its modules) installs it. Lhotse
+would need ``smart_open`` for them and has no resume-at-offset; without
+``smart_open`` it refuses them.
+
+:class:`ResumableReader` is the retry-and-resume loop; :class:`RetryingReader` runs it
+over fsspec, :class:`~wenet_lhotse.formats.http_reader.HttpReader` over urllib3.
+``http(s)://`` stays with :mod:`wenet_lhotse.formats.http_reader` for WeNet inputs
+(WeNet's semantics).
 """
 
 from __future__ import annotations
 
 import io
 import logging
+import os
 import re
 import time
 from contextlib import contextmanager
@@ -50,9 +54,37 @@ logger = logging.getLogger(__name__)
 BLOCK_SIZE = 8 << 20
 
 #: Consecutive failed attempts tolerated per read, and the first wait (seconds) of the
-#: exponential backoff between them (0.5, 1, 2, 4, 8 s: ~15 s before giving up).
+#: exponential backoff between them (0.5, 1, 2, 4, 8 s: ~15 s before giving up);
+#: ``$WENET_LHOTSE_RETRIES`` and ``$WENET_LHOTSE_RETRY_BACKOFF_S`` override them.
 RETRIES = 5
 BACKOFF = 0.5
+
+
+
+def default_retries() -> int:
+    """``$WENET_LHOTSE_RETRIES`` if set, else :data:`RETRIES`."""
+    value = os.environ.get("WENET_LHOTSE_RETRIES")
+    if not value:
+        return RETRIES
+    if not value.isdigit():
+        raise ValueError(f"$WENET_LHOTSE_RETRIES={value!r} is not a count (0, 1, 2, ...)")
+    return int(value)
+
+
+def default_backoff() -> float:
+    """``$WENET_LHOTSE_RETRY_BACKOFF_S`` (seconds) if set, else :data:`BACKOFF`."""
+    value = os.environ.get("WENET_LHOTSE_RETRY_BACKOFF_S")
+    if not value:
+        return BACKOFF
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0:
+        raise ValueError(f"$WENET_LHOTSE_RETRY_BACKOFF_S={value!r} is not a number of "
+                         "seconds >= 0")
+    return seconds
+
 
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
 #: Schemes handled elsewhere: local files, and WeNet's http(s) (formats.streams).
@@ -274,9 +306,9 @@ class RetryingReader(ResumableReader):
 def open_remote(url: str, retries: Optional[int] = None,
                 backoff: Optional[float] = None) -> BinaryIO:
     """Open an object-storage URL for sequential binary reading (see module doc);
-    ``retries``/``backoff`` default to :data:`RETRIES`/:data:`BACKOFF`."""
-    reader = RetryingReader(url, RETRIES if retries is None else retries,
-                            BACKOFF if backoff is None else backoff)
+    ``retries``/``backoff`` default to :func:`default_retries`/:func:`default_backoff`."""
+    reader = RetryingReader(url, default_retries() if retries is None else retries,
+                            default_backoff() if backoff is None else backoff)
     return io.BufferedReader(reader, buffer_size=1 << 16)
 
 
@@ -345,59 +377,3 @@ def remote_glob(url: str, pattern: str) -> List[str]:
     except Exception as err:
         raise remote_error(err, url) from None
     return sorted(fs.unstrip_protocol(p) for p in found)
-
-
-def _open_for_lhotse(url: str, mode: str):
-    """What Lhotse's ``open_best`` gets for a URL: text/binary, gzip by suffix."""
-    gz = url.endswith(".gz")
-    if "r" in mode:
-        raw: BinaryIO = open_remote(url)
-        if gz:
-            import gzip
-
-            raw = gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[assignment]
-        return raw if "b" in mode else io.TextIOWrapper(raw, encoding="utf-8")
-    if "w" not in mode:
-        raise ValueError(f"{url}: mode {mode!r} is not supported for object storage")
-    from fsspec.core import OpenFile
-
-    fs, path = _filesystem(url)
-    try:  # closing the returned file closes the chain (gzip, then the upload)
-        return OpenFile(fs, path, mode if "b" in mode else mode.replace("t", "") + "t",
-                        compression="gzip" if gz else None, encoding="utf-8").open()
-    except Exception as err:
-        raise remote_error(err, url) from None
-
-
-_INSTALLED = False
-
-
-def install_lhotse_io_backend() -> None:
-    """Make Lhotse open fsspec URLs (``s3://``, ...) with :func:`open_remote` for
-    reading and fsspec for writing. Idempotent; keeps a backend the user chose
-    (``LHOTSE_IO_BACKEND`` or ``set_current_io_backend``) for everything else."""
-    global _INSTALLED
-    if _INSTALLED:
-        return
-    from lhotse import serialization as ser
-
-    class FsspecIOBackend(ser.IOBackend):
-        """Object-storage URLs through wenet_lhotse.formats.remote (fsspec)."""
-
-        def open(self, identifier, mode: str):
-            return _open_for_lhotse(str(identifier), mode)
-
-        def handles_special_case(self, identifier) -> bool:
-            return is_remote(str(identifier))
-
-        def is_applicable(self, identifier) -> bool:
-            return self.handles_special_case(identifier)
-
-    current = ser.get_current_io_backend()
-    ser.set_current_io_backend(ser.CompositeIOBackend([FsspecIOBackend(), current]))
-    _INSTALLED = True
-
-
-# Lhotse's readers and writers (Shar tars, manifests) reach object storage from any
-# process that imports wenet_lhotse.formats, DataLoader and Dask workers included.
-install_lhotse_io_backend()
