@@ -30,7 +30,7 @@ from lhotse.utils import Pathlike
 
 from wenet_lhotse.convert.executor import cluster_slots, map_tasks, open_cluster
 from wenet_lhotse.convert.lossless import encode_lossless
-from wenet_lhotse.formats.layout import is_whole_recording
+from wenet_lhotse.formats.layout import is_file_or_remote, is_whole_recording
 from wenet_lhotse.formats.raw_list import raw_list_line
 from wenet_lhotse.formats.shard_writer import write_wenet_shards
 from wenet_lhotse.formats.split import chunked
@@ -71,7 +71,7 @@ def _refuse_same(src: Pathlike, out: Optional[Pathlike]) -> None:
 
 
 def _needs_file(cut: Cut) -> bool:
-    return any(s.type != "file" for s in cut.recording.sources)
+    return not all(is_file_or_remote(s) for s in cut.recording.sources)
 
 
 def _is_complete(path: Path, data: Optional[bytes], cut: Cut) -> bool:

@@ -220,8 +220,11 @@ def iter_raw_cuts_with_lines(
         done = map_tasks(parse, blocks, cluster=cluster)
     else:
         done = map_bounded(parse, blocks, num_workers, executor=executor)
-    for block, results in done:
-        yield from emit(results, block)
+    try:
+        for block, results in done:
+            yield from emit(results, block)
+    finally:  # a strict error raised here: end the pool now, not at interpreter exit
+        done.close()
 
 
 def import_raw(

@@ -172,11 +172,19 @@ def _read_pcm16(cut: Any) -> Optional[np.ndarray]:
             or cut.num_samples != rec.num_samples or rec.num_channels != cut.num_channels:
         return None
     src = rec.sources[0]
-    if src.type not in ("file", "memory"):
+    if src.type == "url":
+        from wenet_lhotse.formats.remote import is_remote
+        from wenet_lhotse.formats.remote_audio import read_remote_bytes
+
+        if not is_remote(str(src.source)):
+            return None
+        target = io.BytesIO(read_remote_bytes(src.source))  # errors name the URL
+    elif src.type in ("file", "memory"):
+        target = src.source if src.type == "file" else io.BytesIO(src.source)
+    else:
         return None
     import soundfile as sf
 
-    target = src.source if src.type == "file" else io.BytesIO(src.source)
     try:
         with sf.SoundFile(target) as f:
             if f.subtype != "PCM_16" or f.frames != rec.num_samples:

@@ -104,10 +104,19 @@ def is_whole_recording(cut) -> bool:
                 or rec.num_channels != cut.num_channels)
 
 
+def is_file_or_remote(source) -> bool:
+    """True for an ``AudioSource`` that a raw list's ``wav`` can name: a file, or an
+    object-storage URL (``s3://``, ...)."""
+    from wenet_lhotse.formats.remote import is_remote
+
+    return source.type == "file" or source.type == "url" and is_remote(str(source.source))
+
+
 def whole_recording_bytes(cut) -> Optional[Tuple[bytes, str]]:
     """``(encoded bytes, extension)`` of the cut's audio when the cut is exactly its
     whole recording (:func:`is_whole_recording`), stored in one WAV or FLAC file or
-    in-memory blob; else None. These bytes can be stored as they are."""
+    in-memory blob (or an object-storage URL); else None. These bytes can be stored
+    as they are."""
     if not is_whole_recording(cut):
         return None
     src = cut.recording.sources[0]
@@ -116,6 +125,10 @@ def whole_recording_bytes(cut) -> Optional[Tuple[bytes, str]]:
     elif src.type == "file":
         with open(src.source, "rb") as f:
             data = f.read()
+    elif is_file_or_remote(src):
+        from wenet_lhotse.formats.remote_audio import read_remote_bytes
+
+        data = read_remote_bytes(src.source)
     else:
         return None
     ext = sniff_container(data[:12])

@@ -17,6 +17,10 @@ and any other fields. :func:`read_raw_list` maps a line to a cut:
 Relative ``wav`` paths resolve against ``wav_root`` when given, else against the
 working directory at the time :func:`read_raw_list` is called (WeNet opens them
 relative to the working directory); the recordings hold the resulting absolute paths.
+A ``wav`` may also be an object-storage URL (``s3://...``, any fsspec URL; not in
+WeNet, whose ``torchaudio.load`` reads local files): its header is read in small
+range requests (:mod:`~wenet_lhotse.formats.remote_audio`), retried like any remote
+read, and the recording points at the URL.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from wenet_lhotse.formats.layout import (
     cut_extra_fields,
     cut_speaker_lang,
     cut_text,
+    is_file_or_remote,
     is_whole_recording,
     json_value,
 )
@@ -157,7 +162,8 @@ class LazyWenetRawListIterator(Dillable):
                 raise fail(f"{name!r} must be finite, got {obj[name]} (seconds)",
                            "bad_segment")
 
-        audio_path = os.path.join(self.wav_root, wav)  # an absolute wav stays as is
+        # an absolute wav, or an object-storage URL, stays as is
+        audio_path = wav if is_remote(wav) else os.path.join(self.wav_root, wav)
         recording = self._recording(key, audio_path, obj, fail)
         start = float(obj.get("start") or 0.0)
         end = float(obj["end"]) if obj.get("end") is not None else recording.duration
@@ -206,18 +212,23 @@ class LazyWenetRawListIterator(Dillable):
             duration = float(obj["duration"])
             return Recording(
                 id=key,
-                sources=[AudioSource(type="file", channels=[0], source=audio_path)],
+                sources=[AudioSource(type="url" if is_remote(audio_path) else "file",
+                                     channels=[0], source=audio_path)],
                 sampling_rate=sr,
                 num_samples=compute_num_samples(duration, sr),
                 duration=duration,
             )
-        if not os.path.isfile(audio_path):
+        if is_remote(audio_path):
+            recording = _probe_url(audio_path, key, fail)
+        elif not os.path.isfile(audio_path):
             raise fail(f"audio file not found: {audio_path}", "missing_audio")
-        try:
-            recording = _probe(audio_path, key)
-        except Exception as e:  # lhotse wraps every backend's failure
-            why = short_error(e, audio=audio_path)
-            raise fail(f"cannot read audio header of {audio_path}: {why}", "bad_audio") from None
+        else:
+            try:
+                recording = _probe(audio_path, key)
+            except Exception as e:  # lhotse wraps every backend's failure
+                why = short_error(e, audio=audio_path)
+                raise fail(f"cannot read audio header of {audio_path}: {why}",
+                           "bad_audio") from None
         if recording.num_samples == 0:
             raise fail(f"audio file has no samples: {audio_path}", "bad_audio")
         return recording
@@ -274,7 +285,7 @@ def _raw_wav_and_span(cut, audio_dir: Optional[Path], key: str):
         type(cut).__name__ in ("MonoCut", "MultiCut")
         and rec is not None
         and len(rec.sources) == 1
-        and rec.sources[0].type == "file"
+        and is_file_or_remote(rec.sources[0])
         and not rec.transforms
         and (rec.num_channels == 1 or cut.num_channels == rec.num_channels)
     )
@@ -347,6 +358,22 @@ def raw_list_line(cut, list_path: str, audio_dir: Optional[Path] = None) -> byte
     except UnicodeEncodeError:
         raise WenetDataError(f"cut {key!r}: {text_problem(obj)}", list_path,
                              kind="encoding") from None
+
+
+def _probe_url(url: str, key: str, fail) -> Recording:
+    """:func:`~wenet_lhotse.formats.remote_audio.probe_remote_audio`, its failures as
+    errors of the line (``fail``)."""
+    from wenet_lhotse.formats.remote_audio import probe_remote_audio
+
+    try:
+        return probe_remote_audio(url, key)
+    except WenetDataError as e:  # retried already: missing, denied, or given up
+        if e.kind == "missing_file":
+            raise fail(f"audio file not found: {url} ({e.message})", "missing_audio") from None
+        raise fail(f"cannot read audio header of {url}: {e.message}", e.kind) from None
+    except Exception as e:  # Lhotse's backends on a format libsndfile does not read
+        raise fail(f"cannot read audio header of {url}: {short_error(e)}",
+                   "bad_audio") from None
 
 
 def _probe(audio_path: str, key: str) -> Recording:

@@ -24,6 +24,7 @@ from wenet_lhotse.formats.layout import (
     cut_extra_fields,
     cut_speaker_lang,
     cut_text,
+    is_file_or_remote,
     whole_recording_bytes,
 )
 from wenet_lhotse.formats.parallel import map_bounded
@@ -61,7 +62,7 @@ def _write_one_shard(
             # Like make_shard_list.py: a whole audio file goes in byte for byte (here
             # WAV and FLAC); a segment, audio to resample, or audio held in memory (from
             # shards or Shar) is encoded as 16-bit WAV.
-            from_file = cut.has_recording and cut.recording.sources[0].type == "file"
+            from_file = cut.has_recording and is_file_or_remote(cut.recording.sources[0])
             whole = (whole_recording_bytes(cut) if from_file and resample_to in (None, sr)
                      else None)
             if whole is not None:
