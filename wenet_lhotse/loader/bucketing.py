@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from typing import Any, Deque, Iterator, List, Optional
+from typing import Any, Deque, Iterator, List, Optional, Tuple
 
 import torch
 from lhotse import CutSet
@@ -80,16 +80,17 @@ class SteppedBucketer(DynamicBucketer):
         #: batches formed from merged remainders, emitted before any bucket is drawn from
         self.merged: Deque[List[Cut]] = deque()
         self.source_exhausted = False
-        #: indexes of the buckets changed since :meth:`take_touched` (snapshots copy
-        #: only those)
-        self.touched: set = set(range(len(self.buckets)))
+        #: when a list: every change to the buckets is appended to it, so that a
+        #: subclass can undo them (see :func:`undo_bucket_ops`)
+        self.journal: Optional[List[Tuple]] = None
 
     # -- buffer
 
     def _put(self, cut: Cut) -> None:
         idx = self.constraint.select_bucket(buckets=self.duration_bins, example=cut)
         self.buckets[idx].put(cut)
-        self.touched.add(idx)
+        if self.journal is not None:
+            self.journal.append(("put", idx))
 
     def _next_cut(self) -> Cut:
         return next(self.cuts_iter)
@@ -133,7 +134,6 @@ class SteppedBucketer(DynamicBucketer):
     def _draw_from_bucket(self) -> List[Cut]:
         """Lhotse's step: select a ready bucket, draw one batch with ``DurationBatcher``."""
         bucket = self._select_bucket(self.sel_state)
-        self.touched.add(next(i for i, b in enumerate(self.buckets) if b is bucket))
         used: List[int] = []
         if self.shuffle:
             candidates: Any = pick_at_random(bucket, rng=self.rng, out_indexes_used=used)
@@ -143,22 +143,26 @@ class SteppedBucketer(DynamicBucketer):
         batcher = DurationBatcher(candidates, constraint=self.constraint.copy(),
                                   diagnostics=self.diagnostics)
         batch = list(next(iter(batcher)))
-        if used:
-            used.sort(reverse=True)
-            with bucket.mutex:
-                q = bucket.queue
-                for i in used:
+        with bucket.mutex:
+            q = bucket.queue
+            if used:
+                used.sort()
+                removed = [(i, q[i]) for i in used]
+                for i in reversed(used):
                     del q[i]
-        else:
-            for _ in range(len(batch)):
-                bucket.get()
+            else:
+                removed = [(i, q.popleft()) for i in range(len(batch))]
+        if self.journal is not None:
+            idx = next(i for i, b in enumerate(self.buckets) if b is bucket)
+            self.journal.append(("del", idx, removed))
         return batch
 
     def _merge_remainders(self) -> bool:
         """Merge the contents of every bucket into batches (see the module docstring).
         False when no batch could be formed."""
         cuts: List[Cut] = []
-        self.touched.update(range(len(self.buckets)))
+        if self.journal is not None:
+            self.journal.append(("clear", [list(b.queue) for b in self.buckets]))
         for b in self.buckets:
             with b.mutex:
                 cuts.extend(b.queue)
@@ -182,6 +186,20 @@ class SteppedBucketer(DynamicBucketer):
         if last is not None:
             self.merged.append(last)
         return bool(self.merged)
+
+
+def undo_bucket_ops(queues: List[List[Cut]], ops: List[Tuple]) -> None:
+    """Undo ``ops`` (a :attr:`SteppedBucketer.journal` segment, oldest first) on
+    ``queues`` (copies of the bucket queues after them), newest first."""
+    for op in reversed(ops):
+        if op[0] == "put":
+            queues[op[1]].pop()
+        elif op[0] == "del":  # removed at these indexes, ascending: put back in that order
+            q = queues[op[1]]
+            for i, cut in op[2]:
+                q.insert(i, cut)
+        else:  # "clear"
+            queues[:] = [list(q) for q in op[1]]
 
 
 class BucketingSampler(DynamicBucketingSampler):

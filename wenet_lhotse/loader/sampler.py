@@ -20,14 +20,15 @@ buffer costs, whatever the position in the epoch:
   ``SamplingConstraint``, e.g. WeNet's ``batch_conf`` from :mod:`.constraints`) with the
   bucketer's state held in attributes.
 
-A snapshot (positions of the cuts in the bucket buffer and in merged batches, RNG
-states, the mux state, the constraint's shared record) is kept for each of the last few
-emitted batches, because DataLoader workers prefetch:
+A snapshot (the changes to the bucket buffer since the previous one, merged batches,
+RNG states, the mux state, the constraint's shared record) is kept for each of the last
+few emitted batches, because DataLoader workers prefetch; the buffer at an older batch
+is the current one with the later changes undone.
 :meth:`ResumableBucketingSampler.state_dict` takes the number of batches the training
 loop actually consumed. Restoring reads no audio and no more than the last
 ``2 * buffer_size`` positions of each source (the files holding buffered cuts among
 them); a buffered cut read before that carries its manifest line in the state
-(a few hundred cuts that wait in a bucket for most of an epoch), so the cost of a
+(cuts that waited in their bucket since long before), so the cost of a
 restore does not grow with the corpus.
 
 The Lhotse internals this module and :mod:`.bucketing` rely on
@@ -58,7 +59,7 @@ from lhotse.dataset.sampling.dynamic_bucketing import (
 )
 from lhotse.lazy import Dillable
 
-from wenet_lhotse.loader.bucketing import SteppedBucketer
+from wenet_lhotse.loader.bucketing import SteppedBucketer, undo_bucket_ops
 from wenet_lhotse.loader.distributed import plan_last_two_rounds, plan_partition
 from wenet_lhotse.loader.mux import ResumableMux, tuplify
 from wenet_lhotse.loader.readers import LazyCut
@@ -88,7 +89,7 @@ class _ResumableBucketer(SteppedBucketer):
         # id(cut) -> (cut, stream index, position), for buffered and recently emitted cuts
         self.loc: Dict[int, Tuple[Cut, int, int]] = {}
         self.emitted: List[int] = []  # id() of cuts handed out since the last snapshot
-        self._last_queues: Optional[Tuple] = None
+        self.journal = []  # bucket changes since the last snapshot
 
     def _next_cut(self) -> Cut:
         cut = next(self.cuts_iter)
@@ -99,16 +100,14 @@ class _ResumableBucketer(SteppedBucketer):
         self.emitted.extend(id(c) for c in batch)
 
     def snapshot(self) -> Tuple:
-        """Cheap (references only): buckets, merged batches, RNG states, mux state,
-        the constraint's shared record, whether the input is exhausted."""
+        """Cheap: the bucket changes since the last snapshot (the buckets as they were
+        are rebuilt from the current ones by undoing the changes of later snapshots:
+        copying the 20,000-cut buffer at every batch was a third of the sampler's time),
+        merged batches (references), RNG states, mux state, the constraint's shared
+        record, whether the input is exhausted."""
         shared = getattr(self.constraint, "shared_state", None)
-        # Only the buckets changed since the last snapshot are copied (a batch touches
-        # a few of them; copying the whole buffer each batch was O(buffer)).
-        prev, touched = self._last_queues, self.touched
-        queues = tuple(tuple(b.queue) if prev is None or i in touched else prev[i]
-                       for i, b in enumerate(self.buckets))
-        self._last_queues, self.touched = queues, set()
-        return (queues,
+        ops, self.journal = self.journal, []
+        return (ops,
                 tuple(tuple(b) for b in self.merged), self.rng.getstate(),
                 self.sel_state.save(), self.mux.state(), shared() if shared else None,
                 self.source_exhausted)
@@ -309,13 +308,18 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
             # Nothing started, or the epoch is over: resume at the start of the next one.
             epoch = self.epoch + 1 if self._bucketer is not None else self.epoch
             return {**base, "epoch": epoch, "consumed": 0, "snapshot": None}
-        snap = dict(self._snapshots).get(consumed)
+        snaps = dict(self._snapshots)
+        snap = snaps.get(consumed)
         if snap is None:
             raise ValueError(
                 f"no sampler snapshot for batch {consumed} of epoch {self.epoch} (have "
                 f"{[k for k, _ in self._snapshots]}); raise snapshot_depth above the "
                 f"DataLoader's prefetch depth")
-        buckets, merged, rng_state, sel_state, mux_state, shared, exhausted = snap
+        _, merged, rng_state, sel_state, mux_state, shared, exhausted = snap
+        buckets = [list(b.queue) for b in self._bucketer.buckets]
+        undo_bucket_ops(buckets, self._bucketer.journal)
+        for k in sorted((k for k in snaps if k > consumed), reverse=True):
+            undo_bucket_ops(buckets, snaps[k][0])
         loc = self._bucketer.loc
         # A cut read long before (it waited in its bucket) carries its line in the state:
         # restoring then reads back only the recent part of the stream, whatever the

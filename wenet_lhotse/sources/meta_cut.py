@@ -5,10 +5,10 @@ cuts of every rank) but hands out only its own batches: for bucketing and for We
 ``filter_conf`` it needs a cut's id, start, duration (seconds), sampling rate and
 transcripts -- never its ``Recording``/``AudioSource``/``SupervisionSegment`` objects.
 Building those with Lhotse's ``deserialize_item`` is most of the cost of reading a
-manifest line (and of holding one), so a :class:`MetaCut` keeps the (checked) line and builds the real cut when its batch is
-emitted (:meth:`MetaCut.materialize`). Any other attribute asked of
-it is the real cut's (built for the occasion), so code that does not know about it still
-gets correct answers, only not the fast path.
+manifest line (and of holding one), so a :class:`MetaCut` keeps the (checked) line and
+builds the real cut when its batch is emitted (:meth:`MetaCut.materialize`). Any other
+attribute asked of it is the real cut's (built for the occasion), so code that does not
+know about it still gets correct answers, only not the fast path.
 
 Only plain ``MonoCut`` lines become a :class:`MetaCut`
 (:func:`~wenet_lhotse.sources.manifest.parse_manifest_meta` decides); the checks a
