@@ -91,3 +91,18 @@ def test_server_without_range_support_fails_clearly(corpus6, tmp_path, http_serv
     err = info.value
     assert err.kind == "truncated" and err.source == urls[0]
     assert "does not support range requests" in err.message and "\n" not in str(err)
+
+
+def test_retries_stay_within_the_request_deadline(corpus6, tmp_path, http_serve,
+                                                  monkeypatch):
+    """Backoff long enough to outlast the whole-request deadline: the retries end in
+    the deadline's error, not in a wait past it."""
+    monkeypatch.setenv("WENET_LHOTSE_RETRY_BACKOFF_S", "30")
+    monkeypatch.setenv("WENET_LHOTSE_HTTP_DEADLINE_S", "1")
+    base = http_serve(corpus6.root / "shards", mode="drop_then_error")
+    lst, urls = url_list(corpus6, base, tmp_path)
+    with pytest.raises(WenetDataError) as info:
+        list(read_shard_list(lst))
+    err = info.value
+    assert err.kind == "timeout" and "deadline" in err.message and err.source == urls[0]
+    assert err.member  # the member being read when the connection dropped
