@@ -141,13 +141,15 @@ def materialize_audio(cut: Cut, audio_dir: Path, stats: Optional[List[int]] = No
     return fastcopy(cut, recording=recording, start=start, channel=channel)
 
 
-def _raw_chunk(job: Tuple[List[Cut], Path, str]) -> Tuple[List[bytes], int, int]:
-    """One task: the chunk's audio files written (or kept), its lines, and how many
-    files were written and kept."""
-    cuts, audio_dir, list_name = job
+def _raw_chunk(job: Tuple[List, Path, str]) -> Tuple[List[bytes], int, int]:
+    """One task: the chunk's lines, with the audio files of its cuts written (or
+    kept), and how many files were written and kept. Items that are bytes already
+    are the lines of cuts that need no file (made by the caller: no cut to ship)."""
+    items, audio_dir, list_name = job
     stats = [0, 0]
-    lines = [raw_list_line(materialize_audio(c, audio_dir, stats) if _needs_file(c) else c,
-                           list_name) for c in cuts]
+    lines = [c if isinstance(c, bytes)
+             else raw_list_line(materialize_audio(c, audio_dir, stats), list_name)
+             for c in items]
     return lines, stats[0], stats[1]
 
 
@@ -185,7 +187,8 @@ def export_raw_list(
     # absolute here: pool and cluster workers run in other directories
     adir = (Path(audio_dir) if audio_dir is not None else default_audio_dir(out_list)).absolute()
     name = str(out_list)
-    jobs = ((chunk, adir, name) for chunk in chunked(cuts, chunk_size))
+    jobs = (([c if _needs_file(c) else raw_list_line(c, name)
+              for c in chunk], adir, name) for chunk in chunked(cuts, chunk_size))
     written = kept = lines = 0
     with tqdm(desc="export", unit="utt", disable=not progress) as bar, \
             atomic_output(out_list, "wb") as f:
