@@ -209,6 +209,9 @@ class BucketingSampler(DynamicBucketingSampler):
     sampler's epoch. Meant for one reader (``world_size=1``); ``state_dict`` is Lhotse's
     (unsupported with a constraint)."""
 
+    #: the bucketer class (a subclass may change how the buffer fills)
+    bucketer_class = SteppedBucketer
+
     def __init__(self, cuts: Any, **kw: Any) -> None:
         if kw.get("drop_last"):
             raise ValueError("BucketingSampler uses every cut: drop_last must be False")
@@ -231,7 +234,7 @@ class BucketingSampler(DynamicBucketingSampler):
                                      world_size=self.world_size)
         cuts = iter(Filter(iterator=iter(self.cuts[0]), predicate=self._filter_fn,
                            diagnostics=self.diagnostics))
-        self._bucketer = SteppedBucketer(
+        self._bucketer = self.bucketer_class(
             cuts, state, duration_bins=list(self.duration_bins), world_size=self.world_size,
             max_duration=self.max_duration, max_cuts=self.max_cuts, constraint=self.constraint,
             buffer_size=self.buffer_size, quadratic_duration=self.quadratic_duration,

@@ -30,16 +30,19 @@ from __future__ import annotations
 import logging
 import warnings
 from dataclasses import dataclass
-from itertools import islice
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from lhotse import CutSet
-from lhotse.cut import Cut
-from lhotse.dataset.sampling.dynamic_bucketing import estimate_duration_buckets
 
 from wenet_lhotse.errors import SkipReport
 from wenet_lhotse.features.device import DeviceFeatures
 from wenet_lhotse.formats.split import reader_share
+from wenet_lhotse.loader.bins import (  # noqa: F401  (estimate_bins: public here before)
+    STREAMED_BINS_CUTS,
+    bins_and_budget,
+    estimate_bins,
+    split_lengths,
+)
 from wenet_lhotse.loader.bucketing import BucketingSampler
 from wenet_lhotse.loader.config import LoaderConfig
 from wenet_lhotse.loader.config_check import check_dataset_conf, check_special_tokens
@@ -162,14 +165,6 @@ def _map_reader(spec: SourceSpec, cfg: LoaderConfig, seed: int, strict: bool,
     return CycledReader(reader, cfg.cycle) if cfg.cycle > 1 else reader
 
 
-def estimate_bins(cuts: Sequence[Cut], num_buckets: int) -> List[float]:
-    """Bucket edges (seconds) from cut durations (metadata); fewer buckets for tiny sets."""
-    n = min(num_buckets, len(cuts) // 2)
-    if n < 2:
-        return []
-    return [float(b) for b in estimate_duration_buckets(cuts, num_buckets=n)]
-
-
 def _metadata(spec: SourceSpec, strict: bool, transform: Any) -> CutSet:
     """The source's cuts for estimating bins: Shar from its cuts jsonl only (no audio);
     other types as opened (shard lists read their first tars)."""
@@ -180,39 +175,6 @@ def _metadata(spec: SourceSpec, strict: bool, transform: Any) -> CutSet:
         return transform(CutSet(shar_reader(spec.paths[0], strict=strict,
                                             skip_report=quiet).as_lazy_cuts()))
     return open_source(spec, strict=strict, transform=transform, skip_report=quiet)
-
-
-def _bins_and_budget(cuts: Iterator[Cut], cfg: LoaderConfig, n: int,
-                     specs: Sequence[SourceSpec]) -> Tuple[List[float], Optional[float], str]:
-    """Bucket edges (seconds), the duration budget (seconds; ``None`` when batching by
-    WeNet's numbers) and how batches are formed (for logs), from the metadata of the first
-    ``n`` cuts -- only read when needed (no ``duration_bins`` given, or a static
-    ``batch_size`` to turn into seconds). With WeNet's ``batch_type: bucket`` the buckets
-    are WeNet's (``bucket_boundaries``)."""
-    lconf, batching = cfg.lhotse, cfg.batching
-    bucket_type = batching.by == "wenet" and batching.batch_conf["batch_type"] == "bucket"
-    need = (lconf.duration_bins is None and not bucket_type) or (
-        batching.by == "duration" and batching.max_duration is None)
-    sample = list(islice(cuts, n if need else 1))
-    if not sample:
-        raise ValueError(f"no cuts in {[s.name for s in specs]} (after filter_conf)")
-    mean = sum(c.duration for c in sample) / len(sample)
-    budget = batching.resolve(mean)
-    formula = batching.explain(mean)
-    if budget is not None:
-        formula = f"max_duration {budget:.1f} s ({formula or 'given'})"
-    if bucket_type:
-        # sampling buckets = WeNet's buckets (their edges, frames, in seconds for the log)
-        bins = [b * cfg.frame_shift_ms / 1000.0 for b in batching.batch_conf["bucket_boundaries"]]
-    elif lconf.duration_bins is not None:
-        bins = [float(b) for b in lconf.duration_bins]
-    else:
-        # A small data set gets fewer buckets: each should hold at least a full batch.
-        per_batch = batching.utterances_per_batch(mean, cfg.frame_shift_ms)
-        bins = estimate_bins(sample, min(lconf.num_buckets, int(len(sample) / per_batch)))
-        logger.info("duration_bins (pass them as lhotse_conf.duration_bins to skip this "
-                    "estimate): %s", [round(b, 3) for b in bins])
-    return bins, budget, formula
 
 
 def resolve_mode(mode: str, specs: Sequence[SourceSpec], split: str) -> str:
@@ -268,8 +230,8 @@ def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
                for s, tf in zip(specs, plan.transforms)]
     mux = ResumableMux(streams, plan.weights, seed=seed, stop_early=lconf.mux_stop_early)
     mux.start(0)
-    bins, max_duration, formula = _bins_and_budget(mux, cfg, lconf.num_cuts_for_bins_estimate,
-                                                   specs)
+    bins, max_duration, formula = bins_and_budget(
+        mux, cfg, lconf.num_cuts_for_bins_estimate, specs, split_lengths(cfg, split, seed))
     constraint = batch_constraint(cfg.batching, cfg.dataset_conf, split=split, seed=seed,
                                   max_duration=max_duration,
                                   quadratic_duration=lconf.quadratic_duration)
@@ -305,8 +267,9 @@ def build_streamed_loader(plan: LoaderPlan, dataset: Any) -> StreamedDataLoader:
     strict, weights, transforms = plan.strict, plan.weights, plan.transforms
     sample_cuts = mux_sources([_metadata(s, strict, tf) for s, tf in zip(specs, transforms)],
                               weights, seed=seed)
-    bins, max_duration, formula = _bins_and_budget(
-        iter(sample_cuts), cfg, min(lconf.num_cuts_for_bins_estimate, 2000), specs)
+    bins, max_duration, formula = bins_and_budget(
+        iter(sample_cuts), cfg, min(lconf.num_cuts_for_bins_estimate, STREAMED_BINS_CUTS), specs,
+        split_lengths(cfg, split, seed))
     del sample_cuts
     constraint = batch_constraint(cfg.batching, cfg.dataset_conf, split=split, seed=seed,
                                   max_duration=max_duration,
