@@ -25,7 +25,7 @@ logger = logging.getLogger(__name__)
 
 #: Cuts of the first tars that streamed sources estimate bucket edges from (2,000, read
 #: with their audio, took most of the time to the first batch).
-STREAMED_BINS_CUTS = 500
+STREAMED_BINS_CUTS = 300
 
 
 def estimate_bins(cuts: Sequence[Cut], num_buckets: int,
@@ -74,17 +74,14 @@ def bins_and_budget(cuts: Iterator[Cut], cfg: LoaderConfig, n: int, specs: Seque
     elif lconf.duration_bins is not None:
         bins = [float(b) for b in lconf.duration_bins]
     else:
-        # A small data set gets fewer buckets: each should hold at least a full batch.
+        # A small data set gets fewer buckets: each should hold at least a full batch
+        # (not known to be small when the sample stopped at n cuts).
         per_batch = batching.utterances_per_batch(mean, cfg.frame_shift_ms)
-        bins = estimate_bins(sample, min(lconf.num_buckets, int(len(sample) / per_batch)),
-                             lengths)
+        cap = lconf.num_buckets if len(sample) >= n else int(len(sample) / per_batch)
+        bins = estimate_bins(sample, min(lconf.num_buckets, cap), lengths)
         logger.info("duration_bins (pass them as lhotse_conf.duration_bins to skip this "
                     "estimate): %s", [round(b, 3) for b in bins])
     return bins, budget, formula
-
-
-def _lengths(cfg: LoaderConfig, split: str, seed: int) -> CutLengths:
-    return cut_lengths_from_wenet_conf(cfg.dataset_conf, train=split == "train", seed=seed)
 
 
 def split_lengths(cfg: LoaderConfig, split: str, seed: int) -> CutLengths:

@@ -30,7 +30,7 @@ SKIP_TURN = None
 #: Cuts a worker reads before its first batch (then its buffer doubles per batch up to
 #: ``buffer_size``): Lhotse's sampler reads the whole buffer (20,000 cuts, audio
 #: included, when reading tars) before the first batch.
-INITIAL_FILL = 200
+INITIAL_FILL = 100
 
 
 class GrowingBucketer(SteppedBucketer):
