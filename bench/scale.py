@@ -264,6 +264,26 @@ def run_child(what: str, source: str, args, env_extra: dict) -> dict:
     raise RuntimeError(f"{what} failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}")
 
 
+def compare(args, shar: str, rank0: dict, ours: str) -> None:
+    """Map mode with another checkout's package vs this one, alternating: CPU seconds to
+    the first batch and batches per CPU second (medians), and their ratios."""
+    import statistics
+
+    runs: dict = {"baseline": [], "this": []}
+    for _ in range(args.rounds):
+        for name, tree in (("baseline", args.baseline_tree), ("this", ours)):
+            runs[name].append(run_child("map", shar, args, {**rank0, "PYTHONPATH": tree}))
+    med = {n: {k: statistics.median(r[k] for r in rs)
+               for k in ("first_batch_cpu_s", "batches_per_cpu_s")} for n, rs in runs.items()}
+    b, t = med["baseline"], med["this"]
+    print(f"map mode at {args.num_cuts} cuts, {args.baseline_tree} vs this tree "
+          f"(medians of {args.rounds} alternating runs): first batch "
+          f"{b['first_batch_cpu_s']:.2f} vs {t['first_batch_cpu_s']:.2f} CPU s "
+          f"({b['first_batch_cpu_s'] / t['first_batch_cpu_s']:.1f}x less), "
+          f"{b['batches_per_cpu_s']:.0f} vs {t['batches_per_cpu_s']:.0f} batches per CPU s "
+          f"({t['batches_per_cpu_s'] / b['batches_per_cpu_s']:.1f}x)", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--num-cuts", type=int, default=10_000_000)
@@ -277,6 +297,11 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0, help="batches/s measured over this")
     ap.add_argument("--workdir", default="/tmp/wenet_lhotse_scale")
     ap.add_argument("--skip", default="", help="comma-separated: map,streamed,resume,raw,step")
+    ap.add_argument("--baseline-tree", default=None,
+                    help="a checkout of another version (e.g. `git worktree add /tmp/old "
+                         "REV`): map mode at --num-cuts with its package and with this one, "
+                         "alternating --rounds times, CPU figures and ratios printed")
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--source", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -304,6 +329,8 @@ def main() -> None:
         r = run_child(mode, shar, args, rank0)
         rate[mode] = (r["batches_per_s"], r["batches_per_cpu_s"])
         print(f"{mode:>8} at {args.num_cuts} cuts: {_figures(r)}", flush=True)
+    if args.baseline_tree:
+        compare(args, shar, rank0, str(root))
     if "resume" not in skip:
         if args.resume_cuts != args.num_cuts:
             generate(workdir, args.resume_cuts, 0)
