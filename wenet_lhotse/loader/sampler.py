@@ -59,7 +59,8 @@ from lhotse.dataset.sampling.dynamic_bucketing import (
 )
 from lhotse.lazy import Dillable
 
-from wenet_lhotse.loader.bucketing import SteppedBucketer, undo_bucket_ops
+from wenet_lhotse.loader.bucketing import undo_bucket_ops
+from wenet_lhotse.loader.buffer_state import PositionedBucketer, pack_lines, unpack_lines
 from wenet_lhotse.loader.distributed import plan_last_two_rounds, plan_partition
 from wenet_lhotse.loader.mux import ResumableMux, tuplify
 from wenet_lhotse.loader.readers import LazyCut
@@ -76,41 +77,6 @@ class _MuxCuts(Dillable):
 
     def __iter__(self):  # pragma: no cover - the sampler iterates the mux directly
         raise RuntimeError("iterate the ResumableBucketingSampler, not its input")
-
-
-class _ResumableBucketer(SteppedBucketer):
-    """:class:`~wenet_lhotse.loader.bucketing.SteppedBucketer` over a
-    :class:`ResumableMux` that remembers where each buffered cut came from (stream,
-    position), so that its state can be saved as positions."""
-
-    def __init__(self, mux: ResumableMux, sel_state: BucketSelectionState, **kw) -> None:
-        super().__init__(mux, sel_state, **kw)
-        self.mux = mux
-        # id(cut) -> (cut, stream index, position), for buffered and recently emitted cuts
-        self.loc: Dict[int, Tuple[Cut, int, int]] = {}
-        self.emitted: List[int] = []  # id() of cuts handed out since the last snapshot
-        self.journal = []  # bucket changes since the last snapshot
-
-    def _next_cut(self) -> Cut:
-        cut = next(self.cuts_iter)
-        self.loc[id(cut)] = (cut, *self.mux.last)
-        return cut
-
-    def _emitted(self, batch: List[Cut]) -> None:
-        self.emitted.extend(id(c) for c in batch)
-
-    def snapshot(self) -> Tuple:
-        """Cheap: the bucket changes since the last snapshot (the buckets as they were
-        are rebuilt from the current ones by undoing the changes of later snapshots:
-        copying the 20,000-cut buffer at every batch was a third of the sampler's time),
-        merged batches (references), RNG states, mux state, the constraint's shared
-        record, whether the input is exhausted."""
-        shared = getattr(self.constraint, "shared_state", None)
-        ops, self.journal = self.journal, []
-        return (ops,
-                tuple(tuple(b) for b in self.merged), self.rng.getstate(),
-                self.sel_state.save(), self.mux.state(), shared() if shared else None,
-                self.source_exhausted)
 
 
 class ResumableBucketingSampler(DynamicBucketingSampler):
@@ -161,7 +127,7 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
             constraint.use_bins(self.duration_bins)
         self.mux = mux
         self.snapshot_depth = snapshot_depth
-        self._bucketer: Optional[_ResumableBucketer] = None
+        self._bucketer: Optional[PositionedBucketer] = None
         self._started = False
         self._explicit_epoch = False
         self._epoch_done = False
@@ -179,7 +145,7 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
         if self.constraint is not None and hasattr(self.constraint, "set_epoch"):
             self.constraint.set_epoch(self.epoch)
 
-    def _new_bucketer(self, sel_state: Optional[Dict] = None) -> _ResumableBucketer:
+    def _new_bucketer(self, sel_state: Optional[Dict] = None) -> PositionedBucketer:
         bucket_rng = None
         if self.sync_buckets:
             seed = 1234
@@ -195,7 +161,7 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             # Lhotse's buffer-size heuristic (a mean over the bins) is noise here.
             warnings.simplefilter("ignore")
-            return _ResumableBucketer(
+            return PositionedBucketer(
                 self.mux, state, duration_bins=self.duration_bins,
                 world_size=self.world_size, max_duration=self.max_duration,
                 max_cuts=self.max_cuts, constraint=self.constraint, drop_last=False,
@@ -321,10 +287,12 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
         for k in sorted((k for k in snaps if k > consumed), reverse=True):
             undo_bucket_ops(buckets, snaps[k][0])
         loc = self._bucketer.loc
-        # A cut read long before (it waited in its bucket) carries its line in the state:
-        # restoring then reads back only the recent part of the stream, whatever the
-        # corpus size (a few cuts wait for most of an epoch).
+        # A cut read long before (it waited in its bucket) carries its line in the state
+        # (compressed; the item holds its index): restoring then reads back only the
+        # recent part of the stream, whatever the corpus size -- the long-cut buckets
+        # fill slowly, so at 10M cuts most of the buffer was read millions of cuts ago.
         recent = [p - 2 * self.buffer_size for p in mux_state["next_pos"]]
+        kept: List[Any] = []
 
         def where(c: Any) -> List[Any]:
             _, stream, pos = loc[id(c)]
@@ -332,7 +300,8 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
             if pos < recent[stream]:
                 raw = self.mux.streams[stream].reader.raw_for_state(c)
                 if raw is not None:
-                    item.append(raw)
+                    item.append(len(kept))
+                    kept.append(raw)
             return item
 
         readers = [s.reader.state() for s in self.mux.streams]
@@ -340,7 +309,7 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
             "buckets": [[where(c) for c in b] for b in buckets],
             "merged": [[where(c) for c in b] for b in merged],
             "rng": rng_state, "sel": sel_state, "mux": mux_state, "constraint": shared,
-            "exhausted": exhausted, "readers": readers}}
+            "exhausted": exhausted, "readers": readers, "lines": pack_lines(kept)}}
 
     def load_state_dict(self, sd: Dict[str, Any]) -> None:
         sd = dict(sd)
@@ -381,6 +350,7 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
         # The buffered cuts: what the bucketer needs comes from the state; their lines
         # come from the state (cuts read long ago) or are read back unparsed (the
         # recent ones: files holding none are skipped), parsed when their batch is emitted.
+        kept = unpack_lines(snap.get("lines"))
         self.mux.start(self.epoch, snap["mux"])
         raws = {s: self.mux.streams[s].reader.read_raw(ps) for s, ps in wanted.items()}
         missing = [(s, p) for s, ps in wanted.items() for p in ps if p not in raws[s]]
@@ -392,7 +362,7 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
         def lazy(item: List[Any]) -> LazyCut:
             s, p, duration, rate, cut_id = item[:5]
             stream = self.mux.streams[s]
-            raw = stream.reader.raw_from_state(item[5]) if len(item) > 5 else raws[s][p]
+            raw = stream.reader.raw_from_state(kept[item[5]]) if len(item) > 5 else raws[s][p]
             cut = LazyCut(stream, duration, rate, cut_id, raw)
             self._bucketer.loc[id(cut)] = (cut, s, p)
             return cut
@@ -406,3 +376,4 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
         self._snapshots.clear()
         self._snapshots.append((self._emitted, self._bucketer.snapshot()))
         self._just_restored_state = True
+
