@@ -30,16 +30,17 @@ SKIP_TURN = None
 #: Cuts a worker reads before its first batch (then its buffer doubles per batch up to
 #: ``buffer_size``): Lhotse's sampler reads the whole buffer (20,000 cuts, audio
 #: included, when reading tars) before the first batch.
-INITIAL_FILL = 100
+INITIAL_FILL = 200
 
 
 class GrowingBucketer(SteppedBucketer):
     """A :class:`~.bucketing.SteppedBucketer` whose buffer starts small and grows: each
     draw first reads as many more cuts as the buffer held after the previous one
     (doubling, at most :data:`GROW_STEP` per draw) until it holds ``grow_to``; from then
-    on it is the plain bucketer. The first steps' batches come from the smaller buffer
-    (for static batches: its cuts sorted by length and cut into batches, like WeNet's
-    ``sort`` buffer); deterministic, so a restored epoch replays the same batches."""
+    on it is the plain bucketer. While it grows and no bucket holds a batch, each draw
+    takes one batch of the buffer's cuts sorted by length (WeNet's ``sort`` over the
+    buffer) and leaves the rest for the next, larger buffer; deterministic, so a
+    restored epoch replays the same batches."""
 
     grow_to = 0
     _pending = 0
@@ -53,6 +54,21 @@ class GrowingBucketer(SteppedBucketer):
         if held < self.grow_to and not self.source_exhausted:
             self._pending = min(self.grow_to - held, max(held, len(batch)), GROW_STEP)
         return batch
+
+    def _merge_remainders(self) -> bool:
+        if not super()._merge_remainders():
+            return False
+        if not self.source_exhausted and self.remaining() < self.grow_to:
+            # Still growing: one batch from this window (length-sorted chunks of it, one
+            # picked at random); the rest waits for the next, larger window -- the sooner
+            # batches are formed from a large buffer, the less they are padded.
+            chunks = list(self.merged)
+            self.merged.clear()
+            self.merged.append(chunks.pop(self.rng.randrange(len(chunks))))
+            for chunk in chunks:
+                for cut in chunk:
+                    self._put(cut)
+        return True
 
 
 #: Most cuts a :class:`GrowingBucketer` reads ahead in one draw (~0.2-0.4 s of tar reading).
