@@ -120,7 +120,10 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
         #: :mod:`~.transport`; persistent workers started with fork only)
         self.ring: Optional[BatchRing] = None
         if shared_ring and hasattr(dataset, "ring") and self._ring_possible():
-            self.ring = BatchRing(self.num_workers, slots=(self.prefetch_factor or 2) + 2)
+            try:
+                self.ring = BatchRing(self.num_workers, slots=(self.prefetch_factor or 2) + 2)
+            except OSError as err:  # e.g. strict overcommit: the ordinary transport
+                logger.warning("no shared-memory ring for batches (%s)", err)
             dataset.ring = self.ring
         self._pin: Tuple[bool, Optional[str]] = (False, None)
         #: applied to each batch in this (the training) process, e.g. features computed
