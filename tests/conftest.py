@@ -55,13 +55,15 @@ class AdversarialHandler(_QuietHandler):
     * ``drop``: half the body, then the connection is closed (no Content-Length);
     * ``lie_length``: a Content-Length larger than the body, then close;
     * ``lie_content``: status 200 with an HTML page instead of the file;
-    * ``error``: status 500.
+    * ``error``: status 500;
+    * ``ranges``: like ``ok``, and ``Range: bytes=A-B`` / ``bytes=A-`` requests are
+      answered ``206 Partial Content`` with those bytes.
 
     Modes that drop every response to a request without a Range header (a
     Content-Length, then half the body, then close), and answer ``Range: bytes=N-``
     requests:
 
-    * ``drop_once``: with ``206 Partial Content`` (the rest of the file);
+    * ``drop_once``: with ``206 Partial Content`` (the bytes asked for);
     * ``drop_then_error``: with status 500, every time.
 
     Every request's Range header (or None) is appended to ``server.ranges``.
@@ -75,7 +77,7 @@ class AdversarialHandler(_QuietHandler):
         if mode == "error":
             self.send_error(500, "internal error")
             return
-        if mode in ("drop_once", "drop_then_error") and self.headers.get("Range"):
+        if mode in ("drop_once", "drop_then_error", "ranges") and self.headers.get("Range"):
             return self._range(mode)
         try:
             with open(self.translate_path(self.path), "rb") as f:
@@ -86,7 +88,8 @@ class AdversarialHandler(_QuietHandler):
         if mode == "lie_content":
             data = b"<html><body>Welcome! Please log in.</body></html>" * 20
         self.send_response(200)
-        if mode in ("trickle", "stall", "lie_content", "drop_once", "drop_then_error"):
+        if mode in ("trickle", "stall", "lie_content", "drop_once", "drop_then_error",
+                    "ranges"):
             self.send_header("Content-Length", str(len(data)))
         elif mode == "lie_length":
             self.send_header("Content-Length", str(len(data) * 3))
@@ -114,14 +117,19 @@ class AdversarialHandler(_QuietHandler):
         if mode == "drop_then_error":
             self.send_error(500, "internal error")
             return
-        with open(self.translate_path(self.path), "rb") as f:
-            data = f.read()
-        start = int(self.headers["Range"].split("=", 1)[1].split("-", 1)[0])
+        try:
+            with open(self.translate_path(self.path), "rb") as f:
+                data = f.read()
+        except OSError:
+            self.send_error(404)
+            return
+        first, _, last = self.headers["Range"].split("=", 1)[1].partition("-")
+        start, end = int(first), min(int(last or len(data) - 1), len(data) - 1)
         self.send_response(206)
-        self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
-        self.send_header("Content-Length", str(len(data) - start))
+        self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
+        self.send_header("Content-Length", str(end + 1 - start))
         self.end_headers()
-        self.wfile.write(data[start:])
+        self.wfile.write(data[start:end + 1])
 
 
 class _ServedURL(str):

@@ -144,7 +144,9 @@ class FaultyProxy:
     * ``cut_after=N``: the first response larger than N bytes is cut after N bytes
       (both sockets closed), as a network blip would;
     * ``status_503=True``: the first request is answered ``503 Slow Down`` without
-      reaching the server.
+      reaching the server;
+    * ``stall_after=N``: the first response larger than N bytes stops after N bytes,
+      the connection left open and silent until the proxy is closed.
     """
 
     def __init__(self, upstream_port: int) -> None:
@@ -154,6 +156,9 @@ class FaultyProxy:
         self._lock = threading.Lock()
         self.cuts_left = 0
         self.cut_after = 0
+        self.stalls_left = 0
+        self.stall_after = 0
+        self._released = threading.Event()
         self.errors_left = 0
         self.faults_done = 0
         self.connections = 0
@@ -166,8 +171,11 @@ class FaultyProxy:
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def arm(self, cut_after: int = 0, times: int = 1, status_503: bool = False) -> None:
+    def arm(self, cut_after: int = 0, times: int = 1, status_503: bool = False,
+            stall_after: int = 0) -> None:
         with self._lock:
+            if stall_after:
+                self.stall_after, self.stalls_left = stall_after, times
             if cut_after:
                 self.cut_after, self.cuts_left = cut_after, times
             if status_503:
@@ -221,8 +229,17 @@ class FaultyProxy:
                         if cut:
                             self.cuts_left -= 1
                             self.faults_done += 1
+                        stall = (not cut and self.stalls_left > 0
+                                 and sent + len(data) > self.stall_after)
+                        if stall:
+                            self.stalls_left -= 1
+                            self.faults_done += 1
                     if cut:
                         dst.sendall(data[: max(0, self.cut_after - sent)])
+                        break
+                    if stall:
+                        dst.sendall(data[: max(0, self.stall_after - sent)])
+                        self._released.wait()
                         break
                 dst.sendall(data)
                 sent += len(data)
@@ -238,6 +255,7 @@ class FaultyProxy:
 
     def close(self) -> None:
         self._closing = True
+        self._released.set()
         self._srv.close()
 
 

@@ -51,11 +51,11 @@ def test_http_missing_shard(sharded, http_root, tmp_path):
     lst.write_text(f"{http_root}/{names[0]}\n{http_root}/nope.tar\n{http_root}/{names[1]}\n")
     with pytest.raises(WenetDataError, match=r"nope\.tar: HTTP status 404") as e:
         list(read_shard_list(lst))
-    assert e.value.kind == "io" and "urls.list:2" in str(e.value)
+    assert e.value.kind == "missing_file" and "urls.list:2" in str(e.value)
     report = SkipReport()
     got = list(read_shard_list(lst, strict=False, skip_report=report))
     assert [c.id for c in got] == sharded.keys[:4]
-    assert [(i.source, i.kind) for i in report] == [(f"{http_root}/nope.tar", "io")]
+    assert [(i.source, i.kind) for i in report] == [(f"{http_root}/nope.tar", "missing_file")]
 
 
 def test_pipe_cat(sharded, tmp_path):

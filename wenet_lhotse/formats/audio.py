@@ -173,10 +173,9 @@ def _read_pcm16(cut: Any) -> Optional[np.ndarray]:
         return None
     src = rec.sources[0]
     if src.type == "url":
-        from wenet_lhotse.formats.remote import is_remote
-        from wenet_lhotse.formats.remote_audio import read_remote_bytes
+        from wenet_lhotse.formats.remote_audio import is_audio_url, read_remote_bytes
 
-        if not is_remote(str(src.source)):
+        if not is_audio_url(str(src.source)):
             return None
         target = io.BytesIO(read_remote_bytes(src.source))  # errors name the URL
     elif src.type in ("file", "memory"):

@@ -14,7 +14,13 @@ and the time limits of :class:`ReadLimits`.
   within ``member_deadline_s`` is an error of kind ``"timeout"``; a backoff never
   sleeps past the deadline.
 * A failure that outlasts the retries names the URL and the member being read
-  (kind ``"io"``), and is counted like any skip in fault-tolerant mode.
+  (kind ``"io"``; 404 and 410 are kind ``"missing_file"``), and is counted like any
+  skip in fault-tolerant mode.
+* With ``block_size`` (header probes of audio files) the reader is seekable and asks
+  for ``Range: bytes=N-(N+block_size-1)``, one block at a time, so a probe reads a few
+  small ranges rather than the file; :attr:`HttpReader.size` is then the object's
+  size, or None when the server ignores range requests (it answered 200 with the
+  whole object, which is then read front to back).
 
 WeNet pipes URLs through ``wget -O -``; here they are streamed in-process with the
 status checked, no command run.
@@ -22,106 +28,57 @@ status checked, no command run.
 
 from __future__ import annotations
 
-import os
-import time
-from dataclasses import dataclass, field
+import io
 from typing import Optional
 
 from wenet_lhotse.errors import WenetDataError
-from wenet_lhotse.formats import remote
+from wenet_lhotse.formats.read_limits import ReadLimits
 from wenet_lhotse.formats.remote import HttpStatusError, ResumableReader
 
-
-def _env_seconds(name: str, default: float) -> float:
-    value = os.environ.get(name)
-    if not value:
-        return default
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise ValueError(f"${name}={value!r} is not a number of seconds") from None
-    if not seconds > 0:
-        raise ValueError(f"${name}={value!r} must be > 0 seconds")
-    return seconds
-
-
-@dataclass(frozen=True)
-class ReadLimits:
-    """Time limits (seconds) and retries of network reads. Defaults come from the
-    environment when the object is made (``WENET_LHOTSE_HTTP_STALL_S``,
-    ``WENET_LHOTSE_HTTP_DEADLINE_S``, ``WENET_LHOTSE_MEMBER_DEADLINE_S``,
-    ``WENET_LHOTSE_RETRIES``, ``WENET_LHOTSE_RETRY_BACKOFF_S``), so DataLoader workers
-    and CLI runs see them.
-
-    :param stall_s: longest wait for any byte (connect or read); default 60.
-    :param deadline_s: longest time for one whole response (one tar); default 3600.
-    :param member_deadline_s: longest time to read one tar member; default 600.
-    :param retries: consecutive transient failures retried (HTTP and object storage);
-        default 5.
-    :param backoff_s: first wait between retries, doubled each time; default 0.5.
-    """
-
-    stall_s: float = field(
-        default_factory=lambda: _env_seconds("WENET_LHOTSE_HTTP_STALL_S", 60.0))
-    deadline_s: float = field(
-        default_factory=lambda: _env_seconds("WENET_LHOTSE_HTTP_DEADLINE_S", 3600.0))
-    member_deadline_s: float = field(
-        default_factory=lambda: _env_seconds("WENET_LHOTSE_MEMBER_DEADLINE_S", 600.0))
-    retries: int = field(default_factory=remote.default_retries)
-    backoff_s: float = field(default_factory=remote.default_backoff)
+__all__ = ["HttpReader", "ReadLimits"]
 
 
 class HttpReader(ResumableReader):
-    """One URL read front to back within :class:`ReadLimits` (see the module doc)."""
+    """One URL read within :class:`ReadLimits` (see the module doc): front to back,
+    or in ranges of ``block_size`` bytes (seekable)."""
 
-    def __init__(self, url: str, limits: ReadLimits) -> None:
-        self.limits = limits
-        self._deadline = time.monotonic() + limits.deadline_s
-        self._member_deadline = float("inf")
-        super().__init__(url, limits.retries, limits.backoff_s)
+    def __init__(self, url: str, limits: ReadLimits, block_size: Optional[int] = None) -> None:
+        import urllib3
 
-    def watch_member(self, member: str, deadline: float) -> None:
-        """Reading ``member`` must end by ``deadline`` (``time.monotonic()`` seconds)."""
-        self.member, self._member_deadline = member, deadline
-
-    def _time_left(self) -> float:
-        return min(self._deadline, self._member_deadline) - time.monotonic()
-
-    def _timeout_error(self, now: float) -> Optional[WenetDataError]:
-        if now >= self._deadline:
-            msg = (f"download not finished within its {self.limits.deadline_s:g} s deadline "
-                   "(WENET_LHOTSE_HTTP_DEADLINE_S)")
-        elif now >= self._member_deadline:
-            msg = (f"member not read within {self.limits.member_deadline_s:g} s "
-                   "(WENET_LHOTSE_MEMBER_DEADLINE_S)")
-        else:
-            return None
-        return WenetDataError(msg, self.name, member=self.member, kind="timeout")
-
-    def _wait_s(self, now: float) -> float:
-        """The longest wait for the next byte: the stall limit, never past a deadline."""
-        err = self._timeout_error(now)
-        if err is not None:
-            raise err
-        return max(0.01, min(self.limits.stall_s, self._deadline - now,
-                             self._member_deadline - now))
+        # A pool per stream: nothing shared across forked DataLoader workers. No
+        # urllib3 retries: ours resume at the offset reached.
+        self._pool = urllib3.PoolManager()
+        self._block_size = block_size
+        self.size: Optional[int] = None  # bytes, when the server said
+        super().__init__(url, limits)
 
     def _open(self) -> None:
         import urllib3
 
-        wait = self._wait_s(time.monotonic())
-        headers = {"Range": f"bytes={self.pos}-"} if self.pos else {}
-        # A pool per stream: nothing shared across forked DataLoader workers. No
-        # urllib3 retries: ours resume at the offset reached.
+        wait = self._wait_s()
+        if self._block_size and self.size is not None and self.pos >= self.size:
+            self._file = io.BytesIO()  # past the end: nothing to ask for
+            return
+        if self._block_size:
+            headers = {"Range": f"bytes={self.pos}-{self.pos + self._block_size - 1}"}
+        else:
+            headers = {"Range": f"bytes={self.pos}-"} if self.pos else {}
         try:
-            resp = urllib3.PoolManager().request(
+            resp = self._pool.request(
                 "GET", self.name, headers=headers, preload_content=False, retries=False,
                 timeout=urllib3.Timeout(connect=wait, read=wait))
         except urllib3.exceptions.ReadTimeoutError as e:  # connected, no answer
-            raise self._stalled() from e
+            raise self._timeout() from e
         status = resp.status
         if status == 200 and not self.pos or status == 206 and self._resumes_here(resp):
             self._file = resp
+            total = resp.headers.get("Content-Range", "").rpartition("/")[2]
+            if status == 206 and total.isdigit():
+                self.size = int(total)
+            elif status == 200:
+                length = resp.headers.get("Content-Length", "")
+                self.size = int(length) if length.isdigit() else None
+                self._block_size = None  # no ranges: the whole object, front to back
             return
         resp.release_conn()
         if status >= 500 or status in (408, 429):
@@ -132,6 +89,9 @@ class HttpReader(ResumableReader):
                 f"support range requests (answered {status} to 'Range: bytes={self.pos}-'), "
                 "so the download cannot resume", self.name, member=self.member,
                 kind="truncated")
+        if status in (404, 410):
+            raise WenetDataError(f"HTTP status {status} (no such object)", self.name,
+                                 member=self.member, kind="missing_file")
         raise WenetDataError(f"HTTP status {status}", self.name, member=self.member,
                              kind="io")
 
@@ -141,28 +101,52 @@ class HttpReader(ResumableReader):
         return first.split("-", 1)[0].strip() == str(self.pos)
 
     def _read(self, n: int) -> bytes:
+        data = self._read1(n)
+        if not data and self._block_size and self.size is not None and self.pos < self.size:
+            self._drop()  # this block is done: the next one
+            self._open()
+            data = self._read1(n)
+        return data
+
+    def _read1(self, n: int) -> bytes:
         import urllib3
 
-        now = time.monotonic()
-        wait = self._wait_s(now)
+        wait = self._wait_s()
         sock = getattr(getattr(self._file, "_connection", None), "sock", None)
         if sock is not None:  # never wait past a deadline
             sock.settimeout(wait)
         try:
             return self._file.read1(n)
         except (urllib3.exceptions.ReadTimeoutError, TimeoutError) as e:
-            raise self._stalled() from e
-
-    def _stalled(self) -> WenetDataError:
-        return self._timeout_error(time.monotonic()) or WenetDataError(
-            f"no data for {self.limits.stall_s:g} s (WENET_LHOTSE_HTTP_STALL_S)",
-            self.name, member=self.member, kind="timeout")
+            raise self._timeout() from e
 
     def _drop(self) -> None:
-        if self._file is not None:
-            try:
-                self._file.close()
-                self._file.release_conn()
-            except Exception:  # a broken connection may fail to close; it is dropped
-                pass
-            self._file = None
+        f, self._file = self._file, None
+        if f is None:
+            return
+        try:
+            if getattr(f, "length_remaining", None) != 0:
+                f.close()  # a connection mid-response cannot be reused
+            f.release_conn()
+        except Exception:  # a broken connection may fail to close; it is dropped
+            pass
+
+    def seekable(self) -> bool:
+        return bool(self._block_size)
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if not self._block_size:
+            raise io.UnsupportedOperation("seek")
+        if whence == io.SEEK_CUR:
+            offset += self.pos
+        elif whence == io.SEEK_END:
+            if self.size is None:
+                raise io.UnsupportedOperation("the server did not say the object's size")
+            offset += self.size
+        if int(offset) != self.pos:
+            self._drop()
+            self.pos = max(0, int(offset))
+        return self.pos

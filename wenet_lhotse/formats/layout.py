@@ -105,17 +105,17 @@ def is_whole_recording(cut) -> bool:
 
 
 def is_file_or_remote(source) -> bool:
-    """True for an ``AudioSource`` that a raw list's ``wav`` can name: a file, or an
-    object-storage URL (``s3://``, ...)."""
-    from wenet_lhotse.formats.remote import is_remote
+    """True for an ``AudioSource`` that a raw list's ``wav`` can name: a file, an
+    ``http(s)://`` URL or an object-storage URL (``s3://``, ...)."""
+    from wenet_lhotse.formats.remote_audio import is_audio_url
 
-    return source.type == "file" or source.type == "url" and is_remote(str(source.source))
+    return source.type == "file" or source.type == "url" and is_audio_url(str(source.source))
 
 
 def whole_recording_bytes(cut) -> Optional[Tuple[bytes, str]]:
     """``(encoded bytes, extension)`` of the cut's audio when the cut is exactly its
     whole recording (:func:`is_whole_recording`), stored in one WAV or FLAC file or
-    in-memory blob (or an object-storage URL); else None. These bytes can be stored
+    in-memory blob (or at a URL); else None. These bytes can be stored
     as they are."""
     if not is_whole_recording(cut):
         return None

@@ -1,8 +1,10 @@
-"""Lhotse's IO for object-storage URLs: :func:`install_lhotse_io_backend` registers
-:mod:`wenet_lhotse.formats.remote`'s retrying reader and atomic writer as a Lhotse IO
-backend, so Lhotse's own readers and writers (``CutSet.from_file``, Shar tars and
-manifests, ``SharWriter``, ``AudioSource(type="url")``) take ``s3://`` and other
-fsspec URLs. Lhotse would need ``smart_open`` for them and has no resume-at-offset.
+"""Lhotse's IO for object-storage and HTTP URLs: :func:`install_lhotse_io_backend`
+registers :mod:`wenet_lhotse.formats.remote`'s retrying reader and atomic writer as a
+Lhotse IO backend, so Lhotse's own readers and writers (``CutSet.from_file``, Shar
+tars and manifests, ``SharWriter``, ``AudioSource(type="url")``) take ``s3://`` and
+other fsspec URLs; ``http(s)://`` URLs are read (not written) through
+:class:`~wenet_lhotse.formats.http_reader.HttpReader`. Lhotse would need
+``smart_open`` for them and has no resume-at-offset nor time limits.
 Importing :mod:`wenet_lhotse.formats` (any of its modules) installs it.
 """
 
@@ -11,21 +13,25 @@ from __future__ import annotations
 import io
 from typing import BinaryIO
 
-from wenet_lhotse.formats.remote import _filesystem, is_remote, open_remote, remote_error
+from wenet_lhotse.formats.remote import _filesystem, open_remote, remote_error
+from wenet_lhotse.formats.remote_audio import is_audio_url, is_http, open_audio_url
 
 
 def _open_for_lhotse(url: str, mode: str):
     """What Lhotse's ``open_best`` gets for a URL: text/binary, gzip by suffix."""
     gz = url.endswith(".gz")
     if "r" in mode:
-        raw: BinaryIO = open_remote(url)
+        if is_http(url):
+            raw: BinaryIO = io.BufferedReader(open_audio_url(url), buffer_size=1 << 16)
+        else:
+            raw = open_remote(url)
         if gz:
             import gzip
 
             raw = gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[assignment]
         return raw if "b" in mode else io.TextIOWrapper(raw, encoding="utf-8")
-    if "w" not in mode:
-        raise ValueError(f"{url}: mode {mode!r} is not supported for object storage")
+    if "w" not in mode or is_http(url):
+        raise ValueError(f"{url}: mode {mode!r} is not supported for this URL")
     from fsspec.core import OpenFile
 
     fs, path = _filesystem(url)
@@ -49,13 +55,13 @@ def install_lhotse_io_backend() -> None:
     from lhotse import serialization as ser
 
     class FsspecIOBackend(ser.IOBackend):
-        """Object-storage URLs through wenet_lhotse.formats.remote (fsspec)."""
+        """Object-storage (fsspec) and HTTP URLs through wenet_lhotse.formats."""
 
         def open(self, identifier, mode: str):
             return _open_for_lhotse(str(identifier), mode)
 
         def handles_special_case(self, identifier) -> bool:
-            return is_remote(str(identifier))
+            return is_audio_url(str(identifier))
 
         def is_applicable(self, identifier) -> bool:
             return self.handles_special_case(identifier)

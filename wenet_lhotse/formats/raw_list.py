@@ -17,10 +17,11 @@ and any other fields. :func:`read_raw_list` maps a line to a cut:
 Relative ``wav`` paths resolve against ``wav_root`` when given, else against the
 working directory at the time :func:`read_raw_list` is called (WeNet opens them
 relative to the working directory); the recordings hold the resulting absolute paths.
-A ``wav`` may also be an object-storage URL (``s3://...``, any fsspec URL; not in
-WeNet, whose ``torchaudio.load`` reads local files): its header is read in small
-range requests (:mod:`~wenet_lhotse.formats.remote_audio`), retried like any remote
-read, and the recording points at the URL.
+A ``wav`` may also be an ``http(s)://`` URL or an object-storage URL (``s3://...``,
+any fsspec URL; not in WeNet, whose ``torchaudio.load`` reads local files): its
+header is read in small range requests (:mod:`~wenet_lhotse.formats.remote_audio`),
+retried like any remote read and within the network time limits, and the recording
+points at the URL.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from wenet_lhotse.formats.layout import (
     json_value,
 )
 from wenet_lhotse.formats.remote import is_remote
+from wenet_lhotse.formats.remote_audio import is_audio_url
 from wenet_lhotse.formats.streams import as_path_list, atomic_output, open_input
 
 logger = logging.getLogger(__name__)
@@ -162,8 +164,8 @@ class LazyWenetRawListIterator(Dillable):
                 raise fail(f"{name!r} must be finite, got {obj[name]} (seconds)",
                            "bad_segment")
 
-        # an absolute wav, or an object-storage URL, stays as is
-        audio_path = wav if is_remote(wav) else os.path.join(self.wav_root, wav)
+        # an absolute wav, or a URL, stays as is
+        audio_path = wav if is_audio_url(wav) else os.path.join(self.wav_root, wav)
         recording = self._recording(key, audio_path, obj, fail)
         start = float(obj.get("start") or 0.0)
         end = float(obj["end"]) if obj.get("end") is not None else recording.duration
@@ -212,13 +214,13 @@ class LazyWenetRawListIterator(Dillable):
             duration = float(obj["duration"])
             return Recording(
                 id=key,
-                sources=[AudioSource(type="url" if is_remote(audio_path) else "file",
+                sources=[AudioSource(type="url" if is_audio_url(audio_path) else "file",
                                      channels=[0], source=audio_path)],
                 sampling_rate=sr,
                 num_samples=compute_num_samples(duration, sr),
                 duration=duration,
             )
-        if is_remote(audio_path):
+        if is_audio_url(audio_path):
             recording = _probe_url(audio_path, key, fail)
         elif not os.path.isfile(audio_path):
             raise fail(f"audio file not found: {audio_path}", "missing_audio")

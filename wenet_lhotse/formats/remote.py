@@ -37,54 +37,30 @@ over fsspec, :class:`~wenet_lhotse.formats.http_reader.HttpReader` over urllib3.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import logging
-import os
 import re
 import time
 from contextlib import contextmanager
 from typing import BinaryIO, Iterator, List, Optional
 
 from wenet_lhotse.errors import WenetDataError
+from wenet_lhotse.formats.read_limits import (  # noqa: F401  (re-exported)
+    BACKOFF,
+    RETRIES,
+    BoundedCaller,
+    Deadlines,
+    ReadLimits,
+    default_backoff,
+    default_retries,
+)
 
 logger = logging.getLogger(__name__)
 
 #: Bytes per range request (s3fs's default is 50 MiB per open file: too much
 #: memory with many DataLoader workers each streaming a tar).
 BLOCK_SIZE = 8 << 20
-
-#: Consecutive failed attempts tolerated per read, and the first wait (seconds) of the
-#: exponential backoff between them (0.5, 1, 2, 4, 8 s: ~15 s before giving up);
-#: ``$WENET_LHOTSE_RETRIES`` and ``$WENET_LHOTSE_RETRY_BACKOFF_S`` override them.
-RETRIES = 5
-BACKOFF = 0.5
-
-
-
-def default_retries() -> int:
-    """``$WENET_LHOTSE_RETRIES`` if set, else :data:`RETRIES`."""
-    value = os.environ.get("WENET_LHOTSE_RETRIES")
-    if not value:
-        return RETRIES
-    if not value.isdigit():
-        raise ValueError(f"$WENET_LHOTSE_RETRIES={value!r} is not a count (0, 1, 2, ...)")
-    return int(value)
-
-
-def default_backoff() -> float:
-    """``$WENET_LHOTSE_RETRY_BACKOFF_S`` (seconds) if set, else :data:`BACKOFF`."""
-    value = os.environ.get("WENET_LHOTSE_RETRY_BACKOFF_S")
-    if not value:
-        return BACKOFF
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = -1.0
-    if not seconds >= 0:
-        raise ValueError(f"$WENET_LHOTSE_RETRY_BACKOFF_S={value!r} is not a number of "
-                         "seconds >= 0")
-    return seconds
-
 
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
 #: Schemes handled elsewhere: local files, and WeNet's http(s) (formats.streams).
@@ -184,29 +160,30 @@ class HttpStatusError(OSError):
 
 class ResumableReader(io.RawIOBase):
     """A remote object read through :meth:`_open` (a request from byte :attr:`pos`) and
-    :meth:`_read`; transient failures are retried with exponential backoff
-    (``backoff * 2**k`` seconds, at most ``retries`` times in a row) and reading
-    continues at the byte offset reached. The final error names the URL and, when
-    the reader was told (:meth:`watch_member`), the tar member being read.
+    :meth:`_read`, within :class:`ReadLimits`; transient failures are retried with
+    exponential backoff (``backoff_s * 2**k`` seconds, at most ``retries`` times in a
+    row, never sleeping past a deadline) and reading continues at the byte offset
+    reached. Time limits are final (kind ``"timeout"``). The final error names the URL
+    and, when the reader was told (:meth:`watch_member`), the tar member being read.
 
     Subclasses implement ``_open``, ``_read(n)`` and ``_drop`` (close the request).
     """
 
-    def __init__(self, url: str, retries: int, backoff: float) -> None:
+    def __init__(self, url: str, limits: ReadLimits) -> None:
         super().__init__()
         self.name = url
         self.pos = 0  # bytes delivered to the caller
         self.num_retries = 0  # reopenings done (for logs and tests)
         self.member: Optional[str] = None
-        self._retries = retries
-        self._backoff = backoff
+        self.limits = limits
+        self.clock = Deadlines(limits)
         self._file = None
         self._call(lambda: None)  # open now: a missing object fails here
 
     def watch_member(self, member: str, deadline: float) -> None:
-        """The tar member now read (named in errors); ``deadline`` is for subclasses
-        that enforce one (``time.monotonic()`` seconds)."""
-        self.member = member
+        """Reading tar member ``member`` (named in errors) must end by ``deadline``
+        (``time.monotonic()`` seconds)."""
+        self.member, self.clock.member_end = member, deadline
 
     def _open(self) -> None:
         raise NotImplementedError
@@ -217,9 +194,17 @@ class ResumableReader(io.RawIOBase):
     def _drop(self) -> None:
         raise NotImplementedError
 
-    def _time_left(self) -> float:
-        """Seconds until a deadline (backoff never sleeps past it)."""
-        return float("inf")
+    def _timeout(self, message: Optional[str] = None) -> WenetDataError:
+        """The error for a passed deadline or, without one, a stall (or ``message``)."""
+        return WenetDataError(message or self.clock.stall_message(), self.name,
+                              member=self.member, kind="timeout")
+
+    def _wait_s(self) -> float:
+        """The longest wait for the next byte; raises once a deadline has passed."""
+        passed = self.clock.passed()
+        if passed:
+            raise self._timeout(passed)
+        return self.clock.wait_s()
 
     def _call(self, fn, *args):
         """``fn(*args)`` with the object open, retried across transient failures."""
@@ -230,12 +215,13 @@ class ResumableReader(io.RawIOBase):
                     self._open()
                 return fn(*args)
             except Exception as err:
-                if not is_transient(err) or failures >= self._retries:
+                if not is_transient(err) or failures >= self.limits.retries:
                     raise remote_error(err, self.name, self.member, failures) from None
                 failures += 1
-                wait = min(self._backoff * 2 ** (failures - 1), max(0.0, self._time_left()))
+                wait = min(self.limits.backoff_s * 2 ** (failures - 1),
+                           max(0.0, self.clock.time_left()))
                 logger.warning("%s: %s at byte %d; retrying in %.1f s (%d/%d)", self.name,
-                               describe(err), self.pos, wait, failures, self._retries)
+                               describe(err), self.pos, wait, failures, self.limits.retries)
                 self._drop()
                 time.sleep(wait)
                 self.num_retries += 1
@@ -260,20 +246,45 @@ class RetryingReader(ResumableReader):
     """An fsspec object (``s3://bucket/key``, ...) read through
     :class:`ResumableReader`'s retries, in range requests of ``block_size`` bytes
     (default :data:`BLOCK_SIZE`). Seekable: a seek moves the next range request (a
-    header probe reads a few small ranges, not the whole object)."""
+    header probe reads a few small ranges, not the whole object).
 
-    def __init__(self, url: str, retries: int = 5, backoff: float = 0.5,
-                 block_size: Optional[int] = None) -> None:
+    Every call into fsspec (open, a range request) runs on a :class:`BoundedCaller`
+    and must return within the stall limit and before the deadlines of ``limits``;
+    fsspec has no such limits of its own (s3fs retries a stalled request for minutes).
+
+    ``retries``/``backoff`` (seconds), when given, override those of ``limits``
+    (default: :class:`ReadLimits` from the environment).
+    """
+
+    def __init__(self, url: str, retries: Optional[int] = None,
+                 backoff: Optional[float] = None, block_size: Optional[int] = None,
+                 limits: Optional[ReadLimits] = None) -> None:
+        limits = limits if limits is not None else ReadLimits()
+        if retries is not None or backoff is not None:
+            limits = dataclasses.replace(
+                limits, retries=limits.retries if retries is None else retries,
+                backoff_s=limits.backoff_s if backoff is None else backoff)
         self._block_size = block_size or BLOCK_SIZE
         self._fs, self._path = _filesystem(url)
-        super().__init__(url, retries, backoff)
+        self._caller = BoundedCaller()
+        super().__init__(url, limits)
+
+    def _bounded(self, fn, *args):
+        try:
+            return self._caller.call(self._wait_s(), fn, *args)
+        except TimeoutError:
+            self._file = None  # still in use by the call given up on: not reused
+            raise self._timeout() from None
 
     def _open(self) -> None:
-        f = self._fs.open(self._path, "rb", block_size=self._block_size,
-                          cache_type="readahead")
-        if self.pos:
-            f.seek(self.pos)
-        self._file = f
+        def open_at(pos: int):
+            f = self._fs.open(self._path, "rb", block_size=self._block_size,
+                              cache_type="readahead")
+            if pos:
+                f.seek(pos)
+            return f
+
+        self._file = self._bounded(open_at, self.pos)
 
     def _drop(self) -> None:
         if self._file is not None:
@@ -284,7 +295,7 @@ class RetryingReader(ResumableReader):
             self._file = None
 
     def _read(self, n: int) -> bytes:
-        return self._file.read(n)
+        return self._bounded(self._file.read, n)
 
     def seekable(self) -> bool:
         return True
@@ -302,13 +313,15 @@ class RetryingReader(ResumableReader):
             self._file.seek(self.pos)
         return self.pos
 
+    def close(self) -> None:
+        super().close()
+        self._caller.close()
 
-def open_remote(url: str, retries: Optional[int] = None,
-                backoff: Optional[float] = None) -> BinaryIO:
-    """Open an object-storage URL for sequential binary reading (see module doc);
-    ``retries``/``backoff`` default to :func:`default_retries`/:func:`default_backoff`."""
-    reader = RetryingReader(url, default_retries() if retries is None else retries,
-                            default_backoff() if backoff is None else backoff)
+
+def open_remote(url: str, limits: Optional[ReadLimits] = None) -> BinaryIO:
+    """Open an object-storage URL for sequential binary reading (see module doc),
+    within ``limits`` (default: :class:`ReadLimits` from the environment)."""
+    reader = RetryingReader(url, limits=limits)
     return io.BufferedReader(reader, buffer_size=1 << 16)
 
 

@@ -151,7 +151,7 @@ def open_input(name: str, timeout: Optional[float] = None, *, allow_pipe: bool =
     name = str(name)
     limits = limits if limits is not None else ReadLimits()
     if is_remote(name):
-        return open_remote(name, limits.retries, limits.backoff_s)
+        return open_remote(name, limits)
     if is_pipe(name):
         if not allow_pipe:
             raise WenetDataError(PIPE_REFUSED, name, kind="refused")
