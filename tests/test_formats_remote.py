@@ -98,6 +98,34 @@ def test_permanent_failure_is_named_after_retries(s3_proxy):
     assert "\n" not in str(e.value)
 
 
+def test_stalled_connection_ends_within_the_limits(s3_proxy, monkeypatch, tmp_path):
+    """A connection that goes silent mid-object: an error of kind "timeout" once the
+    stall limit, or the whole-request deadline, has passed (s3fs alone would wait and
+    retry for minutes); in a raw list, the error names the line and the URL."""
+    from wenet_lhotse.formats import read_raw_list
+
+    s3, proxy = s3_proxy
+    url = s3.url("s.bin")
+    s3.fs().pipe_file(f"{s3.bucket}/s.bin", os.urandom(MB))
+    monkeypatch.setenv("WENET_LHOTSE_HTTP_STALL_S", "1")
+    proxy.arm(stall_after=100_000)
+    with pytest.raises(WenetDataError) as e, open_remote(url) as f:
+        f.read()
+    assert e.value.kind == "timeout" and e.value.source == url
+    assert "no data for 1 s (WENET_LHOTSE_HTTP_STALL_S)" in e.value.message
+    monkeypatch.setenv("WENET_LHOTSE_HTTP_STALL_S", "600")
+    monkeypatch.setenv("WENET_LHOTSE_HTTP_DEADLINE_S", "1")
+    proxy.arm(stall_after=2_000)  # during the header probe
+    lst = tmp_path / "s.list"
+    lst.write_text('{"key": "a", "wav": "%s"}\n' % s3.url("a.wav"))
+    s3.fs().pipe_file(f"{s3.bucket}/a.wav", os.urandom(40_000))
+    with pytest.raises(WenetDataError) as e:
+        list(read_raw_list(lst))
+    assert e.value.kind == "timeout" and proxy.faults_done == 2
+    assert str(e.value).startswith(f"{lst}:1: cannot read audio header of {s3.url('a.wav')}")
+    assert "not finished within its 1 s deadline" in str(e.value)
+
+
 def test_missing_bucket_and_object(s3):
     with pytest.raises(WenetDataError, match=r"^s3://no-such-bucket-x/a\.tar: no such bucket"):
         open_remote("s3://no-such-bucket-x/a.tar")

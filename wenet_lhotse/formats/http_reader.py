@@ -49,6 +49,7 @@ class HttpReader(ResumableReader):
         # urllib3 retries: ours resume at the offset reached.
         self._pool = urllib3.PoolManager()
         self._block_size = block_size
+        self._block = (0, b"")  # (first byte, bytes): the last range fetched
         self.size: Optional[int] = None  # bytes, when the server said
         super().__init__(url, limits)
 
@@ -56,8 +57,10 @@ class HttpReader(ResumableReader):
         import urllib3
 
         wait = self._wait_s()
-        if self._block_size and self.size is not None and self.pos >= self.size:
-            self._file = io.BytesIO()  # past the end: nothing to ask for
+        first, cached = self._block
+        if self._block_size and (first <= self.pos < first + len(cached) or
+                                 self.size is not None and self.pos >= self.size):
+            self._file = io.BytesIO(cached[self.pos - first:])  # no request needed
             return
         if self._block_size:
             headers = {"Range": f"bytes={self.pos}-{self.pos + self._block_size - 1}"}
@@ -75,6 +78,10 @@ class HttpReader(ResumableReader):
             total = resp.headers.get("Content-Range", "").rpartition("/")[2]
             if status == 206 and total.isdigit():
                 self.size = int(total)
+                if self._block_size:  # kept: a header probe seeks back and forth
+                    self._block = (self.pos, resp.read())
+                    self._drop()
+                    self._file = io.BytesIO(self._block[1])
             elif status == 200:
                 length = resp.headers.get("Content-Length", "")
                 self.size = int(length) if length.isdigit() else None
