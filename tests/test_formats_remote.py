@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -117,7 +118,7 @@ def test_stalled_connection_ends_within_the_limits(s3_proxy, monkeypatch, tmp_pa
     monkeypatch.setenv("WENET_LHOTSE_HTTP_DEADLINE_S", "1")
     proxy.arm(stall_after=2_000)  # during the header probe
     lst = tmp_path / "s.list"
-    lst.write_text('{"key": "a", "wav": "%s"}\n' % s3.url("a.wav"))
+    lst.write_text(json.dumps({"key": "a", "wav": s3.url("a.wav")}) + "\n")
     s3.fs().pipe_file(f"{s3.bucket}/a.wav", os.urandom(40_000))
     with pytest.raises(WenetDataError) as e:
         list(read_raw_list(lst))
