@@ -52,7 +52,7 @@ from wenet_lhotse.formats.layout import (
     json_value,
 )
 from wenet_lhotse.formats.remote import is_remote
-from wenet_lhotse.formats.remote_audio import is_audio_url
+from wenet_lhotse.formats.remote_audio import is_audio_url, probe_remote_audio
 from wenet_lhotse.formats.streams import as_path_list, atomic_output, open_input
 
 logger = logging.getLogger(__name__)
@@ -279,8 +279,8 @@ def read_raw_list(
 
 def _raw_wav_and_span(cut, audio_dir: Optional[Path], key: str):
     """``(wav path, start, end)`` for one cut; start/end are None when the cut covers
-    its whole recording. Audio that a raw line cannot point at (in memory, URL,
-    command, several files, transforms, mixed cuts, a channel subset) is written to
+    its whole recording. Audio that a raw line cannot point at (in memory, a command,
+    several files, transforms, mixed cuts, a channel subset) is written to
     ``audio_dir`` as 16-bit PCM WAV, or refused when there is none."""
     rec = getattr(cut, "recording", None)
     simple = (
@@ -365,8 +365,6 @@ def raw_list_line(cut, list_path: str, audio_dir: Optional[Path] = None) -> byte
 def _probe_url(url: str, key: str, fail) -> Recording:
     """:func:`~wenet_lhotse.formats.remote_audio.probe_remote_audio`, its failures as
     errors of the line (``fail``)."""
-    from wenet_lhotse.formats.remote_audio import probe_remote_audio
-
     try:
         return probe_remote_audio(url, key)
     except WenetDataError as e:  # retried already: missing, denied, or given up

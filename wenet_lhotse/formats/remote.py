@@ -10,7 +10,9 @@ range request), so a blip loses nothing and no byte is delivered twice. A perman
 failure (no such bucket or object, access denied, or transient errors that outlast
 ``retries``) raises :class:`~wenet_lhotse.errors.WenetDataError` (kind
 ``"io"`` or ``"missing_file"``) naming the URL; the shard reader adds the member
-reached and a fault-tolerant reader counts it.
+reached and a fault-tolerant reader counts it. Reads are bounded in time like HTTP
+reads (:class:`~wenet_lhotse.formats.read_limits.ReadLimits`: each call into fsspec
+within the stall limit, the object within the deadlines; final, kind ``"timeout"``).
 
 Credentials, endpoints and regions come only from the library's standard places
 (for S3: ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/``AWS_PROFILE``,
