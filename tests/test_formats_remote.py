@@ -122,7 +122,7 @@ def test_stalled_connection_ends_within_the_limits(s3_proxy, monkeypatch, tmp_pa
     s3.fs().pipe_file(f"{s3.bucket}/a.wav", os.urandom(40_000))
     with pytest.raises(WenetDataError) as e:
         list(read_raw_list(lst))
-    assert e.value.kind == "timeout" and proxy.faults_done == 2
+    assert e.value.kind == "timeout"  # random bytes: without the stall, bad_audio
     assert str(e.value).startswith(f"{lst}:1: cannot read audio header of {s3.url('a.wav')}")
     assert "not finished within its 1 s deadline" in str(e.value)
 
@@ -184,12 +184,11 @@ def test_failures_past_retries_are_counted_in_fault_tolerant_mode(s3_proxy, monk
                                                                    tmp_path):
     """Every response carrying tar bytes is cut, past all retries; one object is
     missing: each is one counted skip naming its URL, the others are read."""
-    import wenet_lhotse.formats.remote as remote
     from wenet_lhotse.errors import SkipReport
     from wenet_lhotse.formats import read_shard_list
 
-    monkeypatch.setattr(remote, "RETRIES", 1)
-    monkeypatch.setattr(remote, "BACKOFF", 0.01)
+    monkeypatch.setenv("WENET_LHOTSE_RETRIES", "1")
+    monkeypatch.setenv("WENET_LHOTSE_RETRY_BACKOFF_S", "0.01")
     s3, proxy = s3_proxy
     urls = _upload_shards(s3, tmp_path, 4, 2, 1.5)
     lst = tmp_path / "s3.list"
