@@ -79,11 +79,8 @@ class AdversarialHandler(_QuietHandler):
             return
         if mode in ("drop_once", "drop_then_error", "ranges") and self.headers.get("Range"):
             return self._range(mode)
-        try:
-            with open(self.translate_path(self.path), "rb") as f:
-                data = f.read()
-        except OSError:
-            self.send_error(404)
+        data = self._file_bytes()
+        if data is None:
             return
         if mode == "lie_content":
             data = b"<html><body>Welcome! Please log in.</body></html>" * 20
@@ -113,15 +110,21 @@ class AdversarialHandler(_QuietHandler):
         except OSError:  # the client gave up: what a deadline is for
             pass
 
+    def _file_bytes(self):
+        """The requested file's bytes, or None after answering 404."""
+        try:
+            with open(self.translate_path(self.path), "rb") as f:
+                return f.read()
+        except OSError:
+            self.send_error(404)
+            return None
+
     def _range(self, mode: str) -> None:
         if mode == "drop_then_error":
             self.send_error(500, "internal error")
             return
-        try:
-            with open(self.translate_path(self.path), "rb") as f:
-                data = f.read()
-        except OSError:
-            self.send_error(404)
+        data = self._file_bytes()
+        if data is None:
             return
         first, _, last = self.headers["Range"].split("=", 1)[1].partition("-")
         start, end = int(first), min(int(last or len(data) - 1), len(data) - 1)
