@@ -79,7 +79,10 @@ class HttpReader(ResumableReader):
             if status == 206 and total.isdigit():
                 self.size = int(total)
                 if self._block_size:  # kept: a header probe seeks back and forth
-                    self._block = (self.pos, resp.read())
+                    try:
+                        self._block = (self.pos, resp.read())
+                    except urllib3.exceptions.ReadTimeoutError as e:
+                        raise self._timeout() from e
                     self._drop()
                     self._file = io.BytesIO(self._block[1])
             elif status == 200:
