@@ -312,3 +312,22 @@ def test_with_pooled_features(cuts, tok, texts):
         assert b["pcm_length"].tolist() == [by_id[k].num_samples for k in b["keys"]]
     np.testing.assert_allclose(c1["pcm"][0, : c1["pcm_length"][0]].numpy(),
                                by_id[c1["keys"][0]].load_audio()[0], atol=1e-6)
+
+
+def test_langid_with_different_language_sets_answers_as_a_fresh_identifier():
+    """WenetLangId sets langid's languages only when they change (WeNet sets them for
+    every utterance); interleaved identifiers with different sets still answer as
+    langid does with its languages set just before the call."""
+    from langid.langid import LanguageIdentifier, model
+
+    from wenet_lhotse.dataset.langid import WenetLangId
+
+    texts = ["今天天气很好", "the weather is fine today", "c'est la vie mon ami",
+             "guten Morgen zusammen", "你好 hello"]
+    ids = [WenetLangId(["zh", "en"]), WenetLangId(None), WenetLangId(["fr", "de"]),
+           WenetLangId(["zh", "en"])]
+    fresh = LanguageIdentifier.from_modelstring(model, norm_probs=True)
+    for text in texts:
+        for ident in ids:
+            fresh.set_languages(ident.limited_langs)
+            assert ident(text) == fresh.classify(text)[0], (text, ident.limited_langs)
