@@ -58,11 +58,12 @@ from wenet_lhotse.loader.dataloader import (
 )
 from wenet_lhotse.loader.distributed import gloo_group, plan_partition, world_info
 from wenet_lhotse.loader.mux import PositionedStream, ResumableMux
-from wenet_lhotse.loader.readers import JsonlReader, ListReader, read_meta_cuts, shar_reader
+from wenet_lhotse.loader.readers import JsonlReader, ListReader, shar_reader
 from wenet_lhotse.loader.sampler import ResumableBucketingSampler
 from wenet_lhotse.loader.shar_audio import SharAudioAttacher
 from wenet_lhotse.loader.streamed import StreamedEpochDataset
 from wenet_lhotse.sources import SourceSpec, TagCuts, mux_sources, open_source, parse_sources
+from wenet_lhotse.sources.manifest import LazyCheckedManifest
 
 logger = logging.getLogger(__name__)
 
@@ -153,7 +154,8 @@ def _map_reader(spec: SourceSpec, cfg: LoaderConfig, seed: int, strict: bool,
             probed = probed_raw_list(spec.paths, strict=strict, skip_report=skip_report,
                                      cache_dir=None if probe_cache is True else probe_cache)
             # the cache is a manifest: metadata only for training (a fraction of the memory)
-            cuts = (read_meta_cuts(str(probed.manifest), strict, skip_report) if light
+            cuts = (list(LazyCheckedManifest([probed.manifest], strict, skip_report,
+                                             metadata_only=True)) if light
                     else list(CutSet.from_jsonl_lazy(probed.manifest)))
         else:
             cuts = list(open_source(spec, strict=strict, skip_report=skip_report))

@@ -305,23 +305,6 @@ class JsonlReader(PositionedReader):
         self._line_counts.update(state.get("line_counts") or {})
 
 
-def read_meta_cuts(path: str, strict: bool = True,
-                   skip_report: Optional[SkipReport] = None) -> List[Any]:
-    """All cuts of one manifest as :class:`~wenet_lhotse.sources.meta_cut.MetaCut` s
-    (plain lines; others as Lhotse cuts), with the checks and errors of
-    :func:`~wenet_lhotse.sources.manifest.parse_manifest_meta`: a fraction of the memory
-    and time of Lhotse cuts, for a reader that holds a whole list."""
-    report = skip_report if skip_report is not None else SkipReport()
-    out: List[Any] = []
-    for lineno, line in _numbered_lines(path):
-        if line.strip():
-            try:
-                out.append(parse_manifest_meta(line, path, lineno + 1))
-            except WenetDataError as err:
-                report.handle(err, strict)
-    return out
-
-
 def _none_in(sorted_positions: List[int], lo: int, hi: int) -> bool:
     """No position in ``[lo, hi)``."""
     i = bisect_left(sorted_positions, lo)

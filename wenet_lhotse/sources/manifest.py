@@ -192,10 +192,13 @@ def parse_manifest_meta(line: Any, path: str, lineno: int, allow_pipe: bool = Fa
     return MetaCut(obj, line, extra_custom, (path, lineno))
 
 
-def iter_manifest(path: str, allow_pipe: bool = False) -> Iterator[Tuple[Any, int]]:
+def iter_manifest(path: str, allow_pipe: bool = False, metadata_only: bool = False
+                  ) -> Iterator[Tuple[Any, int]]:
     """``(cut or WenetDataError, line number)`` for each non-empty line of one manifest;
     a truncated or unreadable file ends with one ``WenetDataError`` (kind
-    ``"truncated"``) saying how much was not read."""
+    ``"truncated"``) saying how much was not read. ``metadata_only``: plain cuts come as
+    :class:`MetaCut` (:func:`parse_manifest_meta`)."""
+    parse = parse_manifest_meta if metadata_only else parse_manifest_line
     no = 0
     with open_input(path) as raw:  # a local file or an object-store URL
         binary = gzip.GzipFile(fileobj=raw, mode="rb") if path.endswith(".gz") else raw
@@ -204,7 +207,7 @@ def iter_manifest(path: str, allow_pipe: bool = False) -> Iterator[Tuple[Any, in
                 if not line.strip():
                     continue
                 try:
-                    yield parse_manifest_line(line, path, no, allow_pipe), no
+                    yield parse(line, path, no, allow_pipe), no
                 except WenetDataError as err:
                     yield err, no
         except (OSError, EOFError, UnicodeDecodeError, zlib.error) as err:
@@ -214,20 +217,23 @@ def iter_manifest(path: str, allow_pipe: bool = False) -> Iterator[Tuple[Any, in
 
 
 class LazyCheckedManifest(Dillable):
-    """The cuts of Lhotse manifest(s), read lazily with the checks of the module doc.
-    Picklable; ``len()`` counts lines (as Lhotse's lazy manifests do)."""
+    """The cuts of Lhotse manifest(s), read lazily with the checks of the module doc
+    (``metadata_only``: plain cuts as :class:`MetaCut`). Picklable; ``len()`` counts
+    lines (as Lhotse's lazy manifests do)."""
 
     def __init__(self, paths: Sequence[Pathlike], strict: bool = True,
-                 skip_report: Optional[SkipReport] = None, allow_pipe: bool = False) -> None:
+                 skip_report: Optional[SkipReport] = None, allow_pipe: bool = False,
+                 metadata_only: bool = False) -> None:
         self.paths: List[str] = [p if is_remote(p) else os.path.abspath(p)
                                  for p in as_path_list(paths)]
         self.strict = strict
         self.skip_report = skip_report if skip_report is not None else SkipReport()
         self.allow_pipe = allow_pipe
+        self.metadata_only = metadata_only
 
     def __iter__(self) -> Iterator[Cut]:
         for path in self.paths:
-            for item, _ in iter_manifest(path, self.allow_pipe):
+            for item, _ in iter_manifest(path, self.allow_pipe, self.metadata_only):
                 if isinstance(item, WenetDataError):
                     self.skip_report.handle(item, self.strict)
                     continue
