@@ -168,23 +168,10 @@ def measure_resume(source: str, fraction: float, num_cuts: int, world_size: int)
 
 
 def _buffered_items(state) -> list:
-    """The buffered-cut items of a loader state: ``[stream, position, ...]``, with a
-    sixth element (the cut's manifest line) for cuts read long before."""
-    found = []
-
-    def walk(x):
-        if isinstance(x, dict):
-            for key in ("buckets", "merged"):
-                if isinstance(x.get(key), list):
-                    found.extend(i for b in x[key] for i in b)
-            for v in x.values():
-                walk(v)
-        elif isinstance(x, (list, tuple)):
-            for v in x:
-                walk(v)
-
-    walk(state)
-    return found
+    """The buffered-cut items of a map loader's state: ``[stream, position, ...]``, with a
+    sixth element (the index of the cut's kept manifest line) for cuts read long before."""
+    snap = state["sampler"]["snapshot"]
+    return [i for b in snap["buckets"] + snap["merged"] for i in b]
 
 
 def measure_raw(raw_list: str) -> dict:
