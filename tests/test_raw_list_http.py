@@ -7,21 +7,22 @@ import/validate/stats/export take such lists (export keeps the URLs)."""
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 from pathlib import Path
 
 import pytest
-import torch
 from click.testing import CliRunner
-from test_loader_compat import DATASET_CONF, WenetStyleCharTokenizer, _args
+from remote_lists import (
+    assert_cli_takes_the_list,
+    assert_drop_in_features_equal,
+    assert_missing_audio_named,
+)
 
 from wenet_lhotse import CharTokenizer, SkipReport, WenetDataError, build_dataloader
 from wenet_lhotse.cli.main import main
 from wenet_lhotse.corpus import generate_corpus
 from wenet_lhotse.formats import read_raw_list
-from wenet_lhotse.wenet_compat import init_dataset_and_dataloader
 
 
 @pytest.fixture(scope="module")
@@ -64,20 +65,8 @@ def test_range_probes_and_training_through_a_dropped_connection(corpus8, http_se
              os.path.getsize(c.recording.sources[0].source) for c in local}
     assert fetched <= len(got) * 24 * 1024 < sum(sizes.values()) / 2, fetched
 
-    tokenizer = WenetStyleCharTokenizer(corpus8.units)
-    conf = copy.deepcopy(DATASET_CONF)
-    conf["fbank_conf"] = {**conf["fbank_conf"], "dither": 0.0}
-
-    def cv_batches(path):
-        out = init_dataset_and_dataloader(_args(path, path, "raw"),
-                                          {"dataset_conf": copy.deepcopy(conf)}, tokenizer)
-        return list(out[3])
-
     base.server.ranges.clear()
-    remote, plain = cv_batches(lst), cv_batches(corpus8.data_list)
-    assert [b["keys"] for b in remote] == [b["keys"] for b in plain] and remote
-    for a, b in zip(remote, plain):
-        assert torch.equal(a["feats"], b["feats"])
+    assert_drop_in_features_equal(lst, corpus8.data_list, corpus8.units)
     resumed = {f"bytes={s // 2}-" for s in sizes.values()}
     assert resumed <= set(base.server.ranges)  # each file: cut at half, resumed there
 
@@ -86,13 +75,7 @@ def test_missing_and_failing_urls(corpus8, http_serve, tmp_path, fast_retries):
     base = http_serve(corpus8.root / "wav", mode="ranges")
     gone = f"{base}/absent.wav"
     lst = url_list(corpus8, base, tmp_path, [json.dumps({"key": "x", "wav": gone})])
-    with pytest.raises(WenetDataError) as info:
-        list(read_raw_list(lst))
-    assert str(info.value).startswith(f"{lst}:9: audio file not found: {gone}")
-    assert info.value.kind == "missing_audio" and "\n" not in str(info.value)
-    report = SkipReport()
-    assert len(list(read_raw_list(lst, strict=False, skip_report=report))) == 8
-    assert [(i.line, i.kind) for i in report] == [(9, "missing_audio")]
+    assert_missing_audio_named(lst, gone, line=9, kept=8)
 
     failing = http_serve(corpus8.root / "wav", mode="error")  # 500, every time
     bad = url_list(corpus8, failing, tmp_path, name="bad.list")
@@ -138,18 +121,4 @@ def test_cli_import_validate_stats_export(corpus8, http_serve, tmp_path):
         assert res.exit_code == 0, res.output
         return res.stdout
 
-    stats = cli("stats", lst).splitlines()
-    assert "  utterances : 8" in stats
-    assert stats[1:] == cli("stats", corpus8.data_list).splitlines()[1:]
-    checked = cli("validate", lst)
-    assert "8 utterances OK" in checked and "0 problems" in checked
-    cli("import", lst, "-o", tmp_path / "cuts.jsonl.gz", "-j", "1")
-    cli("export", tmp_path / "cuts.jsonl.gz", "-o", tmp_path / "back.list")
-    assert (tmp_path / "back.list").read_text() == lst.read_text()  # the URLs kept
-    cli("import", lst, "--shar", tmp_path / "shar", "-j", "1")
-    from lhotse import CutSet
-
-    local = {c.id: c for c in read_raw_list(corpus8.data_list)}
-    for cut in CutSet.from_shar(in_dir=tmp_path / "shar"):  # the wavs, byte for byte
-        assert torch.equal(torch.from_numpy(cut.load_audio()),
-                           torch.from_numpy(local[cut.id].load_audio()))
+    assert_cli_takes_the_list(cli, lst, corpus8.data_list, 8, tmp_path, jobs=1)

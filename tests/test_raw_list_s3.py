@@ -5,7 +5,6 @@ or unreachable object is one error naming list line and URL, or a counted skip."
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import subprocess
@@ -14,13 +13,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
-from test_loader_compat import DATASET_CONF, WenetStyleCharTokenizer, _args
+from remote_lists import (
+    assert_cli_takes_the_list,
+    assert_drop_in_features_equal,
+    assert_missing_audio_named,
+)
 
 from wenet_lhotse import CharTokenizer, SkipReport, WenetDataError, build_dataloader
 from wenet_lhotse.corpus import generate_corpus
 from wenet_lhotse.formats import read_raw_list
-from wenet_lhotse.wenet_compat import init_dataset_and_dataloader
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -71,13 +72,7 @@ def test_missing_and_unreachable_objects(corpus10, s3_proxy, tmp_path, monkeypat
     s3, proxy = s3_proxy
     gone = s3.url("wavs/absent.wav")
     lst = s3_list(corpus10, s3, tmp_path, [json.dumps({"key": "x", "wav": gone, "txt": "a"})])
-    with pytest.raises(WenetDataError) as info:
-        list(read_raw_list(lst))
-    assert str(info.value).startswith(f"{lst}:11: audio file not found: {gone}")
-    assert info.value.kind == "missing_audio" and "\n" not in str(info.value)
-    report = SkipReport()
-    assert len(list(read_raw_list(lst, strict=False, skip_report=report))) == 10
-    assert [(i.line, i.kind) for i in report] == [(11, "missing_audio")]
+    assert_missing_audio_named(lst, gone, line=11, kept=10)
     two = tmp_path / "two.list"
     two.write_text("".join(lst.read_text().splitlines(keepends=True)[:2]))
     proxy.arm(cut_after=2_000, times=1000)  # every header read cut, past the retries
@@ -90,20 +85,8 @@ def test_missing_and_unreachable_objects(corpus10, s3_proxy, tmp_path, monkeypat
 
 
 def test_drop_in_map_mode_features_equal_local(corpus10, s3, tmp_path):
-    tokenizer = WenetStyleCharTokenizer(corpus10.units)
-    lst = s3_list(corpus10, s3, tmp_path)
-    conf = copy.deepcopy(DATASET_CONF)
-    conf["fbank_conf"] = {**conf["fbank_conf"], "dither": 0.0}
-
-    def cv_batches(path):
-        configs = {"dataset_conf": copy.deepcopy(conf)}
-        out = init_dataset_and_dataloader(_args(path, path, "raw"), configs, tokenizer)
-        return list(out[3])
-
-    remote, local = cv_batches(lst), cv_batches(corpus10.data_list)
-    assert [b["keys"] for b in remote] == [b["keys"] for b in local] and remote
-    for a, b in zip(remote, local):
-        assert torch.equal(a["feats"], b["feats"])
+    assert_drop_in_features_equal(s3_list(corpus10, s3, tmp_path), corpus10.data_list,
+                                  corpus10.units)
 
 
 def test_object_gone_after_probe_is_a_counted_skip_in_training(corpus10, s3, tmp_path):
@@ -135,18 +118,4 @@ def test_cli_import_validate_stats(corpus10, s3, tmp_path):
         assert res.returncode == 0, res.stderr
         return res.stdout
 
-    cli("import", lst, "--shar", tmp_path / "shar", "-j", "2")
-    stats = cli("stats", lst, "-j", "2").splitlines()
-    assert "  utterances : 10" in stats  # and the same figures as the local list's
-    assert stats[1:] == cli("stats", corpus10.data_list).splitlines()[1:]
-    checked = cli("validate", lst)
-    assert "10 utterances OK" in checked and "0 problems" in checked
-    cli("import", lst, "-o", tmp_path / "cuts.jsonl.gz", "-j", "1")
-    cli("export", tmp_path / "cuts.jsonl.gz", "-o", tmp_path / "back.list")
-    assert (tmp_path / "back.list").read_text() == lst.read_text()  # the URLs kept
-    from lhotse import CutSet
-
-    shar = CutSet.from_shar(in_dir=tmp_path / "shar")
-    local = {c.id: c for c in read_raw_list(corpus10.data_list)}
-    for cut in shar:  # the wavs copied byte for byte into the Shar tars
-        np.testing.assert_array_equal(cut.load_audio(), local[cut.id].load_audio())
+    assert_cli_takes_the_list(cli, lst, corpus10.data_list, 10, tmp_path, jobs=2)
