@@ -209,6 +209,7 @@ class JsonlReader(PositionedReader):
         return order
 
     def iter_from(self, start: int) -> Iterator[Tuple[int, Cut]]:
+        parse = parse_manifest_meta if self.light else parse_manifest_line
         offset = 0
         for i in self._file_order():
             path = self.paths[i]
@@ -225,12 +226,7 @@ class JsonlReader(PositionedReader):
                     if offset + lineno < start or not line.strip():
                         continue  # skipped lines are not decoded nor parsed
                     try:
-                        if self.light:
-                            cut = parse_manifest_meta(line, path, n, extra_custom=extra)
-                        else:
-                            cut = parse_manifest_line(line.decode("utf-8"), path, n)
-                            if extra is not None:
-                                cut.custom = {**(cut.custom or {}), **extra}
+                        cut = parse(line, path, n, extra_custom=extra)
                     except (WenetDataError, UnicodeDecodeError) as err:
                         self._skip(err if isinstance(err, WenetDataError)
                                    else WenetDataError(f"not valid UTF-8: {err}", path,

@@ -110,7 +110,7 @@ def _load_checked(line: Any, path: str, lineno: int, allow_pipe: bool) -> Any:
     return obj
 
 
-def _to_cut(obj: Any, path: str, lineno: int) -> Cut:
+def _to_cut(obj: Any, path: str, lineno: int, extra_custom: Optional[dict] = None) -> Cut:
     def fail(msg: str, kind: str) -> WenetDataError:
         return WenetDataError(msg, path, line=lineno, kind=kind)
 
@@ -125,13 +125,17 @@ def _to_cut(obj: Any, path: str, lineno: int) -> Cut:
     why = _time_problem(cut)
     if why is not None:
         raise fail(why, "bad_segment")
+    if extra_custom:
+        cut.custom = {**(cut.custom or {}), **extra_custom}
     return cut
 
 
-def parse_manifest_line(line: Any, path: str, lineno: int, allow_pipe: bool = False) -> Cut:
-    """One manifest line (str or UTF-8 bytes) -> its cut; :class:`WenetDataError`
-    naming ``path:lineno``."""
-    return _to_cut(_load_checked(line, path, lineno, allow_pipe), path, lineno)
+def parse_manifest_line(line: Any, path: str, lineno: int, allow_pipe: bool = False,
+                        extra_custom: Optional[dict] = None) -> Cut:
+    """One manifest line (str or UTF-8 bytes) -> its cut, ``extra_custom`` merged into
+    its ``custom`` (a reader's keys, e.g. ``shar_tar``); :class:`WenetDataError` naming
+    ``path:lineno``."""
+    return _to_cut(_load_checked(line, path, lineno, allow_pipe), path, lineno, extra_custom)
 
 
 def _fields(cls: Any, drop: Sequence[str] = (), extra: Sequence[str] = ()
@@ -177,10 +181,7 @@ def parse_manifest_meta(line: Any, path: str, lineno: int, allow_pipe: bool = Fa
     merged into ``custom`` either way."""
     obj = _load_checked(line, path, lineno, allow_pipe)
     if not _plain_mono(obj):
-        cut = _to_cut(obj, path, lineno)
-        if extra_custom:
-            cut.custom = {**(cut.custom or {}), **extra_custom}
-        return cut
+        return _to_cut(obj, path, lineno, extra_custom)
     why = key_problem(obj["id"])
     if why is not None:
         raise WenetDataError(f"unsafe cut id {obj['id'][:40]!r}: {why}", path, line=lineno,
