@@ -126,10 +126,6 @@ def cached_window(opts: FrameOptions, device: Optional[torch.device] = None) -> 
                       lambda: _window(opts), device)
 
 
-def cached_mel_banks(opts: FrameOptions, device: Optional[torch.device] = None) -> torch.Tensor:
-    return _CACHE.get(("mel", opts), lambda: mel_banks(opts), device)
-
-
 #: Mel filters per group in :func:`cached_mel_groups` (measured: 16-20 fastest at 80 bins).
 MEL_GROUP = 16
 
