@@ -30,7 +30,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-# the constant matrices (their own module; names kept here for callers)
+# the constant matrices (their own module), cached below
 from wenet_lhotse.features.kaldi_matrices import dct_matrix, lifter_coeffs, mel_banks
 
 # numeric_limits<float>::epsilon(), the floor Kaldi and torchaudio use before log().
