@@ -163,7 +163,7 @@ class LazyWenetShardIterator(Dillable):
                                 stream.close_error()
                                 return
                             continue
-                        data = tar.extractfile(info).read()
+                        data = tar.extractfile(info).read(info.size)
                         k, dot, suffix = member.rpartition(".")
                         if not dot or not k or "/" in suffix:
                             self._handle(WenetDataError(
