@@ -153,7 +153,8 @@ def profile_stages(dataset, batches, clock: StageClock) -> List[Dict[str, Any]]:
             pcms.append(np.asarray(samples, dtype=np.float32))
             gen = torch.Generator().manual_seed(seed)
             wave = torch.from_numpy(np.ascontiguousarray(samples)) * INT16_SCALE
-            wave = clock.run("dither", kaldi._dithered, wave, cfg.dither, gen)
+            dither = getattr(kaldi, "dithered", None) or kaldi._dithered  # older trees
+            wave = clock.run("dither", dither, wave, cfg.dither, gen)
             feats = clock.run("fbank", kaldi.fbank, [wave], cfg.frame_options(sr),
                               cfg.fbank_options(0.0))[0].numpy()
             if p.spec_aug is not None:

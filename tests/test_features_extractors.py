@@ -22,6 +22,7 @@ from wenet_lhotse.features import (
     WhisperLogMel,
     WhisperLogMelConfig,
     extractor_from_wenet_conf,
+    kaldi,
 )
 from wenet_lhotse.features.kaldi import FrameOptions, num_frames
 from wenet_lhotse.features.reference import load_torchaudio_kaldi
@@ -144,6 +145,26 @@ def test_dither_uses_wenet_units_and_generator():
     # on the [-1, 1] scale would swamp them).
     assert 0 < np.median(np.abs(a - clean)) < 0.05
     assert np.array_equal(ex.compute([x], 16000, dither=0.0)[0].numpy(), clean)
+
+
+def test_dither_noise_is_gaussian_per_waveform_and_seeded():
+    gen = lambda seed: torch.Generator().manual_seed(seed)  # noqa: E731
+    n = 16000 * 20
+    a, b, c = (kaldi.dither_noise(n, gen(s)) for s in (1, 1, 2))
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    # i.i.d. N(0, 1) within a waveform: moments, and no correlation between neighbours
+    assert abs(float(a.mean())) < 0.01 and abs(float(a.std()) - 1) < 0.01
+    assert abs(float((a[1:] * a[:-1]).mean())) < 0.01
+    assert abs(float((a ** 4).mean()) - 3) < 0.1  # Gaussian kurtosis
+    # longer than the table: joined slices, still the asked length and seeded
+    long = kaldi.dither_noise(kaldi.NOISE_TABLE + 5, gen(3))
+    assert long.shape == (kaldi.NOISE_TABLE + 5,)
+    assert torch.equal(long, kaldi.dither_noise(kaldi.NOISE_TABLE + 5, gen(3)))
+    # dithered() adds dither * noise, the noise picked by the same generator
+    wave = torch.linspace(-100, 100, 1000)
+    got = kaldi.dithered(wave, 0.5, gen(4))
+    assert torch.allclose(got, wave + 0.5 * kaldi.dither_noise(1000, gen(4)))
+    assert kaldi.dithered(wave, 0.0, gen(4)) is wave
 
 
 def test_extractors_round_trip_through_lhotse_registry(tmp_path):

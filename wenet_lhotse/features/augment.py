@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -105,16 +105,6 @@ def speed_perturb(samples: Samples, sampling_rate: int, factor: float) -> Sample
 def choose_speed(rng: random.Random, speeds: Sequence[float]) -> float:
     """WeNet's ``random.choice(speeds)``."""
     return rng.choice(list(speeds))
-
-
-def add_dither(
-    samples: np.ndarray, dither: float, generator: Optional[torch.Generator] = None
-) -> np.ndarray:
-    """Add Gaussian noise of std ``dither`` (in the units of ``samples``)."""
-    if dither == 0.0:
-        return samples
-    noise = torch.randn(samples.shape, generator=generator).numpy()
-    return samples + dither * noise
 
 
 Span = Tuple[int, int]  # [start, end)

@@ -16,10 +16,9 @@ dither -> fbank/mfcc -> spec_aug -> spec_sub -> spec_trim) is split in two:
 Same seeds -> same speed factors, masks and trims as the worker path, by construction
 (the draws are the worker path's own, see ``spec_aug_draws`` & co. in
 :mod:`~wenet_lhotse.features.augment`). On the CPU the features equal the worker
-path's (tested at 1e-4; dither noise included: each cut's noise comes from a
-``torch.Generator`` seeded with the cut's seed, as in the worker path). On CUDA the
-noise comes from CUDA's generator with that seed: reproducible and with the same
-distribution, but not the CPU's numbers.
+path's (tested at 1e-4; dither noise included: each cut's noise is the slice of
+:func:`~wenet_lhotse.features.kaldi.dither_noise` that a CPU ``torch.Generator`` seeded
+with the cut's seed picks, as in the worker path -- on any device, the same numbers).
 
 Supported ``feats_type``: ``fbank`` and ``mfcc`` (the Kaldi front end); Whisper's
 log-mel stays on the worker path.
@@ -283,9 +282,9 @@ class DeviceFeatures:
         for w, d in zip(waves, draws):
             w = w * INT16_SCALE
             if d.dither and dither != 0.0:
-                gen = torch.Generator(device=w.device).manual_seed(d.seed)
-                w = w + dither * torch.randn(w.shape, generator=gen, dtype=w.dtype,
-                                             device=w.device)
+                # the worker path's noise: its offset drawn from a CPU generator with the
+                # cut's seed, the table copied to the device once
+                w = kaldi.dithered(w, dither, torch.Generator().manual_seed(d.seed))
             scaled.append(w)
         if not scaled:
             return []
