@@ -83,3 +83,14 @@ def test_decoding_a_cut_uses_it_and_equals_libsndfile(tmp_path):
         got, rate = load_samples(cut, channel)
         assert got.dtype == np.int16 and rate == 16000
         assert np.array_equal(got, pcm[:, channel])
+
+
+@pytest.mark.parametrize("subtype", ["PCM_16", "PCM_24"])
+def test_raw_list_probe_gives_lhotses_manifest(tmp_path, subtype):
+    from lhotse import Recording
+
+    from wenet_lhotse.formats.raw_list import _probe
+
+    path = tmp_path / "p.wav"
+    path.write_bytes(_wav(_pcm(12345, 2).astype(np.float32) / 32768, 22050, subtype=subtype))
+    assert _probe(str(path), "k") == Recording.from_file(str(path), recording_id="k")

@@ -69,6 +69,16 @@ def wav_layout(head: Union[bytes, bytearray, memoryview], size: int) -> Optional
     return None
 
 
+def wav_file_layout(path: Union[str, os.PathLike[str]]) -> Optional[WavLayout]:
+    """The :class:`WavLayout` of the 16-bit PCM WAV file at ``path`` from its first
+    :data:`HEADER_BYTES`; ``None`` when it is not one (or cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            return wav_layout(f.read(HEADER_BYTES), os.fstat(f.fileno()).st_size)
+    except OSError:
+        return None
+
+
 def read_pcm16_wav(source: Union[str, bytes, bytearray, memoryview]
                    ) -> Optional[Tuple[np.ndarray, WavLayout]]:
     """``(int16 samples (frames, channels), layout)`` of a 16-bit PCM WAV file path or
