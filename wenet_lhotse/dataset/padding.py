@@ -10,12 +10,21 @@ place in the sorted batch, and fills only the rows' tails.
 
 from __future__ import annotations
 
-from typing import Sequence, Tuple, Union
+from contextvars import ContextVar
+from typing import Callable, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 
 Row = Union[np.ndarray, torch.Tensor]
+
+#: Where :func:`pad_rows` puts its output: ``(shape, dtype) -> tensor or None`` (None:
+#: a fresh tensor). A DataLoader worker's shared-memory slot while it makes a batch
+#: (:meth:`~wenet_lhotse.loader.transport.BatchRing.reserve`), so the padded rows are
+#: written once, where the training process reads them.
+row_allocator: ContextVar[Optional[Callable[[Tuple[int, ...], torch.dtype],
+                                            Optional[torch.Tensor]]]] = ContextVar(
+    "row_allocator", default=None)
 
 
 def pad_rows(rows: Sequence[Row], order: Sequence[int], padding_value: float = 0.0,
@@ -27,7 +36,11 @@ def pad_rows(rows: Sequence[Row], order: Sequence[int], padding_value: float = 0
     if not picked:
         return torch.zeros((0, 0, *trailing))
     max_len = max(t.shape[0] for t in picked)
-    out = torch.empty((len(picked), max_len, *picked[0].shape[1:]), dtype=picked[0].dtype)
+    shape = (len(picked), max_len, *picked[0].shape[1:])
+    alloc = row_allocator.get()
+    out = alloc(shape, picked[0].dtype) if alloc is not None else None
+    if out is None:
+        out = torch.empty(shape, dtype=picked[0].dtype)
     for r, t in enumerate(picked):
         n = t.shape[0]
         out[r, :n] = t

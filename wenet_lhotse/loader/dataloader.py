@@ -47,8 +47,10 @@ class LoaderDataset(torch.utils.data.Dataset):
         self._epoch: Optional[int] = None
 
     def __getitem__(self, item: Any) -> Any:
-        out = self._batch(item)
-        return out if self.ring is None else self.ring.pack(out)
+        if self.ring is None:
+            return self._batch(item)
+        with self.ring.reserve():  # padded straight into shared memory
+            return self.ring.pack(self._batch(item))
 
     def _batch(self, item: Any) -> Any:
         if isinstance(item, tuple):

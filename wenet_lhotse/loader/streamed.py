@@ -12,6 +12,7 @@ worker skipped items after its last batch (or had no batch): not a step.
 
 from __future__ import annotations
 
+import contextlib
 import random
 from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
@@ -200,12 +201,13 @@ class StreamedEpochDataset(torch.utils.data.IterableDataset):
         for i, batch in enumerate(sampler):
             if i < skip:
                 continue  # sampled from metadata; no audio decoded, no features computed
-            out = self.dataset[batch]
-            skipped = self.skip_report.take_new()
-            if skipped and isinstance(out, dict):
-                out.setdefault(BATCH_SKIPS_KEY, []).extend(skipped)
-            if self.ring is not None:
-                out = self.ring.pack(out)
+            with self.ring.reserve() if self.ring is not None else contextlib.nullcontext():
+                out = self.dataset[batch]  # padded straight into shared memory
+                skipped = self.skip_report.take_new()
+                if skipped and isinstance(out, dict):
+                    out.setdefault(BATCH_SKIPS_KEY, []).extend(skipped)
+                if self.ring is not None:
+                    out = self.ring.pack(out)
             # The worker id travels with the batch: the loader counts batches per
             # worker, which makes resume exact even after some workers ran out of tars.
             yield WorkerBatch(wid, out)
