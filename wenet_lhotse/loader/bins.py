@@ -1,10 +1,20 @@
 """Bucket edges and the batch budget of a loader, from the first cuts' metadata.
 
 The edges are compared with each cut's length *after* speed perturbation (the
-constraints' ``measure_length``), so they are estimated from those lengths too (the
-epoch-0 factors of the sampled cuts). Streamed sources read their first tars, audio
-included, in the training process before any worker starts: they estimate from at most
-:data:`STREAMED_BINS_CUTS` cuts.
+constraints' ``measure_length``), so they are estimated from those lengths too.
+
+* Map-style loading estimates them in the training process from the first
+  ``num_cuts_for_bins_estimate`` cuts' metadata (:func:`bins_and_budget`, epoch-0 speeds).
+* Streamed loading reads nothing in the training process for them: as Lhotse's
+  ``DynamicBucketingSampler`` without ``duration_bins`` estimates them from the first cuts
+  it reads, each DataLoader worker estimates its own from the first
+  ``streamed.INITIAL_FILL`` cuts of its epoch -- the cuts it reads anyway before its first
+  batch, peeked at and handed on to its sampler, never read twice
+  (:class:`WorkerEdges`). They depend only on the worker's share of the tars, the seed
+  and the epoch, so a restored epoch gets the same edges and the same batches. Only
+  batching by duration without ``max_duration`` still reads the first cuts here (every
+  worker must share one budget, from their mean duration); ``duration_bins`` given or
+  WeNet's ``batch_type: bucket`` need nothing read at all.
 """
 
 from __future__ import annotations
@@ -22,11 +32,6 @@ from wenet_lhotse.loader.constraints import CutLengths, cut_lengths_from_wenet_c
 from wenet_lhotse.sources import SourceSpec
 
 logger = logging.getLogger(__name__)
-
-#: Cuts of the first tars that streamed sources estimate bucket edges from (2,000, read
-#: with their audio, took most of the time to the first batch).
-STREAMED_BINS_CUTS = 300
-
 
 def estimate_bins(cuts: Sequence[Cut], num_buckets: int,
                   lengths: Optional[CutLengths] = None) -> List[float]:
@@ -49,39 +54,94 @@ class _Seconds:
         return self.lengths.seconds(cut)
 
 
+def needs_sample(cfg: LoaderConfig) -> Tuple[bool, bool]:
+    """``(edges, mean)``: whether bucket edges must be estimated from cuts (no
+    ``duration_bins`` given, not WeNet's ``batch_type: bucket``), and whether the batch
+    budget needs the mean duration (batching by duration without ``max_duration``)."""
+    lconf, batching = cfg.lhotse, cfg.batching
+    edges = lconf.duration_bins is None and not _bucket_type(cfg)
+    return edges, batching.by == "duration" and batching.max_duration is None
+
+
+def _bucket_type(cfg: LoaderConfig) -> bool:
+    batching = cfg.batching
+    return batching.by == "wenet" and batching.batch_conf["batch_type"] == "bucket"
+
+
+def given_bins(cfg: LoaderConfig) -> Optional[List[float]]:
+    """The edges (seconds) the config gives: ``duration_bins``, or WeNet's buckets
+    (``bucket_boundaries``, frames, in seconds for logs); ``None`` when to be estimated."""
+    if _bucket_type(cfg):
+        return [b * cfg.frame_shift_ms / 1000.0
+                for b in cfg.batching.batch_conf["bucket_boundaries"]]
+    if cfg.lhotse.duration_bins is not None:
+        return [float(b) for b in cfg.lhotse.duration_bins]
+    return None
+
+
+def budget_and_formula(cfg: LoaderConfig, mean: float) -> Tuple[Optional[float], str]:
+    """The duration budget (seconds; ``None`` when batching by WeNet's numbers) and how
+    batches are formed (for logs), given the mean duration (seconds; unused unless
+    :func:`needs_sample` says so)."""
+    budget = cfg.batching.resolve(mean)
+    formula = cfg.batching.explain(mean)
+    if budget is not None:
+        formula = f"max_duration {budget:.1f} s ({formula or 'given'})"
+    return budget, formula
+
+
+def edges_from_sample(sample: Sequence[Cut], n: int, cfg: LoaderConfig,
+                      lengths: CutLengths) -> List[float]:
+    """Edges (seconds) from ``sample``, the first cuts (at most ``n``) of the data. A small
+    data set (fewer than ``n`` cuts) gets fewer buckets: each should hold a full batch."""
+    if not sample:
+        return []
+    mean = sum(c.duration for c in sample) / len(sample)
+    per_batch = cfg.batching.utterances_per_batch(mean, cfg.frame_shift_ms)
+    num = cfg.lhotse.num_buckets
+    cap = num if len(sample) >= n else int(len(sample) / per_batch)
+    return estimate_bins(sample, min(num, cap), lengths)
+
+
+def log_edges(bins: Sequence[float], where: str = "") -> None:
+    logger.info("duration_bins%s (pass them as lhotse_conf.duration_bins to skip this "
+                "estimate): %s", where, [round(b, 3) for b in bins])
+
+
 def bins_and_budget(cuts: Iterator[Cut], cfg: LoaderConfig, n: int, specs: Sequence[SourceSpec],
                      lengths: CutLengths) -> Tuple[List[float], Optional[float], str]:
     """Bucket edges (seconds), the duration budget (seconds; ``None`` when batching by
     WeNet's numbers) and how batches are formed (for logs), from the metadata of the first
-    ``n`` cuts -- only read when needed (no ``duration_bins`` given, or a static
-    ``batch_size`` to turn into seconds). With WeNet's ``batch_type: bucket`` the buckets
-    are WeNet's (``bucket_boundaries``)."""
-    lconf, batching = cfg.lhotse, cfg.batching
-    bucket_type = batching.by == "wenet" and batching.batch_conf["batch_type"] == "bucket"
-    need = (lconf.duration_bins is None and not bucket_type) or (
-        batching.by == "duration" and batching.max_duration is None)
-    sample = list(islice(cuts, n if need else 1))
+    ``n`` cuts -- only read when needed (:func:`needs_sample`; one cut otherwise, to
+    check there is one)."""
+    need_edges, need_mean = needs_sample(cfg)
+    sample = list(islice(cuts, n if need_edges or need_mean else 1))
     if not sample:
         raise ValueError(f"no cuts in {[s.name for s in specs]} (after filter_conf)")
-    mean = sum(c.duration for c in sample) / len(sample)
-    budget = batching.resolve(mean)
-    formula = batching.explain(mean)
-    if budget is not None:
-        formula = f"max_duration {budget:.1f} s ({formula or 'given'})"
-    if bucket_type:
-        # sampling buckets = WeNet's buckets (their edges, frames, in seconds for the log)
-        bins = [b * cfg.frame_shift_ms / 1000.0 for b in batching.batch_conf["bucket_boundaries"]]
-    elif lconf.duration_bins is not None:
-        bins = [float(b) for b in lconf.duration_bins]
-    else:
-        # A small data set gets fewer buckets: each should hold at least a full batch
-        # (not known to be small when the sample stopped at n cuts).
-        per_batch = batching.utterances_per_batch(mean, cfg.frame_shift_ms)
-        cap = lconf.num_buckets if len(sample) >= n else int(len(sample) / per_batch)
-        bins = estimate_bins(sample, min(lconf.num_buckets, cap), lengths)
-        logger.info("duration_bins (pass them as lhotse_conf.duration_bins to skip this "
-                    "estimate): %s", [round(b, 3) for b in bins])
+    budget, formula = budget_and_formula(cfg, sum(c.duration for c in sample) / len(sample))
+    bins = given_bins(cfg)
+    if bins is None:
+        bins = edges_from_sample(sample, n, cfg, lengths)
+        log_edges(bins)
     return bins, budget, formula
+
+
+@dataclass
+class WorkerEdges:
+    """How a streamed worker estimates its bucket edges from the first :attr:`num_cuts`
+    cuts of its epoch (see the module docstring); picklable, sent to the workers with
+    the sampler's arguments. ``lengths`` is the constraint's own (sharing its cache of
+    per-cut lengths) or, batching by duration, the split's."""
+
+    cfg: LoaderConfig
+    num_cuts: int
+    lengths: CutLengths
+
+    def edges(self, head: Sequence[Cut], epoch: int) -> List[float]:
+        """The edges (seconds) for ``head``, the epoch's first cuts, with the epoch's
+        speed factors."""
+        self.lengths.set_epoch(epoch)
+        return edges_from_sample(head, self.num_cuts, self.cfg, self.lengths)
 
 
 def split_lengths(cfg: LoaderConfig, split: str, seed: int) -> CutLengths:

@@ -229,10 +229,13 @@ class BucketingSampler(DynamicBucketingSampler):
         self.diagnostics.reset_current_epoch()
         if hasattr(self.constraint, "set_epoch"):
             self.constraint.set_epoch(self.epoch)
+        source = self._source()  # may set duration_bins (see WarmStartSampler)
+        if hasattr(self.constraint, "use_bins"):  # ours: bound batches by these edges
+            self.constraint.use_bins(self.duration_bins)
         state = BucketSelectionState(bucket_rng=bucket_rng,
                                      num_buckets=len(self.duration_bins) + 1,
                                      world_size=self.world_size)
-        cuts = iter(Filter(iterator=iter(self.cuts[0]), predicate=self._filter_fn,
+        cuts = iter(Filter(iterator=source, predicate=self._filter_fn,
                            diagnostics=self.diagnostics))
         self._bucketer = self.bucketer_class(
             cuts, state, duration_bins=list(self.duration_bins), world_size=self.world_size,
@@ -242,6 +245,10 @@ class BucketingSampler(DynamicBucketingSampler):
             diagnostics=self.diagnostics)
         self._bucketer._collect_cuts_in_buckets(self.buffer_size)
         return self
+
+    def _source(self) -> Iterator[Cut]:
+        """The epoch's cuts (called by ``iter()`` after the constraint's ``set_epoch``)."""
+        return iter(self.cuts[0])
 
     def _next_batch(self) -> CutSet:
         if self._bucketer is None:

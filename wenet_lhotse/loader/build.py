@@ -38,9 +38,12 @@ from wenet_lhotse.errors import SkipReport
 from wenet_lhotse.features.device import DeviceFeatures
 from wenet_lhotse.formats.split import reader_share
 from wenet_lhotse.loader.bins import (  # noqa: F401  (estimate_bins: public here before)
-    STREAMED_BINS_CUTS,
+    WorkerEdges,
     bins_and_budget,
+    budget_and_formula,
     estimate_bins,
+    given_bins,
+    needs_sample,
     split_lengths,
 )
 from wenet_lhotse.loader.bucketing import BucketingSampler
@@ -61,7 +64,7 @@ from wenet_lhotse.loader.mux import PositionedStream, ResumableMux
 from wenet_lhotse.loader.readers import JsonlReader, ListReader, shar_reader
 from wenet_lhotse.loader.sampler import ResumableBucketingSampler
 from wenet_lhotse.loader.shar_audio import SharAudioAttacher
-from wenet_lhotse.loader.streamed import StreamedEpochDataset
+from wenet_lhotse.loader.streamed import INITIAL_FILL, StreamedEpochDataset
 from wenet_lhotse.sources import SourceSpec, TagCuts, mux_sources, open_source, parse_sources
 from wenet_lhotse.sources.manifest import LazyCheckedManifest
 
@@ -263,30 +266,56 @@ def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
 
 
 def build_streamed_loader(plan: LoaderPlan, dataset: Any) -> StreamedDataLoader:
-    """Streamed loading: each (rank, DataLoader worker) reads and samples its own tars."""
+    """Streamed loading: each (rank, DataLoader worker) reads and samples its own tars,
+    and estimates its own bucket edges from the first cuts it reads (:mod:`.bins`):
+    nothing is read here, unless batching by duration needs the mean duration (then at
+    the loader's first ``iter()``)."""
     cfg, lconf, split = plan.cfg, plan.cfg.lhotse, plan.split
     specs, seed, ws, rk = plan.specs, plan.seed, plan.world_size, plan.rank
     strict, weights, transforms = plan.strict, plan.weights, plan.transforms
-    sample_cuts = mux_sources([_metadata(s, strict, tf) for s, tf in zip(specs, transforms)],
-                              weights, seed=seed)
-    bins, max_duration, formula = bins_and_budget(
-        iter(sample_cuts), cfg, min(lconf.num_cuts_for_bins_estimate, STREAMED_BINS_CUTS), specs,
-        split_lengths(cfg, split, seed))
-    del sample_cuts
-    constraint = batch_constraint(cfg.batching, cfg.dataset_conf, split=split, seed=seed,
-                                  max_duration=max_duration,
-                                  quadratic_duration=lconf.quadratic_duration)
-    logger.info("%s batches: %s, %d buckets, %s", split, formula, len(bins) + 1, "streamed")
-    sampler_kw = {"constraint": constraint, "duration_bins": bins,
-                  "buffer_size": cfg.buffer_size}
+    train = split == "train"
+    lengths = split_lengths(cfg, split, seed)
+    need_edges, need_mean = needs_sample(cfg)
+
+    def constraint_for(max_duration: Optional[float]) -> Any:
+        return batch_constraint(cfg.batching, cfg.dataset_conf, split=split, seed=seed,
+                                max_duration=max_duration,
+                                quadratic_duration=lconf.quadratic_duration)
+
+    def sampled() -> Dict[str, Any]:
+        """Budget (and edges) from the mean of the first cuts, read here."""
+        sample_cuts = mux_sources([_metadata(s, strict, tf) for s, tf in zip(specs, transforms)],
+                                  weights, seed=seed)
+        bins, max_duration, formula = bins_and_budget(
+            iter(sample_cuts), cfg, min(lconf.num_cuts_for_bins_estimate, INITIAL_FILL),
+            specs, lengths)
+        logger.info("%s batches: %s, %d buckets, streamed", split, formula, len(bins) + 1)
+        return {"constraint": constraint_for(max_duration), "duration_bins": bins}
+
+    sampler_kw: Dict[str, Any] = {"buffer_size": cfg.buffer_size}
+    if not need_mean:
+        budget, formula = budget_and_formula(cfg, 0.0)
+        constraint = constraint_for(budget)
+        sampler_kw["constraint"] = constraint
+        bins = given_bins(cfg)
+        if need_edges:
+            n = min(lconf.num_cuts_for_bins_estimate, INITIAL_FILL)
+            # the constraint's lengths: the estimate fills the cache it measures with
+            sampler_kw["edges"] = WorkerEdges(cfg, n, getattr(constraint, "lengths", lengths))
+            logger.info("%s batches: %s, %d buckets estimated by each worker from its first "
+                        "%d cuts, streamed", split, formula, lconf.num_buckets, n)
+        else:
+            sampler_kw["duration_bins"] = bins
+            logger.info("%s batches: %s, %d buckets, streamed", split, formula, len(bins) + 1)
     # cv/infer: every rank reads the whole set unless cv_partition; no step syncing
     # (evaluation has no per-step collective; combine losses with reduce_cv_loss).
-    train = split == "train"
     partition = train or lconf.cv_partition
     ds = StreamedEpochDataset(dataset, specs, transforms, sampler_kw, seed=seed,
                               shuffle=cfg.shuffle, stop_early=lconf.mux_stop_early,
                               rank=rk if partition else 0, world_size=ws if partition else 1,
                               strict=strict, cycle=cfg.cycle)
+    if need_mean:
+        ds.defer(sampled)
     group = gloo_group() if ws > 1 and train else None
     if ws > 1 and train and group is None:
         logger.warning("world_size %d but torch.distributed is not initialized: ranks cannot "

@@ -263,6 +263,10 @@ class StreamedDataLoader(LhotseDataLoader):
         self.per_worker: Dict[int, int] = {}  # batches consumed per worker id
         self.last_worker = -1  # the worker of the last consumed batch
 
+    def __iter__(self) -> Iterator[Any]:
+        self.dataset.prepare()  # before the workers start: they get a copy of the dataset
+        return super().__iter__()
+
     def _start_epoch(self, restored: Optional[Dict[str, Any]]) -> None:
         super()._start_epoch(restored)
         if restored is not None:

@@ -14,7 +14,19 @@ from __future__ import annotations
 
 import contextlib
 import random
-from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from itertools import chain, islice
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterator,
+    List,
+    Mapping,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Tuple,
+)
 
 import torch
 from lhotse import CutSet
@@ -22,6 +34,7 @@ from lhotse.cut import Cut
 
 from wenet_lhotse.errors import BATCH_SKIPS_KEY, SkipReport, SkipsOnly
 from wenet_lhotse.formats.split import reader_share
+from wenet_lhotse.loader.bins import WorkerEdges, log_edges
 from wenet_lhotse.loader.bucketing import BucketingSampler, SteppedBucketer
 from wenet_lhotse.sources import SourceSpec, mux_sources, open_source, spec_shar_fields
 
@@ -78,10 +91,36 @@ GROW_STEP = 1000
 
 class WarmStartSampler(BucketingSampler):
     """:class:`~.bucketing.BucketingSampler` that starts batching after
-    :data:`INITIAL_FILL` cuts (:class:`GrowingBucketer`) instead of a full buffer."""
+    :data:`INITIAL_FILL` cuts (:class:`GrowingBucketer`) instead of a full buffer.
+
+    :param edges: when given (a :class:`~.bins.WorkerEdges`), ``duration_bins`` are
+        estimated at each ``iter()`` from the epoch's first ``edges.num_cuts`` cuts,
+        peeked at and then handed to the bucketer (read once), as Lhotse's
+        ``DynamicBucketingSampler`` does without ``duration_bins``.
+    """
 
     bucketer_class = GrowingBucketer
     initial_fill = INITIAL_FILL
+
+    def __init__(self, cuts: Any, *, edges: Optional[WorkerEdges] = None, **kw: Any) -> None:
+        if edges is not None:
+            kw["duration_bins"] = []  # placeholder: Lhotse would read cuts to estimate them
+        super().__init__(cuts, **kw)
+        self.edges = edges
+        #: log the estimated edges (one worker does, once)
+        self.log_edges = False
+
+    def _source(self) -> Iterator[Cut]:
+        cuts = super()._source()
+        if self.edges is None:
+            return cuts
+        head = list(islice(cuts, self.edges.num_cuts))
+        self.duration_bins = self.edges.edges(head, self.epoch)
+        self.num_buckets = len(self.duration_bins) + 1
+        if self.log_edges:
+            log_edges(self.duration_bins, f" (worker 0, epoch {self.epoch}, estimated from "
+                                          f"its first {len(head)} cuts)")
+        return chain(head, cuts)
 
     def __iter__(self) -> WarmStartSampler:
         if self._just_restored_state:
@@ -133,12 +172,28 @@ class StreamedEpochDataset(torch.utils.data.IterableDataset):
         self.skip_report = SkipReport()  # this worker's reader skips, forwarded per batch
         self.epoch = -1
         self._next_epoch: Optional[int] = None
+        self._edges_logged = False
+        #: run once before the first epoch (in the training process, before the workers
+        #: start): returns more sampler arguments (see :meth:`prepare`)
+        self._prepare: Optional[Callable[[], Dict[str, Any]]] = None
         # (epoch, {worker id: batches it already delivered in that epoch},
         #  the worker the restored epoch continues with)
         self._skip: Tuple[int, Dict[int, int], int] = (-1, {}, 0)
 
     def set_epoch(self, epoch: int) -> None:
         self._next_epoch = epoch
+
+    def defer(self, prepare: Callable[[], Dict[str, Any]]) -> None:
+        """Let :meth:`prepare` add the sampler arguments ``prepare()`` returns (work that
+        reads data, e.g. a budget from the mean duration): done at the first ``iter()``
+        of the loader, not when it is built (a cv loader reads nothing before it is used)."""
+        self._prepare = prepare
+
+    def prepare(self) -> None:
+        """Run the deferred preparation, once (the loader calls it before each epoch)."""
+        if self._prepare is not None:
+            self.sampler_kw.update(self._prepare())
+            self._prepare = None
 
     def resume(self, epoch: int, per_worker: Mapping[int, int], next_worker: int) -> None:
         """Continue ``epoch`` after the batches each worker already delivered in it
@@ -192,6 +247,8 @@ class StreamedEpochDataset(torch.utils.data.IterableDataset):
                                    rank=0, seed=self.seed, shuffle=self.shuffle,
                                    **self.sampler_kw)
         sampler.set_epoch(self.epoch)
+        if wid == 0 and self.rank == 0 and not self._edges_logged:
+            sampler.log_edges = self._edges_logged = True
         skip = per_worker.get(wid, 0)
         if wid < offset:
             # The DataLoader asks its workers round-robin from worker 0; a restored epoch
