@@ -225,33 +225,32 @@ class LoaderPlan:
 
 
 def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
-    """Map-style loading: sources as positioned readers, mux and sampler in this process."""
+    """Map-style loading: sources as positioned readers, mux and sampler in this process.
+    A cv/infer loader reads nothing until used: its batches are planned at its first
+    ``iter()`` (or ``len()``), see :class:`~.dataloader.PlannedSampler`."""
     cfg, lconf, split = plan.cfg, plan.cfg.lhotse, plan.split
     specs, seed, ws, rk = plan.specs, plan.seed, plan.world_size, plan.rank
     num_workers, prefetch_factor = plan.num_workers, plan.prefetch_factor
-    # train: the sampler holds metadata and builds only its rank's emitted cuts
-    streams = [PositionedStream(_map_reader(s, cfg, seed, plan.strict, plan.skip_report,
-                                            light=split == "train"), tf)
-               for s, tf in zip(specs, plan.transforms)]
-    mux = ResumableMux(streams, plan.weights, seed=seed, stop_early=lconf.mux_stop_early)
-    mux.start(0)
-    bins, max_duration, formula = bins_and_budget(
-        mux, cfg, lconf.num_cuts_for_bins_estimate, specs, split_lengths(cfg, split, seed))
-    constraint = batch_constraint(cfg.batching, cfg.dataset_conf, split=split, seed=seed,
-                                  max_duration=max_duration,
-                                  quadratic_duration=lconf.quadratic_duration)
-    logger.info("%s batches: %s, %d buckets, %s", split, formula, len(bins) + 1, "map")
-    attach = SharAudioAttacher(plan.strict) if any(s.type == "shar" for s in specs) else None
-    dataset_for_loader = LoaderDataset(dataset, attach)
-    if split == "train":
-        depth = max(lconf.snapshot_depth,
-                    num_workers * (prefetch_factor or 2) + 4 if num_workers else 4)
-        sampler = ResumableBucketingSampler(
-            mux, duration_bins=bins, constraint=constraint, shuffle=cfg.shuffle,
-            buffer_size=cfg.buffer_size, world_size=ws, rank=rk, seed=seed,
-            snapshot_depth=depth)
-        loader_sampler: Any = EpochTaggedSampler(sampler)
-    else:
+
+    def mux_and_constraint() -> Tuple[ResumableMux, List[float], Any]:
+        # train: the sampler holds metadata and builds only its rank's emitted cuts
+        streams = [PositionedStream(_map_reader(s, cfg, seed, plan.strict, plan.skip_report,
+                                                light=split == "train"), tf)
+                   for s, tf in zip(specs, plan.transforms)]
+        mux = ResumableMux(streams, plan.weights, seed=seed, stop_early=lconf.mux_stop_early)
+        mux.start(0)
+        lengths = split_lengths(cfg, split, seed)
+        bins, max_duration, formula = bins_and_budget(
+            mux, cfg, lconf.num_cuts_for_bins_estimate, specs, lengths)
+        constraint = batch_constraint(cfg.batching, cfg.dataset_conf, split=split, seed=seed,
+                                      max_duration=max_duration,
+                                      quadratic_duration=lconf.quadratic_duration,
+                                      lengths=lengths)
+        logger.info("%s batches: %s, %d buckets, %s", split, formula, len(bins) + 1, "map")
+        return mux, bins, constraint
+
+    def planned() -> List[CutSet]:
+        mux, bins, constraint = mux_and_constraint()
         mux.start(0)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # an eager CutSet is fine for a one-off plan
@@ -260,7 +259,23 @@ def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
                 shuffle=False, world_size=1, rank=0, buffer_size=cfg.buffer_size))
         if lconf.cv_partition:
             batches = reader_share(plan_partition(batches, ws), rk, ws)
-        loader_sampler = PlannedSampler(batches)
+        return batches
+
+    attach = SharAudioAttacher(plan.strict) if any(s.type == "shar" for s in specs) else None
+    dataset_for_loader = LoaderDataset(dataset, attach)
+    if split == "train":
+        mux, bins, constraint = mux_and_constraint()
+        depth = max(lconf.snapshot_depth,
+                    num_workers * (prefetch_factor or 2) + 4 if num_workers else 4)
+        sampler = ResumableBucketingSampler(
+            mux, duration_bins=bins, constraint=constraint, shuffle=cfg.shuffle,
+            buffer_size=cfg.buffer_size, world_size=ws, rank=rk, seed=seed,
+            snapshot_depth=depth)
+        loader_sampler: Any = EpochTaggedSampler(sampler)
+    else:
+        for spec in specs:  # a wrong path fails now, not when the first cv pass starts
+            spec.check_local_paths()
+        loader_sampler = PlannedSampler(planned)
     return MapDataLoader(dataset_for_loader, sampler=loader_sampler,
                          skip_report=plan.skip_report, **plan.loader_kw)
 
@@ -276,11 +291,13 @@ def build_streamed_loader(plan: LoaderPlan, dataset: Any) -> StreamedDataLoader:
     train = split == "train"
     lengths = split_lengths(cfg, split, seed)
     need_edges, need_mean = needs_sample(cfg)
+    for spec in specs:  # the lists are read in the workers: a wrong path fails here
+        spec.check_local_paths()
 
     def constraint_for(max_duration: Optional[float]) -> Any:
         return batch_constraint(cfg.batching, cfg.dataset_conf, split=split, seed=seed,
                                 max_duration=max_duration,
-                                quadratic_duration=lconf.quadratic_duration)
+                                quadratic_duration=lconf.quadratic_duration, lengths=lengths)
 
     def sampled() -> Dict[str, Any]:
         """Budget (and edges) from the mean of the first cuts, read here."""
@@ -300,8 +317,7 @@ def build_streamed_loader(plan: LoaderPlan, dataset: Any) -> StreamedDataLoader:
         bins = given_bins(cfg)
         if need_edges:
             n = min(lconf.num_cuts_for_bins_estimate, INITIAL_FILL)
-            # the constraint's lengths: the estimate fills the cache it measures with
-            sampler_kw["edges"] = WorkerEdges(cfg, n, getattr(constraint, "lengths", lengths))
+            sampler_kw["edges"] = WorkerEdges(cfg, n, lengths)  # the constraint's (one cache)
             logger.info("%s batches: %s, %d buckets estimated by each worker from its first "
                         "%d cuts, streamed", split, formula, lconf.num_buckets, n)
         else:

@@ -396,12 +396,16 @@ def wenet_constraint(batch_conf: Optional[Mapping[str, Any]], lengths: CutLength
 
 def batch_constraint(batching: Any, dataset_conf: Mapping[str, Any], *, split: str, seed: int,
                      max_duration: Optional[float] = None,
-                     quadratic_duration: Optional[float] = None) -> SamplingConstraint:
+                     quadratic_duration: Optional[float] = None,
+                     lengths: Optional[CutLengths] = None) -> SamplingConstraint:
     """The constraint for a resolved :class:`~wenet_lhotse.loader.config.BatchingConfig`:
     WeNet's numbers (``by == "wenet"``, lengths as the ``split``'s feature pipeline makes
-    them) or Lhotse's ``TimeConstraint`` with the ``max_duration`` budget (seconds)."""
+    them; ``lengths`` when given is that object, e.g. to share its cache) or Lhotse's
+    ``TimeConstraint`` with the ``max_duration`` budget (seconds)."""
     if batching.by == "wenet":
-        lengths = cut_lengths_from_wenet_conf(dataset_conf, train=split == "train", seed=seed)
+        if lengths is None:
+            lengths = cut_lengths_from_wenet_conf(dataset_conf, train=split == "train",
+                                                  seed=seed)
         return wenet_constraint(batching.batch_conf, lengths, batching.max_cuts)
     from lhotse.dataset.sampling.base import TimeConstraint
 

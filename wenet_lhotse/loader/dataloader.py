@@ -17,7 +17,7 @@ skipped in fault-tolerant mode, wherever it was skipped, into ``skip_report``.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 from lhotse import CutSet
@@ -75,13 +75,20 @@ class EpochTaggedSampler(torch.utils.data.Sampler):
 
     def __init__(self, sampler: ResumableBucketingSampler) -> None:
         self.sampler = sampler
+        self._fresh: Optional[Iterator[CutSet]] = None  # an epoch not yet drawn from
 
     def __iter__(self) -> Iterator[Tuple[int, CutSet]]:
         # Start the epoch now (not at the first next()), so that a state_dict() taken
-        # right after iter(loader) already refers to the new epoch.
-        return self._tagged(iter(self.sampler))
+        # right after iter(loader) already refers to the new epoch. torch's DataLoader
+        # iterator calls iter(sampler) twice when it starts its workers (in __init__ and
+        # in _reset) and draws from the second only: that is the same epoch, not the next
+        # (starting one would fill the sampler's buffer twice before the first batch).
+        if self._fresh is None:
+            self._fresh = iter(self.sampler)
+        return self._tagged(self._fresh)
 
     def _tagged(self, it: Iterator[CutSet]) -> Iterator[Tuple[int, CutSet]]:
+        self._fresh = None
         while True:  # not ``for``: iter(it) would start yet another epoch
             try:
                 batch = next(it)
@@ -93,15 +100,38 @@ class EpochTaggedSampler(torch.utils.data.Sampler):
 class PlannedSampler(torch.utils.data.Sampler):
     """Yields a fixed list of CutSet batches (the cv plan for this rank) on every ``iter()``,
     each as ``(pass, batch)``: :class:`LoaderDataset` forwards the pass number to the
-    dataset's ``set_epoch``, so that cv dither draws new noise each pass, as WeNet's."""
+    dataset's ``set_epoch``, so that cv dither draws new noise each pass, as WeNet's.
 
-    def __init__(self, batches: Sequence[CutSet]) -> None:
-        self.batches = list(batches)
+    :param batches: the batches, or a function that plans them: called at the first
+        ``iter()`` or ``len()`` (a cv loader reads nothing before it is used; WeNet's
+        reads its list when first iterated too).
+    """
+
+    def __init__(self, batches: Union[Sequence[CutSet], Callable[[], Sequence[CutSet]]]
+                 ) -> None:
+        self._plan = batches if callable(batches) else None
+        self._batches: Optional[List[CutSet]] = None if callable(batches) else list(batches)
         self.passes = 0
+        self._fresh: Optional[int] = None  # the pass of an iterator not yet drawn from
+
+    @property
+    def batches(self) -> List[CutSet]:
+        if self._batches is None:
+            self._batches = list(self._plan())
+            self._plan = None
+        return self._batches
 
     def __iter__(self) -> Iterator[Tuple[int, CutSet]]:
-        n, self.passes = self.passes, self.passes + 1
-        return iter([(n, b) for b in self.batches])
+        # torch's DataLoader iterator calls iter(sampler) twice when it starts its workers
+        # (in __init__ and in _reset), drawing from the second only: one pass, not two
+        if self._fresh is None:
+            self._fresh, self.passes = self.passes, self.passes + 1
+        return self._pass(self._fresh)
+
+    def _pass(self, n: int) -> Iterator[Tuple[int, CutSet]]:
+        self._fresh = None
+        for b in self.batches:
+            yield n, b
 
     def __len__(self) -> int:
         return len(self.batches)

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Union
 
-from wenet_lhotse.formats.remote import is_remote
+from wenet_lhotse.errors import WenetDataError
+from wenet_lhotse.formats.remote import is_remote, url_scheme
 from wenet_lhotse.sources.detect import KINDS, STREAMED_KINDS, detect_input_kind
 from wenet_lhotse.sources.shar_dir import shar_fields
 
@@ -85,6 +86,14 @@ class SourceSpec:
             return []
         paths = self.path if isinstance(self.path, (list, tuple)) else [self.path]
         return [str(p) for p in paths]
+
+    def check_local_paths(self) -> None:
+        """WenetDataError (``missing_file``) for a local path that does not exist -- a
+        cheap check for sources read later (e.g. a cv list, read when first used)."""
+        for path in self.paths:
+            if url_scheme(path) is None and not path.startswith("pipe:") \
+                    and not os.path.exists(path):
+                raise WenetDataError("no such file or directory", path, kind="missing_file")
 
     @property
     def streamed(self) -> bool:
