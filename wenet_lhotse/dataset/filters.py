@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Callable, Dict, Mapping, Optional, Union
 
 from lhotse import CutSet
 from lhotse.cut import Cut
@@ -70,13 +70,14 @@ def _as_conf(filter_conf: Union[FilterConf, Mapping[str, Any], None]) -> FilterC
         filter_conf)
 
 
-def filter_reason(cut: Cut, tokenizer: Any, filter_conf: Union[FilterConf, Mapping, None] = None
-                  ) -> Optional[str]:
+def filter_reason(cut: Cut, tokenizer: Any, filter_conf: Union[FilterConf, Mapping, None] = None,
+                  num_tokens: Optional[Callable[[str], int]] = None) -> Optional[str]:
     """Why WeNet's filter would drop ``cut`` (one of :data:`REASONS`), or ``None`` to keep.
 
     ``tokenizer`` is anything with WeNet's ``tokenize(line) -> (tokens, ids)``; with
     ``None``, or for a cut without transcript, token limits are not checked (WeNet
-    checks them only when the sample has a label).
+    checks them only when the sample has a label). ``num_tokens(text)``, when given,
+    counts the ids instead of tokenizing here (e.g. a cache).
     """
     conf = _as_conf(filter_conf)
     num_frames = num_frames_10ms(cut)
@@ -87,7 +88,7 @@ def filter_reason(cut: Cut, tokenizer: Any, filter_conf: Union[FilterConf, Mappi
     text = cut_text(cut, single=True) if tokenizer is not None else None
     if text is None:
         return None
-    n = len(tokenizer.tokenize(text)[1])
+    n = num_tokens(text) if num_tokens is not None else len(tokenizer.tokenize(text)[1])
     if n < conf.token_min_length:
         return "too_few_tokens"
     if n > conf.token_max_length:
@@ -100,15 +101,35 @@ def filter_reason(cut: Cut, tokenizer: Any, filter_conf: Union[FilterConf, Mappi
     return None
 
 
+#: Transcripts whose token count a :class:`WenetFilter` remembers (then it stops adding).
+TOKEN_CACHE_SIZE = 10_000
+
+
 class WenetFilter:
-    """Picklable predicate for ``CutSet.filter``: True keeps the cut."""
+    """Picklable predicate for ``CutSet.filter``: True keeps the cut.
+
+    It remembers the token counts of the first :data:`TOKEN_CACHE_SIZE` transcripts it
+    sees: map-style loading reads the first cuts twice before the first batch (bucket
+    edges, then the sampler's buffer), and tokenizing is most of the filter's cost."""
 
     def __init__(self, tokenizer: Any, filter_conf: Union[FilterConf, Mapping, None] = None):
         self.tokenizer = tokenizer
         self.conf = _as_conf(filter_conf)
+        self._counts: Dict[str, int] = {}
+
+    def __getstate__(self) -> Dict[str, Any]:
+        return {**self.__dict__, "_counts": {}}  # not shipped to DataLoader workers
+
+    def num_tokens(self, text: str) -> int:
+        n = self._counts.get(text)
+        if n is None:
+            n = len(self.tokenizer.tokenize(text)[1])
+            if len(self._counts) < TOKEN_CACHE_SIZE:
+                self._counts[text] = n
+        return n
 
     def __call__(self, cut: Cut) -> bool:
-        reason = filter_reason(cut, self.tokenizer, self.conf)
+        reason = filter_reason(cut, self.tokenizer, self.conf, self.num_tokens)
         if reason is not None:
             logger.debug("filter drops %s: %s", cut.id, reason)
         return reason is None

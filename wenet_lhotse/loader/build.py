@@ -82,12 +82,15 @@ class CutTransform:
         self.tokenizer = tokenizer
         self.filter_conf = dict(filter_conf) if filter_conf is not None else None
         self.tags = dict(tags or {})
+        self._filter: Any = None  # one WenetFilter for every pass (it caches token counts)
 
     def __call__(self, cuts: CutSet) -> CutSet:
         if self.filter_conf is not None:
-            from wenet_lhotse.dataset.filters import wenet_filter
+            if self._filter is None:
+                from wenet_lhotse.dataset.filters import WenetFilter
 
-            cuts = wenet_filter(cuts, self.tokenizer, self.filter_conf)
+                self._filter = WenetFilter(self.tokenizer, self.filter_conf)
+            cuts = cuts.filter(self._filter)
         if self.tags:
             cuts = cuts.map(TagCuts(self.tags), apply_fn=None)  # MetaCuts too
         return cuts
