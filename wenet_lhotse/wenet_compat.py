@@ -29,9 +29,10 @@ import logging
 import os
 from typing import Any, Dict, List, Mapping, MutableMapping, Optional, Sequence, Tuple, Union
 
-from wenet_lhotse.loader.build import CutTransform, build_dataloader, make_wenet_dataset
+from wenet_lhotse.loader.build import build_dataloader
 from wenet_lhotse.loader.config_check import check_wenet_configs
 from wenet_lhotse.loader.distributed import world_info
+from wenet_lhotse.loader.wenet_dataset import CutTransform, make_wenet_dataset
 from wenet_lhotse.sources import SourceSpec, detect_source_type
 
 logger = logging.getLogger(__name__)

@@ -3,7 +3,7 @@ DDP-safe step counts, cheap resume, and WeNet's ``init_dataset_and_dataloader`` 
 (:mod:`wenet_lhotse.wenet_compat`)."""
 
 from wenet_lhotse.loader.bucketing import BucketingSampler, SteppedBucketer
-from wenet_lhotse.loader.build import build_dataloader, make_wenet_dataset, resolve_mode
+from wenet_lhotse.loader.build import build_dataloader, resolve_mode
 from wenet_lhotse.loader.config import BatchingConfig, LhotseConf, LoaderConfig
 from wenet_lhotse.loader.constraints import (
     BucketBatchConstraint,
@@ -27,6 +27,7 @@ from wenet_lhotse.loader.readers import JsonlReader, ListReader, shar_reader
 from wenet_lhotse.loader.sampler import ResumableBucketingSampler
 from wenet_lhotse.loader.shar_audio import SharAudioAttacher
 from wenet_lhotse.loader.streamed import StreamedEpochDataset
+from wenet_lhotse.loader.wenet_dataset import make_wenet_dataset
 from wenet_lhotse.sources import (
     SourceSpec,
     TagCuts,

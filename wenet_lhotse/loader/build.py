@@ -65,76 +65,13 @@ from wenet_lhotse.loader.readers import JsonlReader, ListReader, shar_reader
 from wenet_lhotse.loader.sampler import ResumableBucketingSampler
 from wenet_lhotse.loader.shar_audio import SharAudioAttacher
 from wenet_lhotse.loader.streamed import INITIAL_FILL, StreamedEpochDataset
-from wenet_lhotse.sources import SourceSpec, TagCuts, mux_sources, open_source, parse_sources
+from wenet_lhotse.loader.wenet_dataset import CutTransform, make_wenet_dataset
+from wenet_lhotse.sources import SourceSpec, mux_sources, open_source, parse_sources
 from wenet_lhotse.sources.manifest import LazyCheckedManifest
 
 logger = logging.getLogger(__name__)
 
 SPLITS = ("train", "cv", "infer")
-
-
-class CutTransform:
-    """Picklable ``CutSet -> CutSet``: WeNet's ``filter_conf`` (when a tokenizer is
-    given and the split is not ``infer``), then the source's tags."""
-
-    def __init__(self, tokenizer: Any = None, filter_conf: Optional[Mapping] = None,
-                 tags: Optional[Mapping[str, Any]] = None) -> None:
-        self.tokenizer = tokenizer
-        self.filter_conf = dict(filter_conf) if filter_conf is not None else None
-        self.tags = dict(tags or {})
-        self._filter: Any = None  # one WenetFilter for every pass (it caches token counts)
-
-    def __call__(self, cuts: CutSet) -> CutSet:
-        if self.filter_conf is not None:
-            if self._filter is None:
-                from wenet_lhotse.dataset.filters import WenetFilter
-
-                self._filter = WenetFilter(self.tokenizer, self.filter_conf)
-            cuts = cuts.filter(self._filter)
-        if self.tags:
-            cuts = cuts.map(TagCuts(self.tags), apply_fn=None)  # MetaCuts too
-        return cuts
-
-
-def make_wenet_dataset(tokenizer: Any, dataset_conf: Mapping[str, Any], split: str, *,
-                       pool_workers: int = 0, seed: int = 0, fault_tolerant: bool = False,
-                       return_pcm: bool = False, features_on: str = "worker") -> Any:
-    """Our ``WenetAsrDataset`` with features configured from WeNet's ``dataset_conf``
-    (fbank/mfcc/log-mel, speed perturb, resample, spec_aug/sub/trim). With
-    ``features_on="device"`` its batches carry waveforms; ``DeviceFeatures.for_dataset``
-    turns them into features in the training process."""
-    from wenet_lhotse.dataset import WenetAsrDataset
-    from wenet_lhotse.features.fbank import extractor_from_wenet_conf
-    from wenet_lhotse.features.strategy import PooledFeatures
-
-    conf = dict(dataset_conf)
-    train = split == "train"
-
-    def aug(name: str, default: bool = False) -> Any:
-        # WeNet: a boolean switch plus an optional *_conf dict of the function's arguments.
-        on = conf.get(name, default)
-        return (conf.get(f"{name}_conf") or True) if train and on else None
-
-    lconf = conf.get("lhotse_conf") or {}
-    cv_dither = lconf.get("cv_dither", "wenet")
-    features = PooledFeatures(
-        extractor_from_wenet_conf(conf), num_workers=pool_workers,
-        # WeNet's singal_channel_conf; WeNet's cv keeps the yaml's dither (cv_dither)
-        channel=int((conf.get("singal_channel_conf") or {}).get("channel", 0)),
-        eval_dither=split == "cv" and cv_dither != "off",
-        speed_perturb=bool(conf.get("speed_perturb", False)) and train,
-        # WeNet's defaults: resample to 16 kHz and spec_aug on unless the yaml says otherwise
-        resample_to=(conf.get("resample_conf") or {}).get("resample_rate", 16000),
-        spec_aug=aug("spec_aug", default=True), spec_sub=aug("spec_sub"),
-        spec_trim=aug("spec_trim"),
-        seed=seed, fault_tolerant=fault_tolerant, return_audio=return_pcm,
-        features_on=features_on)
-    speaker_conf = conf.get("speaker_conf") or {}
-    dataset = WenetAsrDataset(tokenizer, features, split=split, return_pcm=return_pcm,
-                              fault_tolerant=fault_tolerant,
-                              speaker_table=speaker_conf.get("speaker_table_path"))
-    dataset.freeze_epoch = split == "cv" and cv_dither == "fixed"
-    return dataset
 
 
 def _map_reader(spec: SourceSpec, cfg: LoaderConfig, seed: int, strict: bool,
