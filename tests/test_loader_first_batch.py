@@ -78,3 +78,160 @@ def test_bins_are_estimated_on_perturbed_lengths():
     assert got == [float(b) for b in estimate_duration_buckets(perturbed, num_buckets=10)]
     assert got != estimate_bins(cuts, 10)
     assert estimate_bins(cuts, 10, CutLengths()) == estimate_bins(cuts, 10)  # no speeds
+
+
+# ---------------------------------------------------------------- the training process
+
+
+import logging  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+
+import pytest  # noqa: E402
+
+from wenet_lhotse.errors import WenetDataError  # noqa: E402
+from wenet_lhotse.loader import build_dataloader  # noqa: E402
+
+#: files opened by this process (not by DataLoader workers) while a test watches
+_OPENED = {"on": False, "pid": 0, "paths": []}
+
+
+def _audit(event, args):
+    if event == "open" and _OPENED["on"] and os.getpid() == _OPENED["pid"] \
+            and isinstance(args[0], (str, bytes, os.PathLike)):
+        _OPENED["paths"].append(os.fsdecode(args[0]))
+
+
+sys.addaudithook(_audit)  # audit hooks cannot be removed: this one is off unless watching
+
+
+class _Watch:
+    """Context: the paths this process opens (workers are other processes)."""
+
+    def __enter__(self):
+        _OPENED.update(on=True, pid=os.getpid(), paths=[])
+        return _OPENED["paths"]
+
+    def __exit__(self, *exc):
+        _OPENED["on"] = False
+
+
+class _Keys:
+    def __getitem__(self, cuts):
+        return [c.id for c in cuts]
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    from wenet_lhotse.corpus import generate_corpus
+
+    root = tmp_path_factory.mktemp("startup")
+    train = generate_corpus(root / "train", num_utterances=48, min_duration=0.5,
+                            max_duration=6.0, shard_size=6, seed=11)
+    cv = generate_corpus(root / "cv", num_utterances=12, min_duration=0.5, max_duration=4.0,
+                         shard_size=4, seed=12, prefix="cv-")
+    return train, cv
+
+
+STREAMED = {"batch_conf": {"batch_type": "dynamic", "max_frames_in_batch": 1500},
+            "speed_perturb": True, "lhotse_conf": {"num_buckets": 4, "buffer_size": 40}}
+
+
+def _tars(paths):
+    return [p for p in paths if p.endswith(".tar")]
+
+
+def test_streamed_loaders_read_no_tar_in_the_training_process(shards):
+    """Bucket edges are estimated by each worker from its own first cuts: building the
+    train and cv loaders (given as WeNet's --data_type shard gives them) opens nothing,
+    and a whole epoch with 2 workers opens no tar here."""
+    train, cv = shards
+    with _Watch() as opened:
+        _, loader = build_dataloader({"path": str(train.shards_list), "type": "shard"}, None,
+                                     STREAMED, "train", dataset=_Keys(), num_workers=2, seed=3)
+        _, cv_loader = build_dataloader({"path": str(cv.shards_list), "type": "shard"}, None,
+                                        STREAMED, "cv", dataset=_Keys(), num_workers=2, seed=3)
+        assert not opened, "building the loaders opened files"
+        keys = [k for b in loader for k in b]
+        cv_keys = [k for b in cv_loader for k in b]
+    assert sorted(keys) == sorted(train.keys) and sorted(cv_keys) == sorted(cv.keys)
+    assert not _tars(opened)
+
+
+def test_a_duration_budget_from_the_mean_reads_at_the_first_iter_not_at_build(shards):
+    train, _ = shards
+    conf = {"batch_conf": {"batch_type": "static", "batch_size": 4},
+            "lhotse_conf": {"batch_by": "duration", "num_buckets": 4, "buffer_size": 40}}
+    with _Watch() as opened:
+        _, loader = build_dataloader({"path": str(train.shards_list), "type": "shard"}, None,
+                                     conf, "cv", dataset=_Keys(), num_workers=2)
+        assert not opened
+        keys = [k for b in loader for k in b]
+    assert _tars(opened), "the mean duration is read here, before the workers start"
+    assert sorted(keys) == sorted(train.keys)
+
+
+def test_epochs_restored_mid_way_give_the_same_batches(shards):
+    """Worker edges depend only on the worker's tars, the seed and the epoch (speed
+    factors included): a fresh loader restored mid-epoch continues with the very batches
+    of the uninterrupted run, in every epoch."""
+    train, _ = shards
+
+    def make():
+        return build_dataloader(train.shards_list, None, STREAMED, "train", dataset=_Keys(),
+                                num_workers=2, seed=5)[1]
+
+    ref = make()
+    expected = [list(ref) for _ in range(3)]
+    assert expected[0] != expected[1]
+    for epoch in (0, 2):
+        a = make()
+        for _ in range(epoch):
+            list(a)
+        it = iter(a)
+        got = [next(it) for _ in range(3)]
+        b = make()
+        b.load_state_dict(a.state_dict())
+        assert got + list(b) == expected[epoch]
+
+
+def test_worker_edges_are_logged_once(shards, caplog):
+    train, _ = shards
+    _, loader = build_dataloader(train.shards_list, None, STREAMED, "train", dataset=_Keys())
+    with caplog.at_level(logging.INFO, logger="wenet_lhotse.loader.bins"):
+        list(loader)
+        list(loader)
+    logged = [r.getMessage() for r in caplog.records if "duration_bins (worker 0" in r.getMessage()]
+    assert len(logged) == 1 and "epoch 0" in logged[0]
+
+
+def test_cv_map_loader_reads_nothing_until_used(corpus, tmp_path):
+    """A raw cv list is planned at the first iter() (or len()), not when built; a wrong
+    path or a bad cv key still fails at build."""
+    conf = {"batch_conf": {"batch_type": "static", "batch_size": 4}}
+    with _Watch() as opened:
+        _, loader = build_dataloader({"path": str(corpus.data_list), "type": "raw"}, None,
+                                     conf, "cv", dataset=_Keys())
+        assert not opened
+        n = len(loader)
+    assert str(corpus.data_list) in opened
+    assert n == 5 and sorted(k for b in loader for k in b) == sorted(corpus.keys)
+    with pytest.raises(WenetDataError, match="no such file"):
+        build_dataloader({"path": str(tmp_path / "missing.list"), "type": "raw"}, None, conf,
+                         "cv", dataset=_Keys())
+    with pytest.raises(ValueError, match="batch_type"):
+        build_dataloader(corpus.data_list, None, {"batch_conf": {"batch_type": "x"}}, "cv",
+                         dataset=_Keys())
+
+
+def test_map_batches_do_not_depend_on_the_worker_count(corpus):
+    """torch starts a multi-worker DataLoader iterator with two iter(sampler) calls: the
+    first epoch is still epoch 0 (same batches as without workers), started once."""
+    conf = {"batch_conf": {"batch_type": "static", "batch_size": 4}, "speed_perturb": True}
+    runs = []
+    for workers in (0, 2):
+        _, loader = build_dataloader(corpus.data_list, None, conf, "train", dataset=_Keys(),
+                                     num_workers=workers, seed=8)
+        runs.append([list(loader), list(loader)])
+        assert loader.epoch == 1
+    assert runs[0] == runs[1]
