@@ -90,11 +90,16 @@ def sampled_batches(loader, clock: StageClock) -> List[Any]:
     from lhotse.dataset.sampling.dynamic_bucketing import DynamicBucketingSampler
 
     ds = loader.dataset
-    out = []
+    if hasattr(ds, "prepare"):
+        ds.prepare()  # work deferred to the loader's first iter()
 
     def read():
-        sampler = DynamicBucketingSampler(ds.cuts_for_epoch(0), world_size=1, rank=0,
-                                          seed=ds.seed, shuffle=ds.shuffle, **ds.sampler_kw)
+        try:  # the sampler each streamed worker runs, where the tree has one
+            from wenet_lhotse.loader.streamed import WarmStartSampler as cls
+        except ImportError:
+            cls = DynamicBucketingSampler
+        sampler = cls(ds.cuts_for_epoch(0), world_size=1, rank=0, seed=ds.seed,
+                      shuffle=ds.shuffle, **ds.sampler_kw)
         return [b for b in sampler]
 
     return clock.run("sampler", read)
