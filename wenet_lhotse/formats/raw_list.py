@@ -389,11 +389,11 @@ def _probe(audio_path: str, key: str) -> Recording:
     else:
         import soundfile as sf
 
-        try:
-            info = sf.info(audio_path)
+        try:  # SoundFile: soundfile.info also formats the format's descriptions
+            with sf.SoundFile(audio_path) as f:
+                channels, rate, frames = f.channels, int(f.samplerate), int(f.frames)
         except (sf.LibsndfileError, RuntimeError, TypeError):
             return Recording.from_file(audio_path, recording_id=key)
-        channels, rate, frames = info.channels, int(info.samplerate), int(info.frames)
     return Recording(
         id=key,
         sources=[AudioSource(type="file", channels=list(range(channels)), source=audio_path)],
