@@ -14,6 +14,13 @@ class Keys:
         return [(c.id, (c.custom or {}).get("lang")) for c in cuts]
 
 
+class Ids:
+    """A real map-style dataset returning the cut ids of each batch."""
+
+    def __getitem__(self, cuts):
+        return [c.id for c in cuts]
+
+
 class Audio:
     def __getitem__(self, cuts):
         return {c.id: c.load_audio() for c in cuts}

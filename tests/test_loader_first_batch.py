@@ -1,13 +1,22 @@
 """What happens before the first batch: streamed workers start batching after
 ``INITIAL_FILL`` cuts (then their buffer grows to ``buffer_size``), deterministically;
 bucket edges are estimated from the lengths the sampler compares them with (after speed
-perturbation)."""
+perturbation), by each streamed worker from its own first cuts; the training process
+reads no tar, and a cv loader nothing until used."""
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
+
+import pytest
 from lhotse import CutSet
 from lhotse.testing.dummies import dummy_cut
+from loader_common import Ids
 
+from wenet_lhotse.errors import WenetDataError
+from wenet_lhotse.loader import build_dataloader
 from wenet_lhotse.loader.bins import estimate_bins
 from wenet_lhotse.loader.bucketing import BucketingSampler
 from wenet_lhotse.loader.constraints import CutLengths, StaticBatchConstraint
@@ -82,16 +91,6 @@ def test_bins_are_estimated_on_perturbed_lengths():
 
 # ---------------------------------------------------------------- the training process
 
-
-import logging  # noqa: E402
-import os  # noqa: E402
-import sys  # noqa: E402
-
-import pytest  # noqa: E402
-
-from wenet_lhotse.errors import WenetDataError  # noqa: E402
-from wenet_lhotse.loader import build_dataloader  # noqa: E402
-
 #: files opened by this process (not by DataLoader workers) while a test watches
 _OPENED = {"on": False, "pid": 0, "paths": []}
 
@@ -114,11 +113,6 @@ class _Watch:
 
     def __exit__(self, *exc):
         _OPENED["on"] = False
-
-
-class _Keys:
-    def __getitem__(self, cuts):
-        return [c.id for c in cuts]
 
 
 @pytest.fixture(scope="module")
@@ -148,9 +142,9 @@ def test_streamed_loaders_read_no_tar_in_the_training_process(shards):
     train, cv = shards
     with _Watch() as opened:
         _, loader = build_dataloader({"path": str(train.shards_list), "type": "shard"}, None,
-                                     STREAMED, "train", dataset=_Keys(), num_workers=2, seed=3)
+                                     STREAMED, "train", dataset=Ids(), num_workers=2, seed=3)
         _, cv_loader = build_dataloader({"path": str(cv.shards_list), "type": "shard"}, None,
-                                        STREAMED, "cv", dataset=_Keys(), num_workers=2, seed=3)
+                                        STREAMED, "cv", dataset=Ids(), num_workers=2, seed=3)
         assert not opened, "building the loaders opened files"
         keys = [k for b in loader for k in b]
         cv_keys = [k for b in cv_loader for k in b]
@@ -164,7 +158,7 @@ def test_a_duration_budget_from_the_mean_reads_at_the_first_iter_not_at_build(sh
             "lhotse_conf": {"batch_by": "duration", "num_buckets": 4, "buffer_size": 40}}
     with _Watch() as opened:
         _, loader = build_dataloader({"path": str(train.shards_list), "type": "shard"}, None,
-                                     conf, "cv", dataset=_Keys(), num_workers=2)
+                                     conf, "cv", dataset=Ids(), num_workers=2)
         assert not opened
         keys = [k for b in loader for k in b]
     assert _tars(opened), "the mean duration is read here, before the workers start"
@@ -178,7 +172,7 @@ def test_epochs_restored_mid_way_give_the_same_batches(shards):
     train, _ = shards
 
     def make():
-        return build_dataloader(train.shards_list, None, STREAMED, "train", dataset=_Keys(),
+        return build_dataloader(train.shards_list, None, STREAMED, "train", dataset=Ids(),
                                 num_workers=2, seed=5)[1]
 
     ref = make()
@@ -197,7 +191,7 @@ def test_epochs_restored_mid_way_give_the_same_batches(shards):
 
 def test_worker_edges_are_logged_once(shards, caplog):
     train, _ = shards
-    _, loader = build_dataloader(train.shards_list, None, STREAMED, "train", dataset=_Keys())
+    _, loader = build_dataloader(train.shards_list, None, STREAMED, "train", dataset=Ids())
     with caplog.at_level(logging.INFO, logger="wenet_lhotse.loader.bins"):
         list(loader)
         list(loader)
@@ -211,17 +205,17 @@ def test_cv_map_loader_reads_nothing_until_used(corpus, tmp_path):
     conf = {"batch_conf": {"batch_type": "static", "batch_size": 4}}
     with _Watch() as opened:
         _, loader = build_dataloader({"path": str(corpus.data_list), "type": "raw"}, None,
-                                     conf, "cv", dataset=_Keys())
+                                     conf, "cv", dataset=Ids())
         assert not opened
         n = len(loader)
     assert str(corpus.data_list) in opened
     assert n == 5 and sorted(k for b in loader for k in b) == sorted(corpus.keys)
     with pytest.raises(WenetDataError, match="no such file"):
         build_dataloader({"path": str(tmp_path / "missing.list"), "type": "raw"}, None, conf,
-                         "cv", dataset=_Keys())
+                         "cv", dataset=Ids())
     with pytest.raises(ValueError, match="batch_type"):
         build_dataloader(corpus.data_list, None, {"batch_conf": {"batch_type": "x"}}, "cv",
-                         dataset=_Keys())
+                         dataset=Ids())
 
 
 def test_map_batches_do_not_depend_on_the_worker_count(corpus):
@@ -230,7 +224,7 @@ def test_map_batches_do_not_depend_on_the_worker_count(corpus):
     conf = {"batch_conf": {"batch_type": "static", "batch_size": 4}, "speed_perturb": True}
     runs = []
     for workers in (0, 2):
-        _, loader = build_dataloader(corpus.data_list, None, conf, "train", dataset=_Keys(),
+        _, loader = build_dataloader(corpus.data_list, None, conf, "train", dataset=Ids(),
                                      num_workers=workers, seed=8)
         runs.append([list(loader), list(loader)])
         assert loader.epoch == 1
