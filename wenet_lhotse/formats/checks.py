@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tarfile
 from typing import Any, Optional
 
@@ -48,6 +49,10 @@ def max_member_bytes(value: Optional[int] = None) -> int:
     return int(env) if env else DEFAULT_MAX_MEMBER_BYTES
 
 
+#: C0 and C1 control characters and DEL.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
 def _short(s: str, n: int = 60) -> str:
     r = repr(s)
     return r if len(r) <= n else r[: n - 5] + "...'"
@@ -63,7 +68,7 @@ def key_problem(key: Any) -> Optional[str]:
         return "the key is not valid Unicode (lone surrogate)"
     if size > MAX_KEY_BYTES:
         return f"the key is {size} bytes long in UTF-8 (at most {MAX_KEY_BYTES})"
-    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in key):
+    if _CONTROL.search(key):
         return "the key holds a control character"
     if key.startswith("/"):
         return "the key is an absolute path"

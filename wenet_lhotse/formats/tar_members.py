@@ -1,0 +1,249 @@
+"""The members of one tar read front to back: ``tarfile``'s results at a fraction of
+its CPU for the common tar.
+
+Contract: :class:`TarMembers` over a :class:`~wenet_lhotse.formats.streams.TailReader`
+yields the same members (name, size, type), returns the same member bytes, raises the
+same exceptions at the same members and reports the same end of archive
+(:meth:`TarMembers.end_problem`) as ``tarfile.open(fileobj=stream, mode="r|*")``
+followed by a look at the block where ``tarfile`` stopped (it stops silently at a
+truncated or invalid header). It never seeks, so pipes, HTTP and object storage take
+the same path as local files.
+
+The fast path parses each 512-byte header itself (checksum, number fields, name, size,
+type), reads the previous member's padding and the next header in one read, and each
+member's data in one sized read: ``tarfile`` in stream mode joins and re-slices a
+10 KiB buffer per read and spends ~25 us per header in ``TarInfo.frombuf`` (measured
+3-4x the CPU of this path per MiB of WeNet shards). It takes only headers whose meaning
+is plain -- a regular file or an empty directory, octal number fields, no ustar prefix,
+the unsigned checksum; ``TarInfo.frombuf`` itself decides any other header, so odd but
+valid spellings (base-256 numbers, a signed checksum, a name prefix) read the same.
+Everything else is handed, with the rest of the stream, to ``tarfile``: a compressed
+stream or an unusual first header (from byte 0, mode ``r|*``), and any later header
+``frombuf`` accepts that is not a plain member (pax and GNU long-name headers, links,
+devices, sparse files, a directory with data; mode ``r|``). The header block already
+read is replayed to ``tarfile``, which then reads exactly as it would have from the
+start: its only offset-0 special cases are errors for an invalid, empty or truncated
+first header (handed over only at byte 0), and a pax global header (which changes the
+members after it) is never passed by the fast path. An invalid, truncated or missing
+header after the first ends the archive, as in ``tarfile``; the end is then checked
+as the reader always did.
+
+Differs from ``tarfile`` in timing only: a member's data is one read, so the member
+deadline (checked by the ``TailReader`` after each read) is checked once per member
+instead of per 10 KiB.
+"""
+
+from __future__ import annotations
+
+import re
+import tarfile
+import zlib
+from typing import Iterator, Optional, Tuple, Union
+
+from wenet_lhotse.formats.streams import BLOCK, TailReader
+
+_ZERO_BLOCK = bytes(BLOCK)
+
+#: What ``tarfile`` mode ``r|*`` takes for a compressed stream (a superset: "BZh").
+_COMPRESSED = (b"\x1f\x8b\x08", b"BZh", b"\x5d\x00\x00\x80", b"\xfd7zXZ")
+
+#: (start, end) of the number fields ``TarInfo.frombuf`` parses (mode, uid, gid, size,
+#: mtime, chksum, devmajor, devminor): any one it cannot read makes the header invalid.
+_NUMBERS = ((100, 108), (108, 116), (116, 124), (124, 136), (136, 148), (148, 156),
+            (329, 337), (337, 345))
+
+#: ``tarfile`` raises this when a member's data or padding ends early.
+_UNEXPECTED_END = "unexpected end of data"
+
+#: Types read on the fast path (a regular file; ``AREGTYPE`` ending in "/" is a directory).
+_PLAIN_TYPES = (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.DIRTYPE)
+
+
+class MemberHeader:
+    """A plain regular member read by the fast path: the attributes of a
+    ``tarfile.TarInfo`` that readers and :func:`~wenet_lhotse.formats.checks.member_problem`
+    use (``name``, ``size`` in bytes, ``type``, ``sparse``, ``isreg()``, ``isdir()``)."""
+
+    __slots__ = ("name", "size")
+    type = tarfile.REGTYPE
+    sparse = None
+
+    def __init__(self, name: str, size: int) -> None:
+        self.name = name
+        self.size = size
+
+    def isreg(self) -> bool:
+        return True
+
+    def isdir(self) -> bool:
+        return False
+
+
+Member = Union[MemberHeader, tarfile.TarInfo]
+
+
+#: A number field as ``tarfile.nti`` reads octal digits: spaces, digits, spaces, then
+#: a NUL and anything (or the field's end). Other spellings go to ``frombuf``.
+_OCTAL = re.compile(rb" *([0-7]*) *(?:\0.*)?", re.S)
+
+
+def plain_header(buf: bytes) -> Optional[Tuple[str, int, bool]]:
+    """``(name, size in bytes, is_directory)`` of a plain header block (see the module
+    doc), exactly as ``tarfile.TarInfo.frombuf`` reads it; None for any other block."""
+    if len(buf) != BLOCK or buf[156:157] not in _PLAIN_TYPES or buf[345]:
+        return None
+    fields = [_OCTAL.fullmatch(buf, start, end) for start, end in _NUMBERS]
+    if not all(fields):
+        return None
+    # The unsigned checksum: the bytes summed with the checksum field as 8 spaces. Each
+    # half sums to at most 65,280 < 65,521, so adler32's low half is 1 + the exact sum.
+    total = (zlib.adler32(buf[:256]) & 0xFFFF) + (zlib.adler32(buf[256:]) & 0xFFFF) - 2
+    if int(fields[5][1] or b"0", 8) != total - sum(buf[148:156]) + 256:
+        return None
+    name = buf[:100].split(b"\0", 1)[0].decode(tarfile.ENCODING, "surrogateescape")
+    size = int(fields[3][1] or b"0", 8)
+    isdir = buf[156:157] == tarfile.DIRTYPE or (buf[156:157] == tarfile.AREGTYPE
+                                                and name.endswith("/"))
+    if isdir and size:
+        return None  # tarfile reads a directory's "data" as the next headers
+    return name, size, isdir
+
+
+def _read_exact(stream: TailReader, n: int) -> bytes:
+    """``n`` bytes, fewer only at the end of the stream."""
+    if n <= 0:
+        return b""
+    data = stream.read(n)
+    if len(data) == n or not data:
+        return data
+    parts, got = [data], len(data)
+    while got < n:
+        more = stream.read(n - got)
+        if not more:
+            break
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
+
+
+class _Replay:
+    """A stream that returns ``head`` first, then reads on from ``stream``."""
+
+    def __init__(self, head: bytes, stream: TailReader) -> None:
+        self._head = head
+        self._stream = stream
+
+    def read(self, n: int = -1) -> bytes:
+        head, self._head = self._head, b""
+        self.read = self._stream.read  # type: ignore[method-assign]
+        return head if head else self._stream.read(n)
+
+
+class TarMembers:
+    """Iterates the members of the tar in ``stream`` (see the module doc); ``fast=False``
+    reads it all with ``tarfile``. Read a member's bytes with :meth:`read` before asking
+    for the next member; :meth:`end_problem` after the last one."""
+
+    def __init__(self, stream: TailReader, fast: bool = True) -> None:
+        self._stream = stream
+        self._fast = fast
+        self._tar: Optional[tarfile.TarFile] = None
+        self._base = 0  # stream offset where tarfile's offset 0 is
+        self._unread = 0  # fast path: bytes of the current member's data not read
+        self._problem: Optional[Tuple[str, str]] = None
+
+    def __enter__(self) -> TarMembers:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._tar is not None:
+            self._tar.__exit__(*exc)
+
+    def __iter__(self) -> Iterator[Member]:
+        stream = self._stream
+        block = _read_exact(stream, BLOCK) if self._fast else b""
+        if not self._fast or block.startswith(_COMPRESSED) or plain_header(block) is None:
+            yield from self._hand_over(block, 0)
+            return
+        offset = 0  # where ``block`` starts in the stream
+        while True:
+            plain = plain_header(block)
+            if plain is None:
+                plain = self._other_header(block, offset)
+                if plain is None:
+                    yield from self._hand_over(block, offset)
+                    return
+                if not plain:
+                    return
+            name, size, isdir = plain
+            if not isdir:
+                self._unread = size
+                yield MemberHeader(name, size)
+                if self._unread:  # not read by the caller: skip it as tarfile does
+                    while self._unread:
+                        skipped = len(_read_exact(stream, min(self._unread, 1 << 20)))
+                        if not skipped:
+                            raise tarfile.ReadError(_UNEXPECTED_END)
+                        self._unread -= skipped
+            pad = -size % BLOCK
+            buf = _read_exact(stream, pad + BLOCK)
+            if len(buf) < pad:
+                raise tarfile.ReadError(_UNEXPECTED_END)
+            offset += BLOCK + size + pad
+            block = buf[pad:]
+
+    def _other_header(self, block: bytes, offset: int) -> Optional[tuple]:
+        """A header after the first that is not plain: ``(name, size, is_directory)``
+        when ``frombuf`` reads a plain member from it after all, None to hand over to
+        ``tarfile``, ``()`` at the end of the archive (``end_problem`` set)."""
+        problem: Optional[Tuple[str, str]] = None
+        try:
+            info = tarfile.TarInfo.frombuf(block, tarfile.ENCODING, "surrogateescape")
+        except tarfile.EOFHeaderError:  # a zero block: the end
+            pass
+        except (tarfile.EmptyHeaderError, tarfile.TruncatedHeaderError):
+            problem = ("truncated tar (no end-of-archive block after the last member)",
+                       "truncated")
+        except tarfile.InvalidHeaderError:
+            problem = ("invalid tar header after the last member read (corrupt tar)", "bad_tar")
+        except Exception:
+            return None  # let tarfile raise it
+        else:
+            if (info.type not in _PLAIN_TYPES or info.sparse is not None or info.size < 0
+                    or (info.isdir() and info.size)):
+                return None
+            return info.name, info.size, info.isdir()
+        while self._stream.read(1 << 16):  # read to the end, as the reader always did
+            pass
+        self._problem = problem
+        return ()
+
+    def _hand_over(self, head: bytes, offset: int) -> Iterator[tarfile.TarInfo]:
+        self._base = offset
+        fileobj = _Replay(head, self._stream) if head else self._stream
+        self._tar = tarfile.open(fileobj=fileobj, mode="r|*" if offset == 0 else "r|")
+        yield from self._tar
+
+    def read(self, member: Member) -> bytes:
+        """The data of ``member``, the member just yielded (one read on the fast path)."""
+        if self._tar is not None:
+            return self._tar.extractfile(member).read(member.size)
+        data = _read_exact(self._stream, member.size)
+        self._unread = 0
+        if len(data) != member.size:
+            raise tarfile.ReadError(_UNEXPECTED_END)
+        return data
+
+    def end_problem(self) -> Optional[Tuple[str, str]]:
+        """``(message, kind)`` when the archive did not end with an end-of-archive
+        (zero) block, else None; the stream has been read to its end."""
+        if self._tar is None:
+            return self._problem
+        if getattr(self._tar.fileobj, "comptype", "tar") != "tar":
+            return None  # compressed: a cut stream raises EOFError instead
+        block = self._stream.block_at(self._base + self._tar.offset)
+        if block is None or block == _ZERO_BLOCK:
+            return None
+        if len(block) < BLOCK:
+            return "truncated tar (no end-of-archive block after the last member)", "truncated"
+        return "invalid tar header after the last member read (corrupt tar)", "bad_tar"
