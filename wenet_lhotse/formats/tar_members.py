@@ -12,21 +12,21 @@ the same path as local files.
 The fast path parses each 512-byte header itself (checksum, number fields, name, size,
 type), reads the previous member's padding and the next header in one read, and each
 member's data in one sized read: ``tarfile`` in stream mode joins and re-slices a
-10 KiB buffer per read and spends ~25 us per header in ``TarInfo.frombuf`` (measured
-3-4x the CPU of this path per MiB of WeNet shards). It takes only headers whose meaning
-is plain -- a regular file or an empty directory, octal number fields, no ustar prefix,
-the unsigned checksum; ``TarInfo.frombuf`` itself decides any other header, so odd but
-valid spellings (base-256 numbers, a signed checksum, a name prefix) read the same.
-Everything else is handed, with the rest of the stream, to ``tarfile``: a compressed
-stream or an unusual first header (from byte 0, mode ``r|*``), and any later header
-``frombuf`` accepts that is not a plain member (pax and GNU long-name headers, links,
-devices, sparse files, a directory with data; mode ``r|``). The header block already
-read is replayed to ``tarfile``, which then reads exactly as it would have from the
-start: its only offset-0 special cases are errors for an invalid, empty or truncated
-first header (handed over only at byte 0), and a pax global header (which changes the
-members after it) is never passed by the fast path. An invalid, truncated or missing
-header after the first ends the archive, as in ``tarfile``; the end is then checked
-as the reader always did.
+10 KiB buffer per read and spends ~25 us per header in ``TarInfo.frombuf`` (this path:
+~4 us). It parses only plain headers -- a regular file or an empty directory, octal
+number fields, no ustar prefix, the unsigned checksum; ``TarInfo.frombuf`` itself reads
+any other header, so odd but valid spellings (base-256 numbers, a signed checksum, a
+ustar name prefix) give the same plain member. What is not a plain member goes, with
+the rest of the stream, to ``tarfile``: a stream that ``r|*`` could take for compressed
+and any first header that is not plain (from byte 0, mode ``r|*``), and any later header
+``frombuf`` accepts that is not plain (pax and GNU long-name headers, links, devices,
+sparse files, a directory with data: mode ``r|``). The header block already read is
+replayed to ``tarfile``, which then reads exactly as it would have from the start: its
+only offset-0 special cases are errors for an invalid, empty or truncated first header
+(those are handed over at byte 0 only), and a pax global header (which changes the
+members after it) is never passed by the fast path. A later header that ``frombuf``
+refuses (invalid, truncated, missing, or a zero block) ends the archive, as in
+``tarfile``, and the end is checked as the reader always did.
 
 Differs from ``tarfile`` in timing only: a member's data is one read, so the member
 deadline (checked by the ``TailReader`` after each read) is checked once per member
@@ -60,23 +60,24 @@ _PLAIN_TYPES = (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.DIRTYPE)
 
 
 class MemberHeader:
-    """A plain regular member read by the fast path: the attributes of a
-    ``tarfile.TarInfo`` that readers and :func:`~wenet_lhotse.formats.checks.member_problem`
-    use (``name``, ``size`` in bytes, ``type``, ``sparse``, ``isreg()``, ``isdir()``)."""
+    """A plain member (regular file or empty directory) read by the fast path: the
+    attributes of a ``tarfile.TarInfo`` that readers and
+    :func:`~wenet_lhotse.formats.checks.member_problem` use (``name``, ``size`` in
+    bytes, ``type``, ``sparse``, ``isreg()``, ``isdir()``), with ``tarfile``'s values."""
 
-    __slots__ = ("name", "size")
-    type = tarfile.REGTYPE
+    __slots__ = ("name", "size", "type")
     sparse = None
 
-    def __init__(self, name: str, size: int) -> None:
+    def __init__(self, name: str, size: int, type: bytes) -> None:
         self.name = name
         self.size = size
+        self.type = type
 
     def isreg(self) -> bool:
-        return True
+        return self.type != tarfile.DIRTYPE
 
     def isdir(self) -> bool:
-        return False
+        return self.type == tarfile.DIRTYPE
 
 
 Member = Union[MemberHeader, tarfile.TarInfo]
@@ -87,10 +88,11 @@ Member = Union[MemberHeader, tarfile.TarInfo]
 _OCTAL = re.compile(rb" *([0-7]*) *(?:\0.*)?", re.S)
 
 
-def plain_header(buf: bytes) -> Optional[Tuple[str, int, bool]]:
-    """``(name, size in bytes, is_directory)`` of a plain header block (see the module
-    doc), exactly as ``tarfile.TarInfo.frombuf`` reads it; None for any other block."""
-    if len(buf) != BLOCK or buf[156:157] not in _PLAIN_TYPES or buf[345]:
+def plain_header(buf: bytes) -> Optional[Tuple[str, int, bytes]]:
+    """``(name, size in bytes, type)`` of a plain header block (see the module doc),
+    exactly as ``tarfile.TarInfo.frombuf`` reads them; None for any other block."""
+    kind = buf[156:157]
+    if len(buf) != BLOCK or kind not in _PLAIN_TYPES or buf[345]:
         return None
     fields = [_OCTAL.fullmatch(buf, start, end) for start, end in _NUMBERS]
     if not all(fields):
@@ -102,11 +104,13 @@ def plain_header(buf: bytes) -> Optional[Tuple[str, int, bool]]:
         return None
     name = buf[:100].split(b"\0", 1)[0].decode(tarfile.ENCODING, "surrogateescape")
     size = int(fields[3][1] or b"0", 8)
-    isdir = buf[156:157] == tarfile.DIRTYPE or (buf[156:157] == tarfile.AREGTYPE
-                                                and name.endswith("/"))
-    if isdir and size:
-        return None  # tarfile reads a directory's "data" as the next headers
-    return name, size, isdir
+    if kind == tarfile.AREGTYPE and name.endswith("/"):
+        kind = tarfile.DIRTYPE  # an old V7 tar's directory
+    if kind == tarfile.DIRTYPE:
+        if size:
+            return None  # tarfile reads a directory's "data" as the next headers
+        name = name.rstrip("/")
+    return name, size, kind
 
 
 def _read_exact(stream: TailReader, n: int) -> bytes:
@@ -148,9 +152,15 @@ class TarMembers:
         self._stream = stream
         self._fast = fast
         self._tar: Optional[tarfile.TarFile] = None
-        self._base = 0  # stream offset where tarfile's offset 0 is
+        self._base: Optional[int] = None  # stream offset of tarfile's offset 0
         self._unread = 0  # fast path: bytes of the current member's data not read
         self._problem: Optional[Tuple[str, str]] = None
+
+    @property
+    def handed_over(self) -> Optional[int]:
+        """The stream offset (bytes) from which ``tarfile`` reads, None while (and when)
+        the fast path read it all."""
+        return self._base
 
     def __enter__(self) -> TarMembers:
         return self
@@ -162,7 +172,7 @@ class TarMembers:
     def __iter__(self) -> Iterator[Member]:
         stream = self._stream
         block = _read_exact(stream, BLOCK) if self._fast else b""
-        if not self._fast or block.startswith(_COMPRESSED) or plain_header(block) is None:
+        if not self._fast or block.startswith(_COMPRESSED):
             yield from self._hand_over(block, 0)
             return
         offset = 0  # where ``block`` starts in the stream
@@ -175,16 +185,14 @@ class TarMembers:
                     return
                 if not plain:
                     return
-            name, size, isdir = plain
-            if not isdir:
-                self._unread = size
-                yield MemberHeader(name, size)
-                if self._unread:  # not read by the caller: skip it as tarfile does
-                    while self._unread:
-                        skipped = len(_read_exact(stream, min(self._unread, 1 << 20)))
-                        if not skipped:
-                            raise tarfile.ReadError(_UNEXPECTED_END)
-                        self._unread -= skipped
+            name, size, kind = plain
+            self._unread = size
+            yield MemberHeader(name, size, kind)
+            while self._unread:  # not read by the caller: skip it as tarfile does
+                skipped = len(_read_exact(stream, min(self._unread, 1 << 20)))
+                if not skipped:
+                    raise tarfile.ReadError(_UNEXPECTED_END)
+                self._unread -= skipped
             pad = -size % BLOCK
             buf = _read_exact(stream, pad + BLOCK)
             if len(buf) < pad:
@@ -193,26 +201,26 @@ class TarMembers:
             block = buf[pad:]
 
     def _other_header(self, block: bytes, offset: int) -> Optional[tuple]:
-        """A header after the first that is not plain: ``(name, size, is_directory)``
-        when ``frombuf`` reads a plain member from it after all, None to hand over to
+        """A header block at ``offset`` that is not plain: ``(name, size, type)`` when
+        ``frombuf`` reads a plain member from it after all, None to hand over to
         ``tarfile``, ``()`` at the end of the archive (``end_problem`` set)."""
         problem: Optional[Tuple[str, str]] = None
         try:
             info = tarfile.TarInfo.frombuf(block, tarfile.ENCODING, "surrogateescape")
-        except tarfile.EOFHeaderError:  # a zero block: the end
-            pass
-        except (tarfile.EmptyHeaderError, tarfile.TruncatedHeaderError):
-            problem = ("truncated tar (no end-of-archive block after the last member)",
-                       "truncated")
-        except tarfile.InvalidHeaderError:
-            problem = ("invalid tar header after the last member read (corrupt tar)", "bad_tar")
-        except Exception:
-            return None  # let tarfile raise it
+        except Exception as e:
+            if offset == 0 or not isinstance(e, tarfile.HeaderError):
+                return None  # tarfile's own errors (a bad first header, the unforeseen)
+            if isinstance(e, (tarfile.EmptyHeaderError, tarfile.TruncatedHeaderError)):
+                problem = ("truncated tar (no end-of-archive block after the last member)",
+                           "truncated")
+            elif not isinstance(e, tarfile.EOFHeaderError):  # EOF: a zero block, the end
+                problem = ("invalid tar header after the last member read (corrupt tar)",
+                           "bad_tar")
         else:
             if (info.type not in _PLAIN_TYPES or info.sparse is not None or info.size < 0
                     or (info.isdir() and info.size)):
                 return None
-            return info.name, info.size, info.isdir()
+            return info.name, info.size, info.type
         while self._stream.read(1 << 16):  # read to the end, as the reader always did
             pass
         self._problem = problem
@@ -241,7 +249,7 @@ class TarMembers:
             return self._problem
         if getattr(self._tar.fileobj, "comptype", "tar") != "tar":
             return None  # compressed: a cut stream raises EOFError instead
-        block = self._stream.block_at(self._base + self._tar.offset)
+        block = self._stream.block_at((self._base or 0) + self._tar.offset)
         if block is None or block == _ZERO_BLOCK:
             return None
         if len(block) < BLOCK:
