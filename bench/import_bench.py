@@ -6,7 +6,11 @@
 2. Shard -> Shar conversion rate against simply reading the same tar bytes
    (and against streaming the tars with ``tarfile``), side by side; the ratio
    is what matters, absolute numbers depend on the machine.
-3. Peak RSS while streaming a raw list of 100k and 1M lines, each in a fresh
+3. Reading WeNet tar shards into cuts (``--only reader``): CPU ms per MiB of tar, the
+   shard reader's fast tar path against the same reader through ``tarfile`` and against
+   a bare ``tarfile`` loop and reading the bytes, alternated, best of rounds
+   (``time.process_time``, so other load on the machine matters little).
+4. Peak RSS while streaming a raw list of 100k and 1M lines, each in a fresh
    subprocess (``resource.getrusage(RUSAGE_SELF).ru_maxrss``): growth from the
    baseline must not depend on the list length (duplicate-key detection, on by
    default in the readers, costs 32-64 bytes per key and is measured separately).
@@ -151,6 +155,41 @@ def bench_shar(work: Path, utts: int, shard_size: int, jobs: int) -> None:
               f"{corpus.total_duration / dt:9.0f}x real time  ratio to read {dt / base:8.1f}")
 
 
+def bench_reader(work: Path, utts: int, shard_size: int, rounds: int) -> None:
+    from wenet_lhotse.corpus import generate_corpus
+    from wenet_lhotse.formats.shard_reader import LazyWenetShardIterator
+
+    corpus = generate_corpus(work / "reader_corpus", num_utterances=utts, min_duration=1.0,
+                             max_duration=15.0, duration_dist="realistic",
+                             shard_size=shard_size, seed=2)
+    tars = corpus.shards_list.read_text().split()
+    mib = sum(os.path.getsize(t) for t in tars) / 2**20
+    print(f"\n== reading shards into cuts: {utts} utterances, {len(tars)} tars, "
+          f"{mib:.1f} MiB (CPU ms per MiB, best of {rounds}) ==")
+
+    def reader(fast: bool):
+        def run() -> int:
+            it = LazyWenetShardIterator(tars)
+            it.fast_tar = fast
+            return sum(1 for _ in it)
+        return run
+
+    contenders = [("read tar bytes", lambda: _read_bytes(tars)),
+                  ("tarfile stream members", lambda: _stream_tars(tars)),
+                  ("shard reader via tarfile", reader(False)),
+                  ("shard reader, fast path", reader(True))]
+    best = {name: float("inf") for name, _ in contenders}
+    for _ in range(rounds + 1):  # the first round warms up (page cache, imports)
+        for name, fn in contenders:
+            t0 = time.process_time()
+            fn()
+            best[name] = min(best[name], time.process_time() - t0)
+    for name, cpu in best.items():
+        print(f"  {name:<26} {cpu * 1e3 / mib:7.2f} ms/MiB  {mib / cpu:8.0f} MiB/s")
+    ratio = best["shard reader, fast path"] / best["shard reader via tarfile"]
+    print(f"  fast path / via tarfile: {ratio:.2f}x CPU (both with the same per-cut work)")
+
+
 def _rss_child(list_path: str, check_duplicates: bool, probe: bool, what: str) -> None:
     if what == "import":  # the whole import path: pool, serializer, gzip writer
         from wenet_lhotse.convert.raw import iter_raw_cuts_with_lines
@@ -226,6 +265,8 @@ def main() -> None:
     ap.add_argument("--wavs", type=int, default=200, help="real wav files the lists cycle over")
     ap.add_argument("--shard-utts", type=int, default=300, help="shard->Shar: utterances")
     ap.add_argument("--shard-size", type=int, default=50, help="shard->Shar: utterances per tar")
+    ap.add_argument("--reader-utts", type=int, default=400, help="reader: utterances")
+    ap.add_argument("--reader-rounds", type=int, default=5, help="reader: rounds")
     ap.add_argument("--rss-small", type=int, default=100_000, help="RSS: short list lines")
     ap.add_argument("--rss-large", type=int, default=1_000_000, help="RSS: long list lines")
     ap.add_argument("--rss-probe", action="store_true",
@@ -236,7 +277,7 @@ def main() -> None:
                          "pool + serializer + gzip writer (slower: use smaller sizes)")
     ap.add_argument("-j", "--jobs", type=int, default=min(4, os.cpu_count() or 1),
                     help="pool size for the parallel runs")
-    ap.add_argument("--only", choices=["raw", "shar", "rss"], action="append",
+    ap.add_argument("--only", choices=["raw", "shar", "reader", "rss"], action="append",
                     help="run only these parts (repeatable)")
     ap.add_argument("--workdir", type=Path, default=None, help="keep files here (default: tmp)")
     ap.add_argument("--rss-child", help=argparse.SUPPRESS)
@@ -251,7 +292,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     from wenet_lhotse.corpus import generate_corpus
 
-    parts = args.only or ["raw", "shar", "rss"]
+    parts = args.only or ["raw", "shar", "reader", "rss"]
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average "
           f"{os.getloadavg()[0]:.2f}, pool size {args.jobs}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -264,6 +305,8 @@ def main() -> None:
             bench_raw_import(corpus, work, args.lines, args.jobs)
         if "shar" in parts:
             bench_shar(work, args.shard_utts, args.shard_size, args.jobs)
+        if "reader" in parts:
+            bench_reader(work, args.reader_utts, args.shard_size, args.reader_rounds)
         if "rss" in parts:
             bench_rss(corpus, work, args.rss_small, args.rss_large, args.rss_probe,
                       args.rss_what)

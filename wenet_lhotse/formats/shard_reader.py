@@ -10,8 +10,8 @@ grouped by key, the member name up to its LAST dot (``a/b.c.wav`` -> key ``a/b.c
 one utterance's members are contiguous:
 
 * ``key.<audio>`` (flac, mp3, m4a, ogg, opus, wav, wma) -> an in-memory
-  recording (``Recording.from_bytes``'s manifest, the header read by libsndfile; only
-  the header is parsed when reading);
+  recording (``Recording.from_bytes``'s manifest; only the header is parsed when
+  reading, by :func:`~wenet_lhotse.formats.audio.recording_from_bytes`);
 * ``key.txt`` -> supervision text (UTF-8, stripped);
 * ``key.speaker`` / ``key.lang`` -> supervision speaker / language (UTF-8, stripped);
 * any other ``key.<field>`` -> ``cut.custom[field]``: a ``str`` when the bytes are
