@@ -9,7 +9,9 @@
 3. Reading WeNet tar shards into cuts (``--only reader``): CPU ms per MiB of tar, the
    shard reader's fast tar path against the same reader through ``tarfile`` and against
    a bare ``tarfile`` loop and reading the bytes, alternated, best of rounds
-   (``time.process_time``, so other load on the machine matters little).
+   (``time.process_time``, so other load on the machine matters little); with
+   ``--before DIR`` also the reader of another checkout against this one, each pass in
+   a fresh process.
 4. Peak RSS while streaming a raw list of 100k and 1M lines, each in a fresh
    subprocess (``resource.getrusage(RUSAGE_SELF).ru_maxrss``): growth from the
    baseline must not depend on the list length (duplicate-key detection, on by
@@ -33,6 +35,9 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _cpu(who) -> float:
@@ -155,7 +160,27 @@ def bench_shar(work: Path, utts: int, shard_size: int, jobs: int) -> None:
               f"{corpus.total_duration / dt:9.0f}x real time  ratio to read {dt / base:8.1f}")
 
 
-def bench_reader(work: Path, utts: int, shard_size: int, rounds: int) -> None:
+_READER_CHILD = """
+import sys, time
+from wenet_lhotse.formats.shard_reader import LazyWenetShardIterator
+run = lambda: sum(1 for _ in LazyWenetShardIterator(sys.argv[1:]))
+run()
+t0 = time.process_time()
+run()
+print(time.process_time() - t0)
+"""
+
+
+def _reader_in(code: Path, tars) -> float:
+    """CPU seconds of one pass of the shard reader of the checkout at ``code``."""
+    env = dict(os.environ, PYTHONPATH=str(code))
+    out = subprocess.run([sys.executable, "-c", _READER_CHILD, *tars], env=env, cwd="/",
+                         capture_output=True, text=True, check=True)
+    return float(out.stdout.split()[-1])
+
+
+def bench_reader(work: Path, utts: int, shard_size: int, rounds: int,
+                 before: Optional[Path]) -> None:
     from wenet_lhotse.corpus import generate_corpus
     from wenet_lhotse.formats.shard_reader import LazyWenetShardIterator
 
@@ -179,15 +204,23 @@ def bench_reader(work: Path, utts: int, shard_size: int, rounds: int) -> None:
                   ("shard reader via tarfile", reader(False)),
                   ("shard reader, fast path", reader(True))]
     best = {name: float("inf") for name, _ in contenders}
+    if before is not None:  # whole passes in fresh processes, this tree's and before's
+        best.update({"this tree (process)": float("inf"), f"{before} (process)": float("inf")})
     for _ in range(rounds + 1):  # the first round warms up (page cache, imports)
         for name, fn in contenders:
             t0 = time.process_time()
             fn()
             best[name] = min(best[name], time.process_time() - t0)
+        if before is not None:
+            for name, code in (("this tree (process)", REPO), (f"{before} (process)", before)):
+                best[name] = min(best[name], _reader_in(code, tars))
     for name, cpu in best.items():
         print(f"  {name:<26} {cpu * 1e3 / mib:7.2f} ms/MiB  {mib / cpu:8.0f} MiB/s")
     ratio = best["shard reader, fast path"] / best["shard reader via tarfile"]
     print(f"  fast path / via tarfile: {ratio:.2f}x CPU (both with the same per-cut work)")
+    if before is not None:
+        ratio = best["this tree (process)"] / best[f"{before} (process)"]
+        print(f"  this tree / {before}: {ratio:.2f}x CPU")
 
 
 def _rss_child(list_path: str, check_duplicates: bool, probe: bool, what: str) -> None:
@@ -267,6 +300,9 @@ def main() -> None:
     ap.add_argument("--shard-size", type=int, default=50, help="shard->Shar: utterances per tar")
     ap.add_argument("--reader-utts", type=int, default=400, help="reader: utterances")
     ap.add_argument("--reader-rounds", type=int, default=5, help="reader: rounds")
+    ap.add_argument("--before", type=Path, default=None,
+                    help="reader: also time the shard reader of this checkout (e.g. a "
+                         "`git worktree add` of an older commit), side by side")
     ap.add_argument("--rss-small", type=int, default=100_000, help="RSS: short list lines")
     ap.add_argument("--rss-large", type=int, default=1_000_000, help="RSS: long list lines")
     ap.add_argument("--rss-probe", action="store_true",
@@ -306,7 +342,8 @@ def main() -> None:
         if "shar" in parts:
             bench_shar(work, args.shard_utts, args.shard_size, args.jobs)
         if "reader" in parts:
-            bench_reader(work, args.reader_utts, args.shard_size, args.reader_rounds)
+            bench_reader(work, args.reader_utts, args.shard_size, args.reader_rounds,
+                         args.before.resolve() if args.before else None)
         if "rss" in parts:
             bench_rss(corpus, work, args.rss_small, args.rss_large, args.rss_probe,
                       args.rss_what)

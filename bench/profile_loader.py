@@ -24,7 +24,9 @@ batch (wall seconds from building the loader; CPU seconds the training process s
 building the loaders and up to the first batch: the serial start-up) and the loader's
 throughput.
 
-Run: ``python bench/profile_loader.py [--num-utts 600] [--workers 2]``.
+Run: ``python bench/profile_loader.py [--num-utts 600] [--workers 2] [--rounds 3]``
+(``--rounds``: the real loader's runs per tree, alternating, medians printed; its
+throughput swings by up to 2x between single runs on a busy machine).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 import warnings
@@ -284,6 +287,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--types", nargs="+", default=["raw", "shard"], choices=["raw", "shard"])
     ap.add_argument("--lhotse-conf", default="{}", help="JSON lhotse_conf for the loader")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="runs of the real loader per tree (alternating; medians)")
     ap.add_argument("--before", type=Path, default=None,
                     help="another checkout's root (e.g. `git worktree add /tmp/b <commit>`): "
                          "profiled alternately with this one, columns side by side")
@@ -303,14 +308,22 @@ def main() -> None:
               f"{max(8, args.num_utts // 25)}), WeNet aishell train conf "
               f"(speed perturb, fbank 80, dither 0.1, spec_aug, static batch 16); "
               f"{args.workers} DataLoader workers; {os.cpu_count()} CPUs, load average "
-              f"{os.getloadavg()[0]:.1f}; lhotse_conf {lconf or '{}'}; "
+              f"{os.getloadavg()[0]:.1f}; lhotse_conf {lconf or '{}'}; real loader: "
+              f"median of {args.rounds} run(s) per tree; "
               + ", ".join(f"{label}: {code}" for label, code in trees))
         res: Dict[tuple, tuple] = {}
         for data_type in args.types:  # stages and totals of the trees alternate
-            for part in ("stages", "total"):
-                for label, code in trees:
-                    res.setdefault((data_type, label), {})[part] = run(
-                        corpus, data_type, args.workers, lconf, part, code)
+            for label, code in trees:
+                res.setdefault((data_type, label), {})["stages"] = run(
+                    corpus, data_type, args.workers, lconf, "stages", code)
+            totals: Dict[str, List[Dict[str, float]]] = {label: [] for label, _ in trees}
+            for r in range(args.rounds):  # the order flips every round
+                for label, code in trees if r % 2 == 0 else trees[::-1]:
+                    totals[label].append(run(corpus, data_type, args.workers, lconf,
+                                             "total", code))
+            for label, runs in totals.items():  # the median of each figure
+                res[(data_type, label)]["total"] = {
+                    k: statistics.median(t[k] for t in runs) for k in runs[0]}
         cols = [(t, label) for t in args.types for label, _ in trees]
         print()
         print("| stage (CPU s / audio h) | " + " | ".join(f"{t}, {label}" for t, label in cols)
