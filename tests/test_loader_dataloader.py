@@ -215,3 +215,29 @@ def test_streamed_resume_exact_after_a_worker_ran_out(data):
     assert got + list(b) == expected
     with pytest.raises(ValueError, match="num_workers=3"):
         make(num_workers=1).load_state_dict(sd)
+
+
+@pytest.mark.parametrize("mode", ["streamed", "map"])
+def test_a_data_error_in_a_worker_is_raised_as_it_is(tmp_path, mode):
+    """PyTorch re-raises a worker's WenetDataError as a RuntimeError carrying the worker's
+    traceback; the loaders raise the error itself (one line naming the file)."""
+    from wenet_lhotse.errors import WenetDataError
+    from wenet_lhotse.text import CharTokenizer
+
+    c = generate_corpus(tmp_path / "c", num_utterances=8, max_duration=2.0, shard_size=4,
+                        seed=4)
+    if mode == "streamed":  # strict: a tar of the list is missing
+        src = tmp_path / "bad.list"
+        src.write_text(f"{tmp_path / 'gone.tar'}\n" + c.shards_list.read_text())
+        culprit = str(tmp_path / "gone.tar")
+    else:
+        src = c.data_list
+        culprit = str(c.root / "wav" / f"{c.keys[0]}.wav")
+    _, loader = build_dataloader(src, CharTokenizer(c.units), {"fbank_conf": {"num_mel_bins": 40}},
+                                 "train", num_workers=2)
+    if mode == "map":  # probed at build, then broken: the worker's decoding fails
+        with open(culprit, "r+b") as f:
+            f.truncate(30)
+    with pytest.raises(WenetDataError) as err:
+        list(loader)
+    assert culprit in str(err.value) and "Traceback" not in str(err.value)

@@ -128,6 +128,16 @@ class SkipsOnly:
     items: List[SkippedItem]
 
 
+class WorkerFailed:
+    """What a DataLoader worker returns, instead of a batch, when it meets a
+    :class:`WenetDataError`: the loader raises the error itself in the training process.
+    (PyTorch re-raises a worker's error as a ``RuntimeError`` carrying the worker's
+    traceback in its message when the error's class cannot be rebuilt from one string.)"""
+
+    def __init__(self, error: WenetDataError) -> None:
+        self.error = error
+
+
 @dataclass
 class SkipReport:
     """Counts and lists every skipped item. Thread-safe; merge reports from workers

@@ -22,7 +22,13 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 import torch
 from lhotse import CutSet
 
-from wenet_lhotse.errors import BATCH_SKIPS_KEY, SkipReport, SkipsOnly
+from wenet_lhotse.errors import (
+    BATCH_SKIPS_KEY,
+    SkipReport,
+    SkipsOnly,
+    WenetDataError,
+    WorkerFailed,
+)
 from wenet_lhotse.loader.distributed import EqualStepsIterator
 from wenet_lhotse.loader.sampler import ResumableBucketingSampler
 from wenet_lhotse.loader.streamed import SKIP_TURN, StreamedEpochDataset, WorkerBatch
@@ -47,10 +53,15 @@ class LoaderDataset(torch.utils.data.Dataset):
         self._epoch: Optional[int] = None
 
     def __getitem__(self, item: Any) -> Any:
-        if self.ring is None:
-            return self._batch(item)
-        with self.ring.reserve():  # padded straight into shared memory
-            return self.ring.pack(self._batch(item))
+        try:
+            if self.ring is None:
+                return self._batch(item)
+            with self.ring.reserve():  # padded straight into shared memory
+                return self.ring.pack(self._batch(item))
+        except WenetDataError as err:
+            if torch.utils.data.get_worker_info() is None:
+                raise
+            return WorkerFailed(err)  # raised as it is by the loader (one line)
 
     def _batch(self, item: Any) -> Any:
         if isinstance(item, tuple):
@@ -212,6 +223,9 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
 
     def _count(self, it: Iterator[Any]) -> Iterator[Any]:
         for item in it:
+            failed = item.batch if isinstance(item, WorkerBatch) else item
+            if isinstance(failed, WorkerFailed):
+                raise failed.error
             self.consumed += 1
             batch = self._unwrap(item)
             if self.ring is not None:

@@ -32,7 +32,13 @@ import torch
 from lhotse import CutSet
 from lhotse.cut import Cut
 
-from wenet_lhotse.errors import BATCH_SKIPS_KEY, SkipReport, SkipsOnly
+from wenet_lhotse.errors import (
+    BATCH_SKIPS_KEY,
+    SkipReport,
+    SkipsOnly,
+    WenetDataError,
+    WorkerFailed,
+)
 from wenet_lhotse.formats.split import reader_share
 from wenet_lhotse.loader.bins import WorkerEdges, log_edges
 from wenet_lhotse.loader.bucketing import BucketingSampler, SteppedBucketer
@@ -255,6 +261,16 @@ class StreamedEpochDataset(torch.utils.data.IterableDataset):
             # must go on with worker `offset` (the one after the last consumed batch's).
             # Workers before it hand in a placeholder the loader drops.
             yield SKIP_TURN
+        try:
+            yield from self._batches(sampler, wid, skip)
+        except WenetDataError as err:  # raised as it is by the loader (one line)
+            yield WorkerBatch(wid, WorkerFailed(err))
+            return
+        skipped = self.skip_report.take_new()
+        if skipped:  # met after the last batch (or with no batch at all): still reported
+            yield WorkerBatch(wid, SkipsOnly(skipped))
+
+    def _batches(self, sampler: WarmStartSampler, wid: int, skip: int) -> Iterator[Any]:
         for i, batch in enumerate(sampler):
             if i < skip:
                 continue  # sampled from metadata; no audio decoded, no features computed
@@ -268,6 +284,3 @@ class StreamedEpochDataset(torch.utils.data.IterableDataset):
             # The worker id travels with the batch: the loader counts batches per
             # worker, which makes resume exact even after some workers ran out of tars.
             yield WorkerBatch(wid, out)
-        skipped = self.skip_report.take_new()
-        if skipped:  # met after the last batch (or with no batch at all): still reported
-            yield WorkerBatch(wid, SkipsOnly(skipped))
