@@ -105,6 +105,10 @@ def child(which: str, corpus: Path, data_type: str, workers: int, cores: int, st
           warmup: int, amp: bool) -> None:
     import torch
 
+    if os.environ.get("BENCH_DUMP_AFTER"):  # where a stuck run is: stacks, then exit
+        import faulthandler
+
+        faulthandler.dump_traceback_later(float(os.environ["BENCH_DUMP_AFTER"]), exit=True)
     os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:cores])
     cuda = torch.cuda.is_available()
     amp = amp and cuda

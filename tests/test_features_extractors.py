@@ -167,6 +167,23 @@ def test_dither_noise_is_gaussian_per_waveform_and_seeded():
     assert kaldi.dithered(wave, 0.0, gen(4)) is wave
 
 
+def test_noise_table_on_another_device_before_the_cpu_one(monkeypatch):
+    """A device's table is copied from the CPU table, which may not exist yet: the first
+    call on a GPU built both under one lock (it deadlocked there once). ``meta`` stands
+    in for the GPU: any device other than the CPU takes that path."""
+    import threading
+
+    monkeypatch.setattr(kaldi, "_NOISE", {})
+    got = []
+    t = threading.Thread(target=lambda: got.append(kaldi.noise_table(torch.device("meta"))),
+                         daemon=True)
+    t.start()
+    t.join(timeout=30)
+    assert got, "noise_table(meta) did not return: the lock is taken twice"
+    assert got[0].device.type == "meta" and got[0].shape == (2 * kaldi.NOISE_TABLE,)
+    assert torch.equal(kaldi.noise_table(), kaldi.noise_table("cpu"))  # built once
+
+
 def test_extractors_round_trip_through_lhotse_registry(tmp_path):
     for ex in (WenetFbank(WenetFbankConfig(num_mel_bins=40, dither=0.1)),
                WenetMfcc(WenetMfccConfig(num_ceps=20)),

@@ -280,7 +280,7 @@ NOISE_TABLE = 1 << 20
 #: Seed of the noise table: every process draws the same table.
 NOISE_SEED = 20_061_984
 _NOISE: Dict[str, torch.Tensor] = {}
-_NOISE_LOCK = threading.Lock()
+_NOISE_LOCK = threading.RLock()  # reentrant: a device table is copied from the CPU one
 
 
 def noise_table(device: Optional[torch.device] = None) -> torch.Tensor:
