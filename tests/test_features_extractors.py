@@ -1,8 +1,12 @@
 """WenetFbank / WenetMfcc / WhisperLogMel against torchaudio's and WeNet's outputs.
 
 Reference arrays in tests/data/features_reference.npz were produced by real torchaudio
-code (``tests/data/make_features_reference.py``); when torchaudio's kaldi module is
-available (installed, or ``WENET_LHOTSE_KALDI_PY``), it is also compared live.
+code (``tests/data/make_features_reference.py``) on another machine; torchaudio's own
+``kaldi.py`` (installed, ``WENET_LHOTSE_KALDI_PY``, else the WeNet harness's verbatim
+copy) is also run here, on the same input, and that comparison is the strict one:
+torch's FFT and matrix products round differently across CPUs (MKL picks its kernels
+per CPU), which moves low-energy log-mel values of torchaudio's own output by up to
+~3e-3 against the stored arrays (seen on an AVX-512 machine).
 """
 
 from __future__ import annotations
@@ -30,7 +34,26 @@ from wenet_lhotse.features.whisper import slaney_mel_filters
 
 REF = np.load(Path(__file__).parent / "data" / "features_reference.npz")
 RATES = (8000, 16000, 44100)
-TOL = 1e-3  # max abs difference allowed by the compatibility contract
+TOL = 1e-3  # max abs difference allowed by the compatibility contract (same machine)
+STORED_TOL = 1e-2  # against the stored arrays, computed on another CPU (see above)
+
+
+@pytest.fixture(scope="module")
+def ta_kaldi():
+    """torchaudio's ``compliance.kaldi``, run on this machine."""
+    kaldi, _ = load_torchaudio_kaldi()
+    if kaldi is None:
+        from wenet_harness import torchaudio_kaldi
+
+        kaldi = torchaudio_kaldi()
+    return kaldi
+
+
+def wenet_fbank(kaldi, wave: np.ndarray, sr: int) -> np.ndarray:
+    """WeNet's ``compute_fbank`` arguments (processor.py), through ``kaldi``."""
+    return kaldi.fbank(torch.from_numpy(wave).unsqueeze(0) * 32768, num_mel_bins=80,
+                       frame_length=25, frame_shift=10, dither=0.0, energy_floor=0.0,
+                       sample_frequency=sr).numpy()
 
 
 def audio(sr: int) -> np.ndarray:
@@ -39,35 +62,41 @@ def audio(sr: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("sr", RATES)
-def test_fbank_matches_torchaudio_reference(sr):
+def test_fbank_matches_torchaudio_reference(sr, ta_kaldi):
     got = WenetFbank(WenetFbankConfig(num_mel_bins=80)).extract(audio(sr), sr)
     want = REF[f"fbank80_{sr}"]
     assert got.dtype == np.float32
     assert got.shape == want.shape
-    assert np.abs(got - want).max() <= TOL
+    assert np.abs(got - want).max() <= STORED_TOL
+    assert np.abs(got - wenet_fbank(ta_kaldi, audio(sr), sr)).max() <= TOL
 
 
 SPEECH = np.load(Path(__file__).parent / "data" / "speech_reference.npz")
 
 
 @pytest.mark.parametrize("sr", RATES)
-def test_fbank_matches_torchaudio_on_synthesized_speech(sr):
+def test_fbank_matches_torchaudio_on_synthesized_speech(sr, ta_kaldi):
     """Speech from a speech synthesizer (espeak-ng; see make_features_reference.py), with
     silences, voiced and unvoiced parts: the same frames and values as torchaudio."""
     wave = SPEECH[f"audio_{sr}"].astype(np.float32) / 32768
     got = WenetFbank(WenetFbankConfig(num_mel_bins=80)).extract(wave, sr)
     want = SPEECH[f"fbank80_{sr}"]
     assert got.shape == want.shape
-    assert np.abs(got - want).max() <= TOL
+    assert np.abs(got - want).max() <= STORED_TOL
+    assert np.abs(got - wenet_fbank(ta_kaldi, wave, sr)).max() <= TOL
 
 
 @pytest.mark.parametrize("sr", RATES)
-def test_mfcc_matches_torchaudio_reference(sr):
+def test_mfcc_matches_torchaudio_reference(sr, ta_kaldi):
     cfg = WenetMfccConfig(num_mel_bins=40, num_ceps=40, high_freq=0.0, low_freq=20.0)
     got = WenetMfcc(cfg).extract(audio(sr), sr)
     want = REF[f"mfcc40_{sr}"]
     assert got.shape == want.shape
-    assert np.abs(got - want).max() <= TOL
+    assert np.abs(got - want).max() <= STORED_TOL
+    live = ta_kaldi.mfcc(torch.from_numpy(audio(sr)).unsqueeze(0) * 32768, num_mel_bins=40,
+                         frame_length=25, frame_shift=10, dither=0.0, num_ceps=40,
+                         high_freq=0.0, low_freq=20.0, sample_frequency=sr).numpy()
+    assert np.abs(got - live).max() <= TOL
 
 
 @pytest.mark.parametrize("n_mels", [80, 128])
@@ -79,10 +108,8 @@ def test_whisper_log_mel_matches_wenet_reference(n_mels):
     assert np.abs(got - want).max() <= TOL
 
 
-def test_live_torchaudio_if_available():
-    kaldi, origin = load_torchaudio_kaldi()
-    if kaldi is None:
-        pytest.skip(origin)
+def test_live_torchaudio_windows_and_options(ta_kaldi):
+    kaldi = ta_kaldi
     rng = np.random.default_rng(0)
     for sr in RATES:
         x = audio(sr)[: int(0.7 * sr)] + rng.normal(0, 1e-3, int(0.7 * sr)).astype(np.float32)

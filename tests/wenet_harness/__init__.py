@@ -10,6 +10,8 @@ stands in for them, minimally -- see ``README.md`` in this folder.
   torch 2.13 shim at interpreter start).
 * :func:`import_wenet` -- import WeNet modules into this process without leaving the
   stand-ins visible to anything imported later (see its docstring).
+* :func:`torchaudio_kaldi` -- torchaudio's own Kaldi fbank/mfcc (the verbatim copy), for
+  comparisons computed on the machine that runs the test.
 * :func:`wenet_missing` -- why WeNet cannot be used here (None when it can); the
   ``wenet_root`` fixture in ``tests/conftest.py`` skips with it.
 
@@ -83,11 +85,25 @@ def import_wenet(*modules: str) -> List[ModuleType]:
     root = str(wenet_root())
     if root not in sys.path:
         sys.path.insert(0, root)
+    return _import_with_stubs(modules or ("wenet",))
+
+
+def torchaudio_kaldi() -> ModuleType:
+    """torchaudio's own ``compliance/kaldi.py`` (2.11.0, the unchanged copy in
+    ``stubs/``; needs no WeNet), imported as :func:`import_wenet` imports, so that the
+    stand-in torchaudio is not left visible. For comparisons on the machine that runs
+    the test: torch's FFT and matrix products round differently across CPUs (MKL picks
+    its kernels per CPU), which moves low-energy log-mel values by up to ~3e-3 against
+    a reference computed elsewhere."""
+    return _import_with_stubs(("torchaudio.compliance.kaldi",))[0]
+
+
+def _import_with_stubs(modules: Iterable[str]) -> List[ModuleType]:
     sys.path.insert(0, str(STUBS))
     try:
         import wenet_shims  # noqa: F401  (torch 2.13 shim, idempotent)
 
-        return [importlib.import_module(m) for m in (modules or ("wenet",))]
+        return [importlib.import_module(m) for m in modules]
     finally:
         sys.path.remove(str(STUBS))
         for name in list(sys.modules):
