@@ -25,8 +25,8 @@ from wenet_lhotse.features import (
     WenetMfccConfig,
     WhisperLogMel,
     WhisperLogMelConfig,
+    dither,
     extractor_from_wenet_conf,
-    kaldi,
 )
 from wenet_lhotse.features.kaldi import FrameOptions, num_frames
 from wenet_lhotse.features.reference import load_torchaudio_kaldi
@@ -177,21 +177,21 @@ def test_dither_uses_wenet_units_and_generator():
 def test_dither_noise_is_gaussian_per_waveform_and_seeded():
     gen = lambda seed: torch.Generator().manual_seed(seed)  # noqa: E731
     n = 16000 * 20
-    a, b, c = (kaldi.dither_noise(n, gen(s)) for s in (1, 1, 2))
+    a, b, c = (dither.dither_noise(n, gen(s)) for s in (1, 1, 2))
     assert torch.equal(a, b) and not torch.equal(a, c)
     # i.i.d. N(0, 1) within a waveform: moments, and no correlation between neighbours
     assert abs(float(a.mean())) < 0.01 and abs(float(a.std()) - 1) < 0.01
     assert abs(float((a[1:] * a[:-1]).mean())) < 0.01
     assert abs(float((a ** 4).mean()) - 3) < 0.1  # Gaussian kurtosis
     # longer than the table: joined slices, still the asked length and seeded
-    long = kaldi.dither_noise(kaldi.NOISE_TABLE + 5, gen(3))
-    assert long.shape == (kaldi.NOISE_TABLE + 5,)
-    assert torch.equal(long, kaldi.dither_noise(kaldi.NOISE_TABLE + 5, gen(3)))
+    long = dither.dither_noise(dither.NOISE_TABLE + 5, gen(3))
+    assert long.shape == (dither.NOISE_TABLE + 5,)
+    assert torch.equal(long, dither.dither_noise(dither.NOISE_TABLE + 5, gen(3)))
     # dithered() adds dither * noise, the noise picked by the same generator
     wave = torch.linspace(-100, 100, 1000)
-    got = kaldi.dithered(wave, 0.5, gen(4))
-    assert torch.allclose(got, wave + 0.5 * kaldi.dither_noise(1000, gen(4)))
-    assert kaldi.dithered(wave, 0.0, gen(4)) is wave
+    got = dither.dithered(wave, 0.5, gen(4))
+    assert torch.allclose(got, wave + 0.5 * dither.dither_noise(1000, gen(4)))
+    assert dither.dithered(wave, 0.0, gen(4)) is wave
 
 
 def test_noise_table_on_another_device_before_the_cpu_one(monkeypatch):
@@ -200,15 +200,15 @@ def test_noise_table_on_another_device_before_the_cpu_one(monkeypatch):
     in for the GPU: any device other than the CPU takes that path."""
     import threading
 
-    monkeypatch.setattr(kaldi, "_NOISE", {})
+    monkeypatch.setattr(dither, "_NOISE", {})
     got = []
-    t = threading.Thread(target=lambda: got.append(kaldi.noise_table(torch.device("meta"))),
+    t = threading.Thread(target=lambda: got.append(dither.noise_table(torch.device("meta"))),
                          daemon=True)
     t.start()
     t.join(timeout=30)
     assert got, "noise_table(meta) did not return: the lock is taken twice"
-    assert got[0].device.type == "meta" and got[0].shape == (2 * kaldi.NOISE_TABLE,)
-    assert torch.equal(kaldi.noise_table(), kaldi.noise_table("cpu"))  # built once
+    assert got[0].device.type == "meta" and got[0].shape == (2 * dither.NOISE_TABLE,)
+    assert torch.equal(dither.noise_table(), dither.noise_table("cpu"))  # built once
 
 
 def test_extractors_round_trip_through_lhotse_registry(tmp_path):

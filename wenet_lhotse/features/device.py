@@ -17,7 +17,7 @@ Same seeds -> same speed factors, masks and trims as the worker path, by constru
 (the draws are the worker path's own, see ``spec_aug_draws`` & co. in
 :mod:`~wenet_lhotse.features.augment`). On the CPU the features equal the worker
 path's (tested at 1e-4; dither noise included: each cut's noise is the slice of
-:func:`~wenet_lhotse.features.kaldi.dither_noise` that a CPU ``torch.Generator`` seeded
+:func:`~wenet_lhotse.features.dither.dither_noise` that a CPU ``torch.Generator`` seeded
 with the cut's seed picks, as in the worker path -- on any device, the same numbers).
 
 Supported ``feats_type``: ``fbank`` and ``mfcc`` (the Kaldi front end); Whisper's
@@ -43,6 +43,7 @@ from wenet_lhotse.features.augment import (
     spec_trim_draw,
     speed_perturb,
 )
+from wenet_lhotse.features.dither import dithered
 from wenet_lhotse.features.fbank import INT16_SCALE, WenetFbank, WenetMfcc
 from wenet_lhotse.formats.audio import load_samples
 
@@ -284,7 +285,7 @@ class DeviceFeatures:
             if d.dither and dither != 0.0:
                 # the worker path's noise: its offset drawn from a CPU generator with the
                 # cut's seed, the table copied to the device once
-                w = kaldi.dithered(w, dither, torch.Generator().manual_seed(d.seed))
+                w = dithered(w, dither, torch.Generator().manual_seed(d.seed))
             scaled.append(w)
         if not scaled:
             return []

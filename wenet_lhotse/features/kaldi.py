@@ -8,12 +8,9 @@ in ``compute_fbank`` / ``compute_mfcc``) to float32 rounding, but are faster:
   every call;
 * dither noise is added once per waveform sample instead of once per frame sample
   (2.5x fewer at 25/10 ms frames), and is not drawn per call: each waveform gets a
-  slice, at an offset drawn from its generator, of one table of N(0, 1) draws made once
-  per process (:func:`dither_noise`). Within a waveform of up to 65 s (16 kHz) the
-  noise is i.i.d. N(0, dither^2) as in Kaldi; across waveforms the table's samples
-  recur at other offsets. Dither (0.1 on the int16 scale in WeNet's recipes, a tenth of
-  one quantisation step) only keeps silent frames off log(0), for which recurring noise
-  is as good; drawing it fresh cost a third of the fbank's own time;
+  slice of one table of N(0, 1) draws made once per process (``features/dither.py``:
+  within a waveform i.i.d. as in Kaldi, across waveforms the table's samples recur at
+  other offsets; drawing it fresh cost a third of the fbank's own time);
 * the power spectrum is computed from the interleaved real/imaginary parts
   (``re**2 + im**2``) instead of ``abs()`` then ``pow(2)``;
 * the mel filters are applied as a few dense products, each over the FFT bins its
@@ -36,7 +33,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-# the constant matrices (their own module), cached below
+# dither noise and the constant matrices (their own modules)
+from wenet_lhotse.features.dither import dithered
 from wenet_lhotse.features.kaldi_matrices import dct_matrix, lifter_coeffs, mel_banks
 
 # numeric_limits<float>::epsilon(), the floor Kaldi and torchaudio use before log().
@@ -275,59 +273,6 @@ def frames_to_fbank(
     return mel
 
 
-#: Samples of standard-normal noise that dither slices come from (65.5 s at 16 kHz).
-NOISE_TABLE = 1 << 20
-#: Seed of the noise table: every process draws the same table.
-NOISE_SEED = 20_061_984
-_NOISE: Dict[str, torch.Tensor] = {}
-_NOISE_LOCK = threading.RLock()  # reentrant: a device table is copied from the CPU one
-
-
-def noise_table(device: Optional[torch.device] = None) -> torch.Tensor:
-    """The dither noise table on ``device``: :data:`NOISE_TABLE` float32 draws from
-    N(0, 1) (a fixed seed, drawn once per process, copied once per device), stored twice
-    over so that any slice of up to :data:`NOISE_TABLE` samples is contiguous."""
-    dev = "cpu" if device is None else str(torch.device(device))
-    table = _NOISE.get(dev)
-    if table is None:
-        with _NOISE_LOCK:
-            table = _NOISE.get(dev)
-            if table is None:
-                if dev == "cpu":
-                    gen = torch.Generator().manual_seed(NOISE_SEED)
-                    half = torch.randn(NOISE_TABLE, generator=gen)
-                    table = torch.cat((half, half))
-                else:
-                    table = noise_table().to(dev)
-                _NOISE[dev] = table
-    return table
-
-
-def dither_noise(n: int, generator: Optional[torch.Generator] = None,
-                 device: Optional[torch.device] = None) -> torch.Tensor:
-    """``n`` samples of N(0, 1) dither noise: a slice of :func:`noise_table` at an offset
-    drawn from ``generator`` (a CPU generator; the global one when None), so the same
-    seed gives the same noise on every device. Up to :data:`NOISE_TABLE` samples the
-    slice is a view (no copy); longer signals join slices at independent offsets."""
-    table = noise_table(device)
-    offsets = torch.randint(0, NOISE_TABLE, (max(1, -(-n // NOISE_TABLE)),),
-                            generator=generator).tolist()
-    if n <= NOISE_TABLE:
-        return table[offsets[0]: offsets[0] + n]
-    pieces = [table[o: o + NOISE_TABLE] for o in offsets]
-    return torch.cat(pieces)[:n]
-
-
-def dithered(wave: torch.Tensor, dither: float, generator: Optional[torch.Generator]):
-    """``wave + dither * noise``, the noise from :func:`dither_noise`. One pass: WeNet
-    (torchaudio) draws fresh Gaussian noise per frame sample, whose drawing cost more than
-    the rest of dithering; see :func:`fbank`."""
-    if dither == 0.0:
-        return wave
-    noise = dither_noise(wave.numel(), generator, wave.device).view(wave.shape)
-    return torch.add(wave, noise, alpha=dither)
-
-
 def fbank(
     waves: Sequence[torch.Tensor],
     opts: FrameOptions,
@@ -342,7 +287,8 @@ def fbank(
     Dither: Gaussian noise with standard deviation ``fb.dither`` is added to each
     *waveform sample* before framing (Kaldi adds it per frame sample, so overlapping
     frames see independent noise there; each frame's noise has the same distribution),
-    from :func:`dither_noise` (``generator`` picks the offset into the noise table).
+    from :func:`~wenet_lhotse.features.dither.dither_noise` (``generator`` picks the
+    offset into the noise table).
     """
     counts: List[int] = []
     # Long utterances are split into blocks of CHUNK_FRAMES, which stay in cache (one
