@@ -17,13 +17,11 @@ from wenet_lhotse.features.pipeline import planned_speed
 from wenet_lhotse.features.strategy import PooledFeatures
 from wenet_lhotse.loader.constraints import (
     BucketBatchConstraint,
-    CutLengths,
-    FrameCounter,
     MaxFramesConstraint,
     StaticBatchConstraint,
-    cut_lengths_from_wenet_conf,
     wenet_constraint,
 )
+from wenet_lhotse.loader.lengths import CutLengths, FrameCounter, cut_lengths_from_wenet_conf
 
 
 def _cuts(n: int, seed: int = 0, sampling_rate: int = 16000, lo: float = 0.3, hi: float = 6.0

@@ -19,7 +19,8 @@ from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.loader import build_dataloader
 from wenet_lhotse.loader.bins import estimate_bins
 from wenet_lhotse.loader.bucketing import BucketingSampler
-from wenet_lhotse.loader.constraints import CutLengths, StaticBatchConstraint
+from wenet_lhotse.loader.constraints import StaticBatchConstraint
+from wenet_lhotse.loader.lengths import CutLengths
 from wenet_lhotse.loader.streamed import INITIAL_FILL, WarmStartSampler
 
 

@@ -7,8 +7,6 @@ from wenet_lhotse.loader.build import build_dataloader, resolve_mode
 from wenet_lhotse.loader.config import BatchingConfig, LhotseConf, LoaderConfig
 from wenet_lhotse.loader.constraints import (
     BucketBatchConstraint,
-    CutLengths,
-    FrameCounter,
     MaxFramesConstraint,
     StaticBatchConstraint,
     wenet_constraint,
@@ -22,6 +20,7 @@ from wenet_lhotse.loader.distributed import (
     reduce_cv_loss,
     world_info,
 )
+from wenet_lhotse.loader.lengths import CutLengths, FrameCounter
 from wenet_lhotse.loader.mux import PositionedStream, ResumableMux
 from wenet_lhotse.loader.readers import JsonlReader, ListReader, shar_reader
 from wenet_lhotse.loader.sampler import ResumableBucketingSampler
