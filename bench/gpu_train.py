@@ -35,6 +35,7 @@ test of the script, no figure to report).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -96,9 +97,8 @@ def build_loader(which: str, corpus: Path, data_type: str, workers: int) -> Any:
         if PATHS[which]:
             conf["lhotse_conf"] = PATHS[which]
         tokenizer = CharTokenizer(corpus / "units.txt")
-        preload_langid()
     _, _, loader, _ = init(args, {"dataset_conf": conf}, tokenizer, 777)
-    return loader, tokenizer
+    return loader
 
 
 def child(which: str, corpus: Path, data_type: str, workers: int, cores: int, steps: int,
@@ -120,10 +120,11 @@ def child(which: str, corpus: Path, data_type: str, workers: int, cores: int, st
     if which != "wenet":
         preload_langid()  # a start-up cost, as WeNet's at import (bench/wenet_baseline.py)
     t_build = time.perf_counter()  # first batch: from building the loaders
-    loader, _ = build_loader(which, corpus, data_type, workers)
+    loader = build_loader(which, corpus, data_type, workers)
     it = iter(loader)
-    # --amp: WeNet's torch_ddp --use_amp (fp16 autocast, GradScaler)
-    scaler = torch.amp.GradScaler("cuda") if amp else None
+    # --amp: WeNet's torch_ddp --use_amp (fp16 autocast, GradScaler); disabled, the
+    # scaler passes everything through
+    scaler = torch.amp.GradScaler("cuda", enabled=amp)
     wait = step_t = audio = 0.0
     utts = done = 0
     first = None
@@ -140,17 +141,12 @@ def child(which: str, corpus: Path, data_type: str, workers: int, cores: int, st
             first = t1 - t_build
         with torch.autocast(device.type, dtype=torch.float16, enabled=amp):
             out = model(batch, device)
-        loss = out["loss"] / accum
-        (scaler.scale(loss) if amp else loss).backward()
+        scaler.scale(out["loss"] / accum).backward()
         if (done + 1) % accum == 0:
-            if amp:
-                scaler.unscale_(opt)
+            scaler.unscale_(opt)
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-            if amp:
-                scaler.step(opt)
-                scaler.update()
-            else:
-                opt.step()
+            scaler.step(opt)
+            scaler.update()
             opt.zero_grad()
         loss = float(out["loss"])  # WeNet's executor reads the loss every step
         if cuda:
@@ -175,10 +171,8 @@ def check(corpus: Path, data_type: str) -> None:
     torch.set_num_threads(1)  # as the worker path's workers: the same float rounding
     batches: Dict[str, List[Dict[str, Any]]] = {}
     for which in ("ours", "ours-device"):
-        loader, _ = build_loader(which, corpus, data_type, 2)
-        it = iter(loader)
-        batches[which] = [next(it) for _ in range(4)]
-        del it, loader
+        # the first 4 batches (fewer on a small corpus)
+        batches[which] = list(itertools.islice(build_loader(which, corpus, data_type, 2), 4))
     diff, masks, same_keys = 0.0, True, True
     for w, d in zip(batches["ours"], batches["ours-device"]):
         same_keys &= w["keys"] == d["keys"] and torch.equal(
