@@ -32,6 +32,7 @@ throughput swings by up to 2x between single runs on a busy machine).
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import statistics
@@ -162,9 +163,12 @@ def profile_stages(dataset, batches, clock: StageClock) -> List[Dict[str, Any]]:
                 samples = clock.run("speed perturb", augment.speed_perturb, samples, sr, factor)
             pcms.append(np.asarray(samples, dtype=np.float32))
             gen = torch.Generator().manual_seed(seed)
-            wave = torch.from_numpy(np.ascontiguousarray(samples)) * INT16_SCALE
+            wave = torch.from_numpy(np.ascontiguousarray(samples))
             dither = getattr(kaldi, "dithered", None) or kaldi._dithered  # older trees
-            wave = clock.run("dither", dither, wave, cfg.dither, gen)
+            if "scale" in inspect.signature(dither).parameters:  # scales in the same pass
+                wave = clock.run("dither", dither, wave, cfg.dither, gen, INT16_SCALE)
+            else:
+                wave = clock.run("dither", dither, wave * INT16_SCALE, cfg.dither, gen)
             feats = clock.run("fbank", kaldi.fbank, [wave], cfg.frame_options(sr),
                               cfg.fbank_options(0.0))[0].numpy()
             if p.spec_aug is not None:

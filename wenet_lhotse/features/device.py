@@ -281,12 +281,10 @@ class DeviceFeatures:
         dither = float(cfg.dither)
         scaled = []
         for w, d in zip(waves, draws):
-            w = w * INT16_SCALE
-            if d.dither and dither != 0.0:
-                # the worker path's noise: its offset drawn from a CPU generator with the
-                # cut's seed, the table copied to the device once
-                w = dithered(w, dither, torch.Generator().manual_seed(d.seed))
-            scaled.append(w)
+            # the worker path's noise: its offset drawn from a CPU generator with the
+            # cut's seed, the table copied to the device once
+            scaled.append(dithered(w, dither if d.dither else 0.0,
+                                   torch.Generator().manual_seed(d.seed), INT16_SCALE))
         if not scaled:
             return []
         if scaled[0].device.type == "cpu":  # cache-sized blocks, as the worker path

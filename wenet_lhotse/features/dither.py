@@ -14,7 +14,7 @@ on every device (a device's copy is made from the CPU table), so the worker path
 from __future__ import annotations
 
 import threading
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import torch
 
@@ -22,37 +22,49 @@ import torch
 NOISE_TABLE = 1 << 20
 #: Seed of the noise table: every process draws the same table.
 NOISE_SEED = 20_061_984
-_NOISE: Dict[str, torch.Tensor] = {}
+_NOISE: Dict[Tuple[str, float], torch.Tensor] = {}
 _NOISE_LOCK = threading.RLock()  # reentrant: a device table is copied from the CPU one
 
 
-def noise_table(device: Optional[torch.device] = None) -> torch.Tensor:
+def noise_table(device: Optional[torch.device] = None, scale: float = 1.0) -> torch.Tensor:
     """The dither noise table on ``device``: :data:`NOISE_TABLE` float32 draws from
     N(0, 1) (a fixed seed, drawn once per process, copied once per device), stored twice
-    over so that any slice of up to :data:`NOISE_TABLE` samples is contiguous."""
+    over so that any slice of up to :data:`NOISE_TABLE` samples is contiguous; times
+    ``scale`` (the dither: up to :data:`SCALED_TABLES` scaled copies are kept, a recipe
+    has one or two dither values)."""
     dev = "cpu" if device is None else str(torch.device(device))
-    table = _NOISE.get(dev)
+    key = (dev, float(scale))
+    table = _NOISE.get(key)
     if table is None:
         with _NOISE_LOCK:
-            table = _NOISE.get(dev)
+            table = _NOISE.get(key)
             if table is None:
-                if dev == "cpu":
+                if scale != 1.0:
+                    table = noise_table(device) * scale
+                    if len(_NOISE) >= SCALED_TABLES + 2:  # not kept: scaled per call
+                        return table
+                elif dev == "cpu":
                     gen = torch.Generator().manual_seed(NOISE_SEED)
                     half = torch.randn(NOISE_TABLE, generator=gen)
                     table = torch.cat((half, half))
                 else:
                     table = noise_table().to(dev)
-                _NOISE[dev] = table
+                _NOISE[key] = table
     return table
 
 
+#: Scaled copies of the noise table kept per process (8 MiB each).
+SCALED_TABLES = 4
+
+
 def dither_noise(n: int, generator: Optional[torch.Generator] = None,
-                 device: Optional[torch.device] = None) -> torch.Tensor:
-    """``n`` samples of N(0, 1) dither noise: a slice of :func:`noise_table` at an offset
-    drawn from ``generator`` (a CPU generator; the global one when None), so the same
-    seed gives the same noise on every device. Up to :data:`NOISE_TABLE` samples the
-    slice is a view (no copy); longer signals join slices at independent offsets."""
-    table = noise_table(device)
+                 device: Optional[torch.device] = None, scale: float = 1.0) -> torch.Tensor:
+    """``n`` samples of N(0, ``scale``**2) dither noise: a slice of :func:`noise_table` at
+    an offset drawn from ``generator`` (a CPU generator; the global one when None), so
+    the same seed gives the same noise on every device. Up to :data:`NOISE_TABLE`
+    samples the slice is a view (no copy); longer signals join slices at independent
+    offsets."""
+    table = noise_table(device, scale)
     offsets = torch.randint(0, NOISE_TABLE, (max(1, -(-n // NOISE_TABLE)),),
                             generator=generator).tolist()
     if n <= NOISE_TABLE:
@@ -61,12 +73,14 @@ def dither_noise(n: int, generator: Optional[torch.Generator] = None,
     return torch.cat(pieces)[:n]
 
 
-def dithered(wave: torch.Tensor, dither: float,
-             generator: Optional[torch.Generator]) -> torch.Tensor:
-    """``wave + dither * noise``, the noise from :func:`dither_noise`. One pass: WeNet
-    (torchaudio) draws fresh Gaussian noise per frame sample, whose drawing cost more than
-    the rest of dithering; see :func:`wenet_lhotse.features.kaldi.fbank`."""
+def dithered(wave: torch.Tensor, dither: float, generator: Optional[torch.Generator],
+             scale: float = 1.0) -> torch.Tensor:
+    """``wave * scale + dither * noise`` in one pass, the noise from :func:`dither_noise`
+    (``scale``: WeNet's 32768, exact as a power of two; a separate pass cost as much as
+    the dither). WeNet (torchaudio) draws fresh Gaussian noise per frame sample, whose
+    drawing cost more than the rest of dithering; see
+    :func:`wenet_lhotse.features.kaldi.fbank`."""
     if dither == 0.0:
-        return wave
-    noise = dither_noise(wave.numel(), generator, wave.device).view(wave.shape)
-    return torch.add(wave, noise, alpha=dither)
+        return wave if scale == 1.0 else wave * scale
+    noise = dither_noise(wave.numel(), generator, wave.device, dither).view(wave.shape)
+    return torch.add(noise, wave, alpha=scale)

@@ -243,8 +243,8 @@ class WenetFbank(_WenetExtractor):
     def compute(self, waves, sampling_rate, dither=None, generator=None):
         opts = self.config.frame_options(sampling_rate)
         fb = self.config.fbank_options(dither)
-        scaled = [_as_1d_tensor(w) * INT16_SCALE for w in waves]
-        return kaldi.fbank(scaled, opts, fb, generator=generator)
+        return kaldi.fbank([_as_1d_tensor(w) for w in waves], opts, fb, generator=generator,
+                           scale=INT16_SCALE)
 
 
 @register_extractor
@@ -272,10 +272,10 @@ class WenetMfcc(_WenetExtractor):
 
     def compute(self, waves, sampling_rate, dither=None, generator=None):
         cfg = self.config
-        scaled = [_as_1d_tensor(w) * INT16_SCALE for w in waves]
-        return kaldi.mfcc(scaled, cfg.frame_options(sampling_rate), cfg.fbank_options(dither),
-                          num_ceps=cfg.num_ceps, cepstral_lifter=cfg.cepstral_lifter,
-                          generator=generator)
+        return kaldi.mfcc([_as_1d_tensor(w) for w in waves], cfg.frame_options(sampling_rate),
+                          cfg.fbank_options(dither), num_ceps=cfg.num_ceps,
+                          cepstral_lifter=cfg.cepstral_lifter, generator=generator,
+                          scale=INT16_SCALE)
 
 
 @register_extractor

@@ -151,14 +151,20 @@ def mel_groups(opts: FrameOptions) -> List[Tuple[int, int, int, int, torch.Tenso
     return out
 
 
-def cached_mel_groups(opts: FrameOptions, device: Optional[torch.device] = None
+def cached_mel_groups(opts: FrameOptions, device: Optional[torch.device] = None,
+                      interleaved: bool = False
                       ) -> List[Tuple[int, int, int, int, torch.Tensor]]:
+    """:func:`mel_groups`, cached per device. ``interleaved``: each weight twice over
+    (``(filters, 2 * bins)``), to multiply the squared ``(re, im)`` pairs of the FFT
+    output directly: ``w * re**2 + w * im**2`` sums the same products as
+    ``w * (re**2 + im**2)``, in another order."""
     dev = None if device is None or torch.device(device).type == "cpu" else str(device)
-    key = ("mel-groups", opts, dev)
+    key = ("mel-groups", opts, dev, interleaved)
     groups = _GROUPS.get(key)
     if groups is None:
-        groups = [(a, b, lo, hi, w if dev is None else w.to(dev))
-                  for a, b, lo, hi, w in mel_groups(opts)]
+        groups = [(a, b, lo, hi, w.repeat_interleave(2, dim=1).contiguous() if interleaved
+                   else w) for a, b, lo, hi, w in mel_groups(opts)]
+        groups = [(a, b, lo, hi, w if dev is None else w.to(dev)) for a, b, lo, hi, w in groups]
         groups = _GROUPS.setdefault(key, groups)
     return groups
 
@@ -227,7 +233,8 @@ def frames_to_fbank(
     frames: torch.Tensor, opts: FrameOptions, fb: FbankOptions
 ) -> torch.Tensor:
     """Log mel filterbank energies of frames ``(m, window_size)`` -> ``(m, num_mel_bins)``
-    (plus a leading log-energy column when ``fb.use_energy``). Dither is not applied here."""
+    (plus a leading log-energy column when ``fb.use_energy``), possibly a transposed
+    (non-contiguous) view. Dither is not applied here."""
     m = frames.size(0)
     size = opts.window_size
     if fb.remove_dc_offset:
@@ -255,19 +262,24 @@ def frames_to_fbank(
     if fb.use_energy and not fb.raw_energy:
         energy = _log_energy(out, fb.energy_floor)
     spec = torch.fft.rfft(buf)
-    # |X|^2 from the interleaved (re, im) pairs: far cheaper than abs().pow(2).
-    ri = torch.view_as_real(spec).reshape(m, -1)
+    ri = torch.view_as_real(spec).reshape(m, -1)  # (re, im) pairs
     ri.mul_(ri)  # the spectrum is ours: squared in place
-    power = ri[:, 0 : padded : 2] + ri[:, 1 : padded : 2]  # drops the Nyquist bin
-    if not fb.use_power:
-        power = power.sqrt_()
     # (filters, frames): each group's product writes contiguous rows
-    mel_t = torch.empty((opts.num_mel_bins, m), dtype=power.dtype, device=power.device)
-    for a, b, lo, hi, weights in cached_mel_groups(opts, frames.device):
-        torch.mm(weights, power[:, lo:hi].t(), out=mel_t[a:b])
+    mel_t = torch.empty((opts.num_mel_bins, m), dtype=ri.dtype, device=ri.device)
+    if fb.use_power:
+        # |X|^2 weighted straight from the squared pairs: no re**2 + im**2 pass (abs()
+        # then pow(2), as torchaudio does, cost several)
+        for a, b, lo, hi, weights in cached_mel_groups(opts, frames.device, True):
+            torch.mm(weights, ri[:, 2 * lo : 2 * hi].t(), out=mel_t[a:b])
+    else:
+        magnitude = (ri[:, 0:padded:2] + ri[:, 1:padded:2]).sqrt_()  # drops Nyquist
+        for a, b, lo, hi, weights in cached_mel_groups(opts, frames.device):
+            torch.mm(weights, magnitude[:, lo:hi].t(), out=mel_t[a:b])
     if fb.use_log_fbank:
         mel_t = mel_t.clamp_(min=EPSILON).log_()
-    mel = mel_t.t().contiguous()
+    # A transposed view: the caller's copy (joining blocks, padding a batch) makes it
+    # contiguous in the same pass.
+    mel = mel_t.t()
     if energy is not None:
         mel = torch.cat((energy.unsqueeze(1), mel), dim=1)
     return mel
@@ -278,8 +290,11 @@ def fbank(
     opts: FrameOptions,
     fb: FbankOptions,
     generator: Optional[torch.Generator] = None,
+    scale: float = 1.0,
 ) -> List[torch.Tensor]:
-    """Kaldi fbank of each 1-D waveform (on the scale Kaldi expects, e.g. int16 range).
+    """Kaldi fbank of each 1-D waveform times ``scale`` (the scale Kaldi expects, e.g.
+    the int16 range: WeNet's [-1, 1] waveforms with ``scale=32768``; scaling in the
+    dither's pass saves one over the samples).
 
     Frames are processed in cache-sized blocks (short utterances share a block); the
     result for each waveform has exactly the frames per-waveform extraction gives.
@@ -300,7 +315,7 @@ def fbank(
     pending: List[torch.Tensor] = []
     size = 0
     for wave in waves:  # one waveform at a time: less memory live, fewer cache misses
-        f = frame_waveform(dithered(wave.float(), fb.dither, generator), opts)
+        f = frame_waveform(dithered(wave.float(), fb.dither, generator, scale), opts)
         counts.append(f.size(0))
         for start in range(0, f.size(0), CHUNK_FRAMES):
             piece = f[start : start + CHUNK_FRAMES]
@@ -319,7 +334,8 @@ def fbank(
         dim = opts.num_mel_bins + int(fb.use_energy)
         device = waves[0].device if counts else None
         return [torch.zeros((0, dim), device=device) for _ in counts]
-    feats = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=0)
+    # one copy: joining the blocks also lays out the blocks' transposed views
+    feats = outputs[0].contiguous() if len(outputs) == 1 else torch.cat(outputs, dim=0)
     return list(torch.split(feats, counts, dim=0))
 
 
@@ -341,8 +357,10 @@ def mfcc(
     num_ceps: int = 13,
     cepstral_lifter: float = 22.0,
     generator: Optional[torch.Generator] = None,
+    scale: float = 1.0,
 ) -> List[torch.Tensor]:
-    """Kaldi MFCC of each 1-D waveform: log fbank -> DCT -> lifter (no energy column)."""
+    """Kaldi MFCC of each 1-D waveform times ``scale``: log fbank -> DCT -> lifter (no
+    energy column)."""
     if num_ceps > opts.num_mel_bins:
         raise ValueError(
             f"num_ceps cannot be larger than num_mel_bins: {num_ceps} vs {opts.num_mel_bins}"
@@ -357,7 +375,7 @@ def mfcc(
         use_log_fbank=True,
         use_power=True,
     )
-    logmel = fbank(waves, opts, fb, generator=generator)
+    logmel = fbank(waves, opts, fb, generator=generator, scale=scale)
     if not logmel:
         return []
     dct = cached_dct(num_ceps, opts.num_mel_bins, cepstral_lifter, logmel[0].device)
