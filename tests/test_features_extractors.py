@@ -27,6 +27,7 @@ from wenet_lhotse.features import (
     WhisperLogMelConfig,
     dither,
     extractor_from_wenet_conf,
+    kaldi,
 )
 from wenet_lhotse.features.kaldi import FrameOptions, num_frames
 from wenet_lhotse.features.reference import load_torchaudio_kaldi
@@ -126,6 +127,25 @@ def test_live_torchaudio_windows_and_options(ta_kaldi):
         got = WenetFbank(WenetFbankConfig(num_mel_bins=40, energy_floor=1.0, snip_edges=False,
                                           use_energy=True)).extract(x, sr)
         assert got.shape == tuple(want.shape) and np.abs(got - want.numpy()).max() <= TOL
+
+
+@pytest.mark.parametrize("use_power,use_log_fbank,raw_energy",
+                         [(False, True, True), (True, False, False), (False, False, False)])
+def test_kernel_switches_match_torchaudio(ta_kaldi, use_power, use_log_fbank, raw_energy):
+    """The kernel's other branches (magnitude instead of power, linear mel energies, the
+    energy of the windowed frame), which WeNet's recipes do not reach, against the same
+    switches of torchaudio's fbank."""
+    x = torch.from_numpy(audio(16000)[:12000]) * 32768
+    want = ta_kaldi.fbank(x.unsqueeze(0), num_mel_bins=40, dither=0.0, energy_floor=0.0,
+                          sample_frequency=16000, use_power=use_power,
+                          use_log_fbank=use_log_fbank, raw_energy=raw_energy, use_energy=True)
+    fb = kaldi.FbankOptions(use_power=use_power, use_log_fbank=use_log_fbank,
+                            raw_energy=raw_energy, use_energy=True)
+    got = kaldi.fbank([x], FrameOptions(sampling_rate=16000, num_mel_bins=40), fb)[0]
+    assert got.shape == want.shape and got.is_contiguous()
+    scale = 1.0 if use_log_fbank else float(want[:, 1:].abs().max())  # linear: relative
+    assert (got[:, 1:] - want[:, 1:]).abs().max() / scale <= TOL
+    assert (got[:, 0] - want[:, 0]).abs().max() <= TOL  # log energy
 
 
 @pytest.mark.parametrize("sr", RATES)
