@@ -216,12 +216,12 @@ def test_dither_noise_is_gaussian_per_waveform_and_seeded():
     scaled = dither.dithered(wave, 0.5, gen(4), 32768.0)
     assert torch.equal(scaled, 0.5 * dither.dither_noise(1000, gen(4)) + wave * 32768.0)
     assert torch.equal(dither.dithered(wave, 0.0, gen(4), 32768.0), wave * 32768.0)
-    # scaled tables: the table times the dither, a few kept (8 MiB each), more made per call
-    assert torch.equal(dither.noise_table(scale=0.5), dither.noise_table() * 0.5)
-    assert dither.noise_table(scale=0.5) is dither.noise_table(scale=0.5)
+    # scaled tables: the table times the dither, a few kept (8 MiB each); past those the
+    # slice is scaled, the same noise
     for i in range(dither.SCALED_TABLES + 2):
-        dither.noise_table(scale=1.0 + i)
-    assert len(dither._NOISE) <= dither.SCALED_TABLES + 2
+        got = dither.dither_noise(1000, gen(5), scale=0.5 + i)
+        assert torch.equal(got, dither.dither_noise(1000, gen(5)) * (0.5 + i))
+    assert len(dither._SCALED) == dither.SCALED_TABLES
 
 
 def test_noise_table_on_another_device_before_the_cpu_one(monkeypatch):

@@ -22,49 +22,60 @@ import torch
 NOISE_TABLE = 1 << 20
 #: Seed of the noise table: every process draws the same table.
 NOISE_SEED = 20_061_984
-_NOISE: Dict[Tuple[str, float], torch.Tensor] = {}
-_NOISE_LOCK = threading.RLock()  # reentrant: a device table is copied from the CPU one
+_NOISE: Dict[str, torch.Tensor] = {}
+_SCALED: Dict[Tuple[str, float], torch.Tensor] = {}
+# reentrant: a device table is copied from the CPU one, a scaled table from the unscaled one
+_NOISE_LOCK = threading.RLock()
 
 
-def noise_table(device: Optional[torch.device] = None, scale: float = 1.0) -> torch.Tensor:
+def noise_table(device: Optional[torch.device] = None) -> torch.Tensor:
     """The dither noise table on ``device``: :data:`NOISE_TABLE` float32 draws from
     N(0, 1) (a fixed seed, drawn once per process, copied once per device), stored twice
-    over so that any slice of up to :data:`NOISE_TABLE` samples is contiguous; times
-    ``scale`` (the dither: up to :data:`SCALED_TABLES` scaled copies are kept, a recipe
-    has one or two dither values)."""
+    over so that any slice of up to :data:`NOISE_TABLE` samples is contiguous."""
     dev = "cpu" if device is None else str(torch.device(device))
-    key = (dev, float(scale))
-    table = _NOISE.get(key)
+    table = _NOISE.get(dev)
     if table is None:
         with _NOISE_LOCK:
-            table = _NOISE.get(key)
+            table = _NOISE.get(dev)
             if table is None:
-                if scale != 1.0:
-                    table = noise_table(device) * scale
-                    if len(_NOISE) >= SCALED_TABLES + 2:  # not kept: scaled per call
-                        return table
-                elif dev == "cpu":
+                if dev == "cpu":
                     gen = torch.Generator().manual_seed(NOISE_SEED)
                     half = torch.randn(NOISE_TABLE, generator=gen)
                     table = torch.cat((half, half))
                 else:
                     table = noise_table().to(dev)
-                _NOISE[key] = table
+                _NOISE[dev] = table
     return table
 
 
-#: Scaled copies of the noise table kept per process (8 MiB each).
+#: Scaled copies of the noise table (one per dither value and device, 8 MiB each) kept
+#: per process; a recipe has one or two dither values. Past this, slices are scaled.
 SCALED_TABLES = 4
+
+
+def _scaled_table(device: Optional[torch.device], scale: float) -> Optional[torch.Tensor]:
+    """:func:`noise_table` times ``scale``, kept; None when :data:`SCALED_TABLES` others
+    are kept already."""
+    key = ("cpu" if device is None else str(torch.device(device)), float(scale))
+    table = _SCALED.get(key)
+    if table is None:
+        with _NOISE_LOCK:
+            table = _SCALED.get(key)
+            if table is None and len(_SCALED) < SCALED_TABLES:
+                table = _SCALED[key] = noise_table(device) * scale
+    return table
 
 
 def dither_noise(n: int, generator: Optional[torch.Generator] = None,
                  device: Optional[torch.device] = None, scale: float = 1.0) -> torch.Tensor:
-    """``n`` samples of N(0, ``scale``**2) dither noise: a slice of :func:`noise_table` at
-    an offset drawn from ``generator`` (a CPU generator; the global one when None), so
-    the same seed gives the same noise on every device. Up to :data:`NOISE_TABLE`
-    samples the slice is a view (no copy); longer signals join slices at independent
-    offsets."""
-    table = noise_table(device, scale)
+    """``n`` samples of N(0, ``scale``**2) dither noise: a slice of :func:`noise_table`
+    (times ``scale``) at an offset drawn from ``generator`` (a CPU generator; the global
+    one when None), so the same seed gives the same noise on every device. Up to
+    :data:`NOISE_TABLE` samples the slice is a view (no copy); longer signals join
+    slices at independent offsets."""
+    table = noise_table(device) if scale == 1.0 else _scaled_table(device, scale)
+    if table is None:
+        return dither_noise(n, generator, device) * scale
     offsets = torch.randint(0, NOISE_TABLE, (max(1, -(-n // NOISE_TABLE)),),
                             generator=generator).tolist()
     if n <= NOISE_TABLE:

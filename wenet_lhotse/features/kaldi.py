@@ -11,8 +11,9 @@ in ``compute_fbank`` / ``compute_mfcc``) to float32 rounding, but are faster:
   slice of one table of N(0, 1) draws made once per process (``features/dither.py``:
   within a waveform i.i.d. as in Kaldi, across waveforms the table's samples recur at
   other offsets; drawing it fresh cost a third of the fbank's own time);
-* the power spectrum is computed from the interleaved real/imaginary parts
-  (``re**2 + im**2``) instead of ``abs()`` then ``pow(2)``;
+* the FFT output's interleaved real/imaginary parts are squared in place and the mel
+  weights, stored twice over, multiply them directly (``w re**2 + w im**2``), instead of
+  ``abs()`` then ``pow(2)`` then the product;
 * the mel filters are applied as a few dense products, each over the FFT bins its
   group of ~16 neighbouring filters covers (:func:`cached_mel_groups`), skipping the
   zeros of the filter bank (a quarter of the multiply-adds at 80 bins, 16 kHz); the
