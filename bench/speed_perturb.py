@@ -9,6 +9,11 @@ repeating lengths would flatter it).
 * ours: ``wenet_lhotse.features.augment.speed_perturb`` (Lhotse's sinc kernel as one
   matrix product over a strided view; sox's output length);
 * Lhotse ``Speed`` (the same kernel through a strided ``conv1d``; ceil length);
+* libsox itself (``soxbindings``, when installed: ``apt-get install libsox-dev; pip
+  install soxbindings``): WeNet's chain ``[['speed', f], ['rate', sr]]`` as
+  ``torchaudio.sox_effects.apply_effects_tensor`` runs it -- float32 to sox's 32-bit
+  samples, the two effects, back -- through the WeNet harness's ``sox_effects``, which
+  hands it to libsox where soxbindings is present: WeNet's own speed perturbation;
 * libsoxr ``HQ`` (``soxr`` package, when installed): the resampler library that came out
   of sox's ``rate`` effect, which WeNet's ``torchaudio.sox_effects`` chain ends in; the
   closest to WeNet's sox path that runs without libsox (sox itself also converts the
@@ -51,6 +56,23 @@ def harness_resample():
     return getattr(module, "resample", None)
 
 
+def harness_sox_effects():
+    """The WeNet harness's ``torchaudio.sox_effects`` (libsox where soxbindings is
+    installed), or None without the harness."""
+    harness = REPO / "tests"
+    if not (harness / "wenet_harness").is_dir():
+        return None
+    sys.path.insert(0, str(harness))
+    try:
+        from wenet_harness import _import_with_stubs
+
+        return _import_with_stubs(("torchaudio.sox_effects",))[0]
+    except Exception:  # noqa: BLE001 -- optional candidate
+        return None
+    finally:
+        sys.path.remove(str(harness))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--num-utts", type=int, default=40)
@@ -74,6 +96,16 @@ def main() -> None:
         "ours": lambda w, f: speed_perturb(w, sr, f),
         "Lhotse Speed (conv1d)": lambda w, f: Speed(factor=f)(w.reshape(1, -1), sr)[0],
     }
+    sox_effects = harness_sox_effects()
+    if sox_effects is not None and sox_effects.BACKEND.startswith("libsox"):
+        def libsox(w, f):
+            return sox_effects.apply_effects_tensor(
+                torch.from_numpy(w)[None], sr, [["speed", str(f)], ["rate", str(sr)]])[0][0]
+
+        cands["libsox speed + rate (WeNet's sox_effects chain)"] = libsox
+    else:
+        print("libsox: not installed (apt-get install libsox-dev; pip install soxbindings), "
+              "row skipped")
     if importlib.util.find_spec("soxr") is not None:
         import soxr
 

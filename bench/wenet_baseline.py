@@ -10,11 +10,13 @@ loader is iterated):
 * **WeNet**: ``wenet.utils.train_utils.init_dataset_and_dataloader`` from the snapshot
   at ``$WENET_ROOT`` (default ``../shared/wenet``), run with the stand-ins of
   ``tests/wenet_harness`` for what cannot install here (torchaudio's IO, deepspeed).
-  libsox is not installed: WeNet's ``speed_perturb`` runs through the harness's
-  ``sox_effects`` stand-in (torchaudio's sinc resampler, sr*speed -> sr), so WeNet's
-  speed-perturbation cost is *not* sox's. Rows without speed perturbation compare
-  WeNet's real code only; ``bench/speed_perturb.py`` compares our speed perturbation
-  with libsoxr, sox's resampler.
+  WeNet's ``speed_perturb`` calls ``torchaudio.sox_effects``: where libsox and
+  ``soxbindings`` are installed (``apt-get install libsox-dev; pip install
+  soxbindings``) the harness runs WeNet's effect chain through libsox itself, and the
+  rows say "yes (libsox)"; otherwise through its stand-in (torchaudio's sinc resampler,
+  sr*speed -> sr, cheaper than sox), "yes (stand-in)". Rows without speed perturbation
+  compare WeNet's real code only; ``bench/speed_perturb.py`` compares our speed
+  perturbation with libsox's and libsoxr's.
 * **ours**: ``wenet_lhotse.wenet_compat.init_dataset_and_dataloader`` (the drop-in) with
   the same arguments; ``lhotse_conf`` only where a row says so.
 
@@ -207,7 +209,7 @@ def main() -> None:
         return
     if args.quick:
         args.num_utts, args.rounds = 60, 1
-    from wenet_harness import wenet_missing
+    from wenet_harness import sox_backend, wenet_missing
 
     missing = wenet_missing()
     if missing:
@@ -219,8 +221,11 @@ def main() -> None:
               f"{max(8, args.num_utts // 25)}), in {where}; "
               f"{args.workers} DataLoader workers; {os.cpu_count()} CPUs; load average "
               f"{os.getloadavg()[0]:.1f}; {args.rounds} alternating rounds, medians")
-        print("WeNet's speed perturbation runs through the harness's sox_effects stand-in "
-              "(torchaudio's sinc resampler): libsox is not installed here.")
+        sox = sox_backend() if not missing else "-"
+        print(f"WeNet's speed perturbation (torchaudio.sox_effects under the harness): {sox}"
+              + ("" if sox.startswith("libsox") else
+                 " -- for libsox itself: apt-get install libsox-dev; pip install soxbindings"))
+        wenet_sp = "yes (libsox)" if sox.startswith("libsox") else "yes (stand-in)"
         rows: List[tuple] = []
         for data_type in args.types:
             for speed in (False, True):
@@ -249,7 +254,7 @@ def main() -> None:
             med[key] = m
             which, data_type, speed, lconf = key
             label = "WeNet" if which == "wenet" else ("ours " + lconf if lconf else "ours")
-            sp = "yes (stand-in)" if speed and which == "wenet" else ("yes" if speed else "no")
+            sp = wenet_sp if speed and which == "wenet" else ("yes" if speed else "no")
             print(f"| {label} | {data_type} | {sp} | {m['xrt']:,.0f} | {m['first']:.2f} | "
                   f"{m['cpuh']:.2f} | {m['mainh']:.2f} | {100 * m['padding']:.1f}% | "
                   f"{m['pss']:,.0f} | {m['batches']:.0f} |")

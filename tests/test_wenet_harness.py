@@ -71,9 +71,9 @@ def test_wenet_train_py_parses_its_arguments_in_a_subprocess(wenet_root, tmp_pat
 
 
 def test_sox_stand_in_has_sox_length_as_ours(wenet_root):
-    """The harness's ``sox_effects`` stand-in (WeNet's speed perturbation) emits sox's
-    ``floor(n / s + 0.5)`` samples, as our ``speed_perturb`` does; torchaudio's
-    resampler alone would give ``ceil(n / s)``."""
+    """The harness's ``sox_effects`` (WeNet's speed perturbation; libsox itself where
+    soxbindings is installed) emits sox's ``floor(n / s + 0.5)`` samples, as our
+    ``speed_perturb`` does; torchaudio's resampler alone would give ``ceil(n / s)``."""
     import math
 
     from wenet_lhotse.features.augment import speed_perturb
@@ -91,3 +91,15 @@ def test_sox_stand_in_has_sox_length_as_ours(wenet_root):
             assert speed_perturb(wave[0].numpy(), 16000, float(s)).shape == (want,)
             ceil_differs += math.ceil(n / float(s)) != want
     assert ceil_differs  # the lengths tried include ones where ceil would be wrong
+    # the same tempo and pitch change: a 440 Hz tone comes out at 440 * s Hz from both
+    # (through libsox itself where soxbindings is installed, see sox_effects.BACKEND)
+    t = torch.arange(32000) / 16000
+    tone = 0.5 * torch.sin(2 * math.pi * 440 * t)
+    for s in ("0.9", "1.1"):
+        theirs = sox_effects.apply_effects_tensor(tone[None], 16000, [["speed", s],
+                                                                      ["rate", "16000"]])[0][0]
+        ours = torch.as_tensor(speed_perturb(tone.numpy(), 16000, float(s)))
+        peaks = [float(torch.fft.rfft(x[2000:-2000]).abs().argmax()) * 16000 / (len(x) - 4000)
+                 for x in (theirs, ours)]
+        assert all(abs(p - 440 * float(s)) < 2 for p in peaks), (s, peaks)
+        assert torch.corrcoef(torch.stack((theirs, ours)))[0, 1] > 0.99, s

@@ -98,6 +98,13 @@ def torchaudio_kaldi() -> ModuleType:
     return _import_with_stubs(("torchaudio.compliance.kaldi",))[0]
 
 
+def sox_backend() -> str:
+    """What runs WeNet's ``torchaudio.sox_effects`` under the harness: libsox itself
+    (through ``soxbindings``, where installed) or the stand-in (torchaudio's sinc
+    resampler cut to sox's length)."""
+    return _import_with_stubs(("torchaudio.sox_effects",))[0].BACKEND
+
+
 def _import_with_stubs(modules: Iterable[str]) -> List[ModuleType]:
     sys.path.insert(0, str(STUBS))
     try:
