@@ -64,9 +64,9 @@ def harness_sox_effects():
         return None
     sys.path.insert(0, str(harness))
     try:
-        from wenet_harness import _import_with_stubs
+        from wenet_harness import sox_effects
 
-        return _import_with_stubs(("torchaudio.sox_effects",))[0]
+        return sox_effects()
     except Exception:  # noqa: BLE001 -- optional candidate
         return None
     finally:

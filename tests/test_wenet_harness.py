@@ -70,7 +70,7 @@ def test_wenet_train_py_parses_its_arguments_in_a_subprocess(wenet_root, tmp_pat
     assert "--train_data" in res.stdout and "--deepspeed_config" in res.stdout
 
 
-def test_sox_stand_in_has_sox_length_as_ours(wenet_root):
+def test_sox_effects_have_sox_length_and_pitch_as_ours(wenet_root):
     """The harness's ``sox_effects`` (WeNet's speed perturbation; libsox itself where
     soxbindings is installed) emits sox's ``floor(n / s + 0.5)`` samples, as our
     ``speed_perturb`` does; torchaudio's resampler alone would give ``ceil(n / s)``."""

@@ -98,11 +98,17 @@ def torchaudio_kaldi() -> ModuleType:
     return _import_with_stubs(("torchaudio.compliance.kaldi",))[0]
 
 
+def sox_effects() -> ModuleType:
+    """WeNet's ``torchaudio.sox_effects`` under the harness (libsox where soxbindings is
+    installed, else the stand-in), imported as :func:`import_wenet` imports."""
+    return _import_with_stubs(("torchaudio.sox_effects",))[0]
+
+
 def sox_backend() -> str:
     """What runs WeNet's ``torchaudio.sox_effects`` under the harness: libsox itself
     (through ``soxbindings``, where installed) or the stand-in (torchaudio's sinc
     resampler cut to sox's length)."""
-    return _import_with_stubs(("torchaudio.sox_effects",))[0].BACKEND
+    return sox_effects().BACKEND
 
 
 def _import_with_stubs(modules: Iterable[str]) -> List[ModuleType]:
