@@ -12,6 +12,7 @@ import pytest
 from lhotse import CutSet, Recording
 from lhotse.dataset.sampling.dynamic_bucketing import DynamicBucketingSampler
 
+from wenet_lhotse.features.augment import resample, speed_perturb
 from wenet_lhotse.features.fbank import extractor_from_wenet_conf
 from wenet_lhotse.features.pipeline import planned_speed
 from wenet_lhotse.features.strategy import PooledFeatures
@@ -97,7 +98,24 @@ def test_frame_counter_kaldi_framing():
     fc = FrameCounter.from_wenet_conf({"fbank_conf": {"frame_length": 25, "frame_shift": 10}})
     assert fc.frames(16000, 16000) == 1 + (16000 - 400) // 160
     assert fc.frames(399, 16000) == 0
-    assert fc.num_samples(16000, 16000, 1.1) == math.ceil(16000 * 16000 / 17600)
+    # sox's length after speed perturbation, floor(n / f + 0.5), not ceil(n / f)
+    assert fc.num_samples(16000, 16000, 1.1) == 14545 < math.ceil(16000 * 16000 / 17600)
+
+
+def test_planned_samples_are_the_pipelines():
+    """Planned lengths are the lengths speed perturbation and resampling return, sample
+    for sample, over many lengths (a one-sample slip moves a frame now and then)."""
+    fc = FrameCounter(resample_to=16000)
+    rng = random.Random(0)
+    for _ in range(200):
+        n = rng.randint(16000, 16000 * 15)
+        for speed in (0.9, 1.0, 1.1):
+            real = len(speed_perturb(np.zeros(n, np.float32), 16000, speed))
+            assert fc.num_samples(n, 16000, speed) == real, (n, speed)
+    for _ in range(40):  # long 22.05 kHz audio, where float32 rounding once slipped
+        n = rng.randint(22050 * 60, 22050 * 150)
+        real = len(resample(np.zeros(n, np.float32), 22050, 16000))
+        assert fc.num_samples(n, 22050) == real, n
 
 
 # ---------------------------------------------------------------------------- static

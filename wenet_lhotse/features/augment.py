@@ -89,6 +89,15 @@ def as_config(value: Union[None, bool, Dict[str, Any], Any], cls):
     raise TypeError(f"expected None, bool, dict or {cls.__name__}, got {type(value).__name__}")
 
 
+def speed_perturbed_length(num_samples: int, factor: float) -> int:
+    """Samples :func:`speed_perturb` returns for ``num_samples`` samples: sox's
+    ``floor(num_samples / factor + 0.5)`` (the batching constraints plan lengths with
+    this, too)."""
+    if factor == 1.0:
+        return int(num_samples)
+    return int(int(num_samples) / float(factor) + 0.5)
+
+
 def speed_perturb(samples: Samples, sampling_rate: int, factor: float) -> Samples:
     """Sox ``speed <factor>`` + ``rate <sampling_rate>``: tempo and pitch change together,
     the sampling rate stays. The output has sox's length ``floor(num_samples / factor +
@@ -96,9 +105,8 @@ def speed_perturb(samples: Samples, sampling_rate: int, factor: float) -> Sample
     if factor == 1.0:
         return samples
     x = as_float_tensor(samples)
-    length = int(x.numel() / float(factor) + 0.5)
     y = sinc_resample(x, round(int(sampling_rate) * float(factor)), int(sampling_rate),
-                       length)
+                       speed_perturbed_length(x.numel(), factor))
     return y if isinstance(samples, torch.Tensor) else y.numpy()
 
 

@@ -26,7 +26,6 @@ log-mel stays on the worker path.
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
@@ -42,10 +41,11 @@ from wenet_lhotse.features.augment import (
     spec_sub_draws,
     spec_trim_draw,
     speed_perturb,
+    speed_perturbed_length,
 )
 from wenet_lhotse.features.dither import dithered
 from wenet_lhotse.features.fbank import INT16_SCALE, WenetFbank, WenetMfcc
-from wenet_lhotse.formats.audio import load_samples
+from wenet_lhotse.formats.audio import load_samples, resampled_length
 
 #: batch keys the worker fills in device mode (popped by :class:`DeviceFeatures`)
 WAV_KEY = "wav"
@@ -87,11 +87,9 @@ def _num_samples(n: int, sr: int, resample_to: Optional[int], speed: float) -> T
     """``(samples, sampling rate)`` after resampling and speed perturbation of ``n``
     samples at ``sr`` Hz (the lengths :func:`resample` / :func:`speed_perturb` give)."""
     if resample_to and sr != resample_to:
-        n = math.ceil(n * int(resample_to) / sr)
+        n = resampled_length(n, sr, resample_to)
         sr = int(resample_to)
-    if speed != 1.0:
-        n = int(n / float(speed) + 0.5)
-    return n, sr
+    return speed_perturbed_length(n, speed), sr
 
 
 def plan_cut(recipe: Any, cut: Any, seed: int, augment: bool

@@ -109,6 +109,14 @@ def as_float_tensor(samples: Samples) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(samples, dtype=np.float32).reshape(-1))
 
 
+def resampled_length(num_samples: int, orig_sr: int, new_sr: int) -> int:
+    """Samples :func:`resample` returns for ``num_samples`` samples: ``ceil(num_samples *
+    new_sr / orig_sr)`` (the batching constraints plan lengths with this, too)."""
+    if int(orig_sr) == int(new_sr):
+        return int(num_samples)
+    return math.ceil(int(num_samples) * int(new_sr) / int(orig_sr))
+
+
 def resample(samples: Samples, orig_sr: int, new_sr: int) -> Samples:
     """Band-limited sinc resampling of a 1-D float32 signal (torchaudio's ``Resample``
     kernel, see :func:`sinc_resample`); numpy in -> numpy out, tensor in -> tensor out.
@@ -118,8 +126,7 @@ def resample(samples: Samples, orig_sr: int, new_sr: int) -> Samples:
     if int(orig_sr) == int(new_sr):
         return samples
     x = as_float_tensor(samples)
-    length = math.ceil(x.numel() * int(new_sr) / int(orig_sr))
-    y = sinc_resample(x, int(orig_sr), int(new_sr), length)
+    y = sinc_resample(x, int(orig_sr), int(new_sr), resampled_length(x.numel(), orig_sr, new_sr))
     return y if not isinstance(samples, np.ndarray) else y.numpy()
 
 

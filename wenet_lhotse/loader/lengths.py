@@ -11,25 +11,14 @@ same lengths the sampler compares them with.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-import numpy as np
 from lhotse.cut import Cut
 
 # Entries kept in the per-cut caches before they are cleared (recomputing is cheap).
 _CACHE_LIMIT = 200_000
 
-
-
-def _resampled_length(num_samples: int, orig: int, new: int) -> int:
-    """Output length of Lhotse's (= torchaudio's) sinc resampler: ``ceil(new * n / orig)``
-    with the rates divided by their gcd, rounded through float32 as that code does."""
-    if orig == new:
-        return num_samples
-    g = math.gcd(orig, new)
-    return int(math.ceil(np.float32((new // g) * num_samples / (orig // g))))
 
 
 @dataclass(frozen=True)
@@ -76,14 +65,14 @@ class FrameCounter:
         return cls.from_extractor(extractor_from_wenet_conf(dict(dataset_conf)), rate)
 
     def num_samples(self, num_samples: int, sampling_rate: int, speed: float = 1.0) -> int:
-        """Samples after resampling and speed perturbation (the pool's order)."""
-        rate = int(sampling_rate)
-        if self.resample_to and rate != int(self.resample_to):
-            num_samples = _resampled_length(num_samples, rate, int(self.resample_to))
-            rate = int(self.resample_to)
-        if speed != 1.0:  # Lhotse's Speed: resample from round(rate * speed) to rate
-            num_samples = _resampled_length(num_samples, int(round(rate * speed)), rate)
-        return num_samples
+        """Samples after resampling and speed perturbation (the pipeline's order), from
+        the lengths the pipeline's own functions give."""
+        from wenet_lhotse.features.augment import speed_perturbed_length
+        from wenet_lhotse.formats.audio import resampled_length
+
+        if self.resample_to:
+            num_samples = resampled_length(num_samples, sampling_rate, self.resample_to)
+        return speed_perturbed_length(num_samples, speed)
 
     def rate(self, sampling_rate: int) -> int:
         return int(self.resample_to) if self.resample_to else int(sampling_rate)
