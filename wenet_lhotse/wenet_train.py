@@ -18,21 +18,13 @@ This is the one-import change, done for you.
 
 from __future__ import annotations
 
-import importlib
-import runpy
-import sys
-from typing import Any, Callable, List, Optional
+from typing import List, Optional
 
-
-def import_wenet_module(name: str) -> Any:
-    """``importlib.import_module(name)`` for a WeNet module; an ImportError that says how
-    to make WeNet importable."""
-    try:
-        return importlib.import_module(name)
-    except ImportError as e:
-        raise ImportError(
-            "WeNet is not importable: put a WeNet checkout on PYTHONPATH "
-            "(export PYTHONPATH=/path/to/wenet:$PYTHONPATH)") from e
+from wenet_lhotse.wenet_launch import (  # noqa: F401 - import_wenet_module re-exported
+    import_wenet_module,
+    log_stand_ins_once,
+    run_patched,
+)
 
 
 def patch_wenet() -> None:
@@ -40,19 +32,7 @@ def patch_wenet() -> None:
     from wenet_lhotse.wenet_compat import init_dataset_and_dataloader
 
     train_utils = import_wenet_module("wenet.utils.train_utils")
-    train_utils.init_dataset_and_dataloader = init_dataset_and_dataloader
-
-
-def run_patched(patch: Callable[[], None], module: str, argv: Optional[List[str]]) -> None:
-    """``patch()`` WeNet, then run ``module`` as ``__main__`` with ``argv`` (default: this
-    process's own arguments). Exits with a one-line message when WeNet is missing."""
-    try:
-        patch()
-    except ImportError as e:
-        sys.exit(str(e))
-    if argv is not None:
-        sys.argv = [module] + list(argv)
-    runpy.run_module(module, run_name="__main__", alter_sys=True)
+    train_utils.init_dataset_and_dataloader = log_stand_ins_once(init_dataset_and_dataloader)
 
 
 def main(argv: Optional[List[str]] = None, module: str = "wenet.bin.train") -> None:
