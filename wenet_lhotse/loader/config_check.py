@@ -9,8 +9,9 @@ Every problem is one :class:`WenetConfigError` whose message names the yaml key:
 
 The keys are those WeNet's ``wenet/dataset/dataset.py`` reads and the parameters of the
 ``wenet/dataset/processor.py`` functions each section is passed to (a test reads both
-from WeNet's source), plus ``syncbn``, which one of WeNet's own recipe yamls carries
-and WeNet ignores. ``lhotse_conf`` keys come from :class:`~.config.LhotseConf`.
+from WeNet's source), plus ``syncbn`` and :data:`IGNORED` (``split_with_space``), which
+some of WeNet's own example yamls carry and WeNet ignores (the latter noted once in the
+log). ``lhotse_conf`` keys come from :class:`~.config.LhotseConf`.
 
 Where it differs from WeNet: WeNet ignores unknown keys and fails late (or never) on
 bad values; a typo there silently falls back to a default. We stop at start-up. We are
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import logging
 import os
 import typing
 from pathlib import Path
@@ -30,6 +32,8 @@ from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
 from wenet_lhotse.errors import WenetConfigError, WenetDataError
 
 Pathlike = Union[str, os.PathLike]
+
+logger = logging.getLogger(__name__)
 
 
 # -- value specs: a check returns None when the value is fine, else what was expected --
@@ -160,6 +164,22 @@ SCALARS: Dict[str, Check] = {
     "syncbn": boolean,  # in WeNet's librispeech squeezeformer yaml; WeNet ignores it
 }
 
+#: dataset_conf keys in WeNet's example yamls that WeNet's data pipeline never reads:
+#: accepted with any value, as WeNet does, and noted once per process in the log.
+IGNORED: Dict[str, str] = {
+    # chime4, commonvoice/fr, timit (2): WeNet reads tokenizer_conf.split_with_space
+    "split_with_space": "WeNet reads tokenizer_conf.split_with_space, not this",
+}
+_NOTED: set = set()
+
+
+def _note_ignored(key: str, where: str, source: Optional[str]) -> None:
+    if key not in _NOTED:
+        _NOTED.add(key)
+        logger.info("%s%s.%s: ignored, as WeNet ignores it (%s)",
+                    f"{source}: " if source else "", where, key, IGNORED[key])
+
+
 #: lhotse_conf keys with a tighter rule than their type annotation gives.
 LHOTSE_RULES: Dict[str, Check] = {
     "max_duration": optional(number(positive=True)),
@@ -257,6 +277,8 @@ def check_dataset_conf(dataset_conf: Optional[Mapping[str, Any]], *,
                 raise WenetConfigError(f"{where}.{key}", f"{problem}, got {_show(value)}", src)
         elif key == "lhotse_conf":
             _check_section(value, lhotse_conf_rules(), f"{where}.lhotse_conf", src)
+        elif key in IGNORED:
+            _note_ignored(key, where, src)
         else:
             raise _unknown(key, known, where, src)
     batch = dataset_conf.get("batch_conf") or {}
