@@ -60,6 +60,7 @@ from wenet_lhotse.loader.dataloader import (
     StreamedDataLoader,
 )
 from wenet_lhotse.loader.distributed import gloo_group, plan_partition, world_info
+from wenet_lhotse.loader.in_order import plan_in_order, wants_in_order
 from wenet_lhotse.loader.mux import PositionedStream, ResumableMux
 from wenet_lhotse.loader.readers import JsonlReader, ListReader, shar_reader
 from wenet_lhotse.loader.sampler import ResumableBucketingSampler
@@ -203,7 +204,19 @@ def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
 
     attach = SharAudioAttacher(plan.strict) if any(s.type == "shar" for s in specs) else None
     dataset_for_loader = LoaderDataset(dataset, attach)
-    if split == "train":
+    in_order = wants_in_order(cfg.dataset_conf, split, len(specs), cfg.shuffle,
+                              cfg.list_shuffle, cfg.batching.by)
+    if in_order:  # WeNet's deterministic order: its batches, planned once per rank
+        def in_order_plan() -> List[CutSet]:
+            reader = _map_reader(specs[0], cfg, seed, plan.strict, plan.skip_report)
+            cuts, _ = PositionedStream(reader).open(0)
+            return plan_in_order(cuts, plan.transforms[0], cfg.batching.batch_conf["batch_size"],
+                                 ws, rk, num_workers)
+
+        logger.info("train batches: static, in list order (shuffle, sort and list_shuffle "
+                    "off), split across ranks and workers as WeNet's")
+        loader_sampler: Any = PlannedSampler(in_order_plan)
+    elif split == "train":
         mux, bins, constraint = mux_and_constraint()
         depth = max(lconf.snapshot_depth,
                     num_workers * (prefetch_factor or 2) + 4 if num_workers else 4)
@@ -211,7 +224,7 @@ def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
             mux, duration_bins=bins, constraint=constraint, shuffle=cfg.shuffle,
             buffer_size=cfg.buffer_size, world_size=ws, rank=rk, seed=seed,
             snapshot_depth=depth)
-        loader_sampler: Any = EpochTaggedSampler(sampler)
+        loader_sampler = EpochTaggedSampler(sampler)
     else:
         for spec in specs:  # a wrong path fails now, not when the first cv pass starts
             spec.check_local_paths()
