@@ -14,6 +14,10 @@ Every argument is WeNet's. Before WeNet's ``train.py`` is imported, this replace
 return value and side effect), so ``train.py``'s own
 ``from wenet.utils.train_utils import init_dataset_and_dataloader`` picks ours.
 This is the one-import change, done for you.
+
+Neither torchaudio nor deepspeed needs to be installed (WeNet imports them but does not
+call them with the drop-in serving data: :mod:`wenet_lhotse.wenet_shims`), and errors are
+one line, per rank under torchrun (:mod:`wenet_lhotse.wenet_launch`).
 """
 
 from __future__ import annotations
