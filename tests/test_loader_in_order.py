@@ -1,7 +1,8 @@
 """WeNet's deterministic order (``shuffle``, ``sort``, ``list_shuffle`` off, static batches)
 against WeNet's own loader (``wenet.dataset.dataset.Dataset`` from ``$WENET_ROOT``, in
 torch's DataLoader as WeNet's train_utils runs it): the same batches, batch for batch, on 1
-and 2 ranks, with 0 and 2 DataLoader workers, some utterances filtered."""
+and 2 ranks, with 0 and 2 DataLoader workers, static and dynamic, some utterances
+filtered."""
 
 from __future__ import annotations
 
@@ -14,7 +15,13 @@ from wenet_harness import import_wenet, wenet_char_tokenizer
 from wenet_harness.runs import speaker_table
 from wenet_lhotse.corpus import generate_corpus
 from wenet_lhotse.loader.build import build_dataloader
-from wenet_lhotse.loader.in_order import plan_in_order, wants_in_order, worker_shares
+from wenet_lhotse.loader.in_order import (
+    dynamic_batches,
+    plan_in_order,
+    static_batches,
+    wants_in_order,
+    worker_shares,
+)
 from wenet_lhotse.text import CharTokenizer
 
 N = 45
@@ -41,11 +48,11 @@ def _collate(batch):
     return batch
 
 
-def _wenet(setup, world, rank, workers, monkeypatch):
+def _wenet(setup, conf, world, rank, workers, monkeypatch):
     """WeNet's batches (keys) for ``rank``: its Dataset in torch's DataLoader, which shards
     it by (world_size, rank) from torch.distributed and by worker."""
     ds = setup["dataset"].Dataset("raw", str(setup["corpus"].data_list), setup["wenet_tok"],
-                                  setup["conf"], partition=True)
+                                  conf, partition=True)
     # what torch's DataLoader reads from an initialised process group of `world` ranks
     monkeypatch.setattr(torch_dataloader, "_get_distributed_settings", lambda: (world, rank))
     if workers == 0:
@@ -59,20 +66,28 @@ class Keys:
         return sorted(c.id for c in cuts)
 
 
-def _ours(setup, world, rank, workers, epochs=2):
-    _, loader = build_dataloader(str(setup["corpus"].data_list), setup["tok"], setup["conf"],
+def _ours(setup, conf, world, rank, workers, epochs=2):
+    _, loader = build_dataloader(str(setup["corpus"].data_list), setup["tok"], conf,
                                  "train", dataset=Keys(), seed=3, world_size=world, rank=rank,
                                  num_workers=workers)
     return [list(loader) for _ in range(epochs)]
 
 
-@pytest.mark.parametrize("world,workers", [(1, 0), (2, 0), (2, 2)])
-def test_static_batches_equal_wenets_batch_for_batch(setup, world, workers, monkeypatch):
+DYNAMIC = {"batch_type": "dynamic", "max_frames_in_batch": 700}
+
+
+@pytest.mark.parametrize("world,workers,batch_conf", [
+    (1, 0, None), (2, 0, None), (2, 2, None), (1, 0, DYNAMIC), (2, 2, DYNAMIC)])
+def test_batches_equal_wenets_batch_for_batch(setup, world, workers, batch_conf,
+                                              monkeypatch):
+    conf = {**setup["conf"], **({"batch_conf": batch_conf} if batch_conf else {})}
     seen = []
     for rank in range(world):
-        wenet = _wenet(setup, world, rank, workers, monkeypatch)
+        wenet = _wenet(setup, conf, world, rank, workers, monkeypatch)
         assert 0 < sum(map(len, wenet)) < N  # some filtered
-        for epoch in _ours(setup, world, rank, workers):
+        if batch_conf:
+            assert len(set(map(len, wenet))) > 1  # batch sizes vary with the lengths
+        for epoch in _ours(setup, conf, world, rank, workers):
             assert epoch == wenet, (world, rank, workers)
         seen += [k for b in wenet for k in b]
     assert len(seen) == len(set(seen))  # every kept utterance on exactly one rank
@@ -88,7 +103,12 @@ def test_in_order_only_when_wenet_keeps_the_order():
     assert not wants_in_order(base, "train", 1, True, False, "wenet")
     assert not wants_in_order(base, "train", 2, False, False, "wenet")  # mixed sources
     assert not wants_in_order(base, "train", 1, False, False, "duration")
-    assert not wants_in_order({**base, "batch_conf": {"batch_type": "dynamic"}}, "train", 1,
+    dynamic = {**base, "batch_conf": DYNAMIC}
+    assert wants_in_order(dynamic, "train", 1, False, False, "wenet")
+    # WeNet's speeds are random: no batch-for-batch order to keep
+    assert not wants_in_order({**dynamic, "speed_perturb": True}, "train", 1, False, False,
+                              "wenet")
+    assert not wants_in_order({**base, "batch_conf": {"batch_type": "bucket"}}, "train", 1,
                               False, False, "wenet")
 
 
@@ -99,7 +119,15 @@ def test_worker_shares_and_round_robin():
     from lhotse.testing.dummies import dummy_cut
 
     cuts = [dummy_cut(i) for i in range(13)]
-    plan = plan_in_order(cuts, None, batch_size=2, world_size=1, rank=0, num_workers=2)
+    plan = plan_in_order(cuts, None, static_batches(2), world_size=1, rank=0, num_workers=2)
     ids = [[c.id for c in b] for b in plan]
     w0, w1 = [c.id for c in cuts[0::2]], [c.id for c in cuts[1::2]]
     assert ids == [w0[0:2], w1[0:2], w0[2:4], w1[2:4], w0[4:6], w1[4:6], w0[6:7]]
+
+
+def test_dynamic_window_is_wenets():
+    """WeNet's DynamicBatchWindow: the batch ends before the utterance that would bring
+    longest * count over the cap; a single longer utterance still forms a batch."""
+    frames = {"a": 50, "b": 60, "c": 40, "d": 200, "e": 30, "f": 30}
+    batch = dynamic_batches(150, frames.__getitem__)
+    assert batch(list("abcdef")) == [["a", "b"], ["c"], ["d"], ["e", "f"]]

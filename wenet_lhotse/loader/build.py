@@ -60,7 +60,7 @@ from wenet_lhotse.loader.dataloader import (
     StreamedDataLoader,
 )
 from wenet_lhotse.loader.distributed import gloo_group, plan_partition, world_info
-from wenet_lhotse.loader.in_order import plan_in_order, wants_in_order
+from wenet_lhotse.loader.in_order import in_order_batcher, plan_in_order, wants_in_order
 from wenet_lhotse.loader.mux import PositionedStream, ResumableMux
 from wenet_lhotse.loader.readers import JsonlReader, ListReader, shar_reader
 from wenet_lhotse.loader.sampler import ResumableBucketingSampler
@@ -210,11 +210,12 @@ def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
         def in_order_plan() -> List[CutSet]:
             reader = _map_reader(specs[0], cfg, seed, plan.strict, plan.skip_report)
             cuts, _ = PositionedStream(reader).open(0)
-            return plan_in_order(cuts, plan.transforms[0], cfg.batching.batch_conf["batch_size"],
+            return plan_in_order(cuts, plan.transforms[0], in_order_batcher(cfg, seed),
                                  ws, rk, num_workers)
 
-        logger.info("train batches: static, in list order (shuffle, sort and list_shuffle "
-                    "off), split across ranks and workers as WeNet's")
+        logger.info("train batches: %s, in list order (shuffle, sort and list_shuffle "
+                    "off), split across ranks and workers as WeNet's",
+                    cfg.batching.batch_conf["batch_type"])
         loader_sampler: Any = PlannedSampler(in_order_plan)
     elif split == "train":
         mux, bins, constraint = mux_and_constraint()
