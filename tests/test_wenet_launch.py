@@ -193,3 +193,24 @@ def test_missing_data_and_deepspeed_engine_are_one_line(wenet_root, tiny):
         "(wenet-lhotse only stood it in for WeNet's imports): use --train_engine torch_ddp, "
         "or pip install deepspeed"], res.stderr[-3000:]
     assert "Traceback" not in res.stderr
+
+
+def test_a_package_that_does_not_load_is_named(tmp_path, monkeypatch):
+    """An installed binary package that fails to load (torchaudio built for another torch
+    raises OSError: undefined symbol) is named in the one line, with what to do."""
+    from wenet_lhotse.wenet_launch import import_wenet_module
+
+    pkg = tmp_path / "site-packages" / "brokenaudio"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("raise OSError('libbrokenaudio.so: undefined symbol: x')\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site-packages"))
+    with pytest.raises(ImportError) as info:
+        import_wenet_module("brokenaudio")
+    assert str(info.value) == (
+        "WeNet does not import: OSError: libbrokenaudio.so: undefined symbol: x (the "
+        "installed brokenaudio does not load: reinstall it for this torch, or uninstall it)")
+    sys.modules.pop("brokenaudio", None)
+    monkeypatch.setitem(sys.modules, "wenet", None)  # no WeNet at all
+    with pytest.raises(ImportError, match=r"^WeNet is not importable \(No module named "
+                       r"'wenet.bin'; 'wenet' is not a package\): put a WeNet checkout"):
+        import_wenet_module("wenet.bin.train")

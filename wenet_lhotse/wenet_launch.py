@@ -45,12 +45,26 @@ WENET_MISSING = ("WeNet is not importable: put a WeNet checkout on PYTHONPATH "
                  "(export PYTHONPATH=/path/to/wenet:$PYTHONPATH)")
 
 
-def missing_module_message(err: ImportError) -> str:
-    """One line for an ImportError met while importing WeNet: no WeNet at all, or the
-    module WeNet needs (and which WeNet file imports it) with what to install."""
+def _installed_package(err: BaseException) -> str:
+    """The installed package in whose code ``err`` was raised (innermost frame under
+    site-packages / dist-packages), else ''."""
+    for frame in reversed(traceback.extract_tb(err.__traceback__)):
+        path = frame.filename.replace(os.sep, "/")
+        for root in ("/site-packages/", "/dist-packages/"):
+            if root in path:
+                return path.split(root, 1)[1].split("/")[0].removesuffix(".py")
+    return ""
+
+
+def missing_module_message(err: BaseException) -> str:
+    """One line for an error met while importing WeNet: no WeNet at all, the module WeNet
+    needs (and which WeNet file imports it) with what to install, or an installed package
+    that does not load (an OSError from a binary built for another torch)."""
     name = getattr(err, "name", None) or ""
     if name == "wenet":
         return WENET_MISSING
+    if name.split(".")[0] == "wenet" and isinstance(err, ModuleNotFoundError):
+        return WENET_MISSING.replace(":", f" ({str(err).strip()}):", 1)
     where = ""
     for frame in reversed(traceback.extract_tb(err.__traceback__)):
         path = frame.filename.replace(os.sep, "/")
@@ -59,7 +73,10 @@ def missing_module_message(err: ImportError) -> str:
             break
     if not isinstance(err, ModuleNotFoundError) or not name:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        return f"WeNet{where} does not import: {type(err).__name__}: {first}"
+        package = _installed_package(err) if not isinstance(err, ImportError) else ""
+        hint = (f" (the installed {package} does not load: reinstall it for this torch, "
+                f"or uninstall it)") if package else ""
+        return f"WeNet{where} does not import: {type(err).__name__}: {first}{hint}"
     top = name.split(".")[0]
     pip = PIP_NAMES.get(top, top)
     return (f"WeNet{where} needs {top!r}, which is not installed: pip install {pip} "
@@ -91,7 +108,7 @@ def import_wenet_module(name: str) -> Any:
     try:
         with stand_ins() as installed:
             module = importlib.import_module(name)
-    except ImportError as e:
+    except (ImportError, OSError) as e:  # OSError: a binary package that does not load
         raise ImportError(missing_module_message(e)) from e
     _STOOD_IN.extend(x for x in installed if x not in _STOOD_IN)
     return module
