@@ -41,11 +41,10 @@ from wenet_lhotse.features.augment import (
     spec_sub_draws,
     spec_trim_draw,
     speed_perturb,
-    speed_perturbed_length,
 )
 from wenet_lhotse.features.dither import dithered
 from wenet_lhotse.features.fbank import INT16_SCALE, WenetFbank, WenetMfcc
-from wenet_lhotse.formats.audio import load_samples, resampled_length
+from wenet_lhotse.formats.audio import load_samples
 
 #: batch keys the worker fills in device mode (popped by :class:`DeviceFeatures`)
 WAV_KEY = "wav"
@@ -83,29 +82,18 @@ def check_extractor(extractor: Any) -> None:
             f"{type(extractor).__name__}; use features_on: worker")
 
 
-def _num_samples(n: int, sr: int, resample_to: Optional[int], speed: float) -> Tuple[int, int]:
-    """``(samples, sampling rate)`` after resampling and speed perturbation of ``n``
-    samples at ``sr`` Hz (the lengths :func:`resample` / :func:`speed_perturb` give)."""
-    if resample_to and sr != resample_to:
-        n = resampled_length(n, sr, resample_to)
-        sr = int(resample_to)
-    return speed_perturbed_length(n, speed), sr
-
-
 def plan_cut(recipe: Any, cut: Any, seed: int, augment: bool
              ) -> Tuple[np.ndarray, CutDraws]:
     """Worker side: the decoded samples (int16 or float32) and the cut's draws.
 
-    ``recipe`` has the worker path's fields (``extractor``, ``resample_to``, ``speeds``,
-    ``spec_aug``, ``spec_sub``, ``spec_trim``, ``channel``, ``eval_dither``); the draws
-    are made in the worker path's order with ``random.Random(seed)``.
+    ``recipe``: the worker path's :class:`~wenet_lhotse.features.recipe.FeatureRecipe`
+    (its pipeline); the draws are made in the worker path's order with
+    ``random.Random(seed)``, the lengths are the recipe's planned ones.
     """
     samples, sr = load_samples(cut, getattr(recipe, "channel", 0))
     rng = random.Random(seed)
     speed = choose_speed(rng, recipe.speeds) if augment and recipe.speeds else 1.0
-    n, out_sr = _num_samples(samples.shape[0], sr, recipe.resample_to, speed)
-    cfg = recipe.extractor.config
-    frames = kaldi.num_frames(n, cfg.frame_options(out_sr))
+    _, out_sr, frames = recipe.frame_counter().planned(samples.shape[0], sr, speed)
     draws = CutDraws(seed=int(seed), sampling_rate=sr, augment=augment,
                      dither=augment or bool(getattr(recipe, "eval_dither", False)),
                      speed=float(speed), frames=frames, keep=frames)

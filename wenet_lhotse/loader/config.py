@@ -73,6 +73,7 @@ import logging
 from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Mapping, Optional
 
+from wenet_lhotse.dataset.splits import SplitRules, split_rules
 from wenet_lhotse.features.device import FEATURES_ON
 
 logger = logging.getLogger(__name__)
@@ -207,31 +208,45 @@ class LoaderConfig:
     list_shuffle: bool = False
     list_shuffle_size: Optional[int] = None
     extra: Dict[str, Any] = field(default_factory=dict)
+    #: the split's rules (:func:`~wenet_lhotse.dataset.splits.split_rules`)
+    rules: SplitRules = field(default_factory=lambda: split_rules("train"))
+
+    @property
+    def split(self) -> str:
+        return self.rules.name
+
+    def for_split(self, split: str) -> LoaderConfig:
+        """This ``dataset_conf`` read for ``split`` (``train``, ``cv`` or ``infer``): the one
+        place where splits differ (:class:`~wenet_lhotse.dataset.splits.SplitRules`)."""
+        return LoaderConfig.from_wenet(self.dataset_conf, split)
 
     @classmethod
     def from_wenet(cls, dataset_conf: Optional[Mapping[str, Any]], split: str = "train"
                    ) -> LoaderConfig:
         """Read WeNet's ``dataset_conf`` (plus ``lhotse_conf`` inside it, if any).
 
-        For ``split != "train"`` shuffling is off and ``cycle`` is 1 (WeNet's cv).
+        Outside training (``split`` cv or infer) shuffling is off and ``cycle`` is 1
+        (WeNet's cv): see :meth:`for_split`.
         """
+        rules = split_rules(split)
         conf = dict(dataset_conf or {})
         lconf = LhotseConf.from_dict(conf.get("lhotse_conf"))
         shift = frame_shift_ms(conf)
         batching = batching_from_wenet(conf.get("batch_conf"), lconf, shift)
-        shuffle = bool(conf.get("shuffle", True)) and split == "train"
+        shuffle = bool(conf.get("shuffle", True)) and rules.shuffle
         shuffle_size = int((conf.get("shuffle_conf") or {}).get("shuffle_size", 0) or 0)
         buffer_size = max(lconf.buffer_size, shuffle_size)
-        train = split == "train"
-        cycle = int(conf.get("cycle", 1) or 1) if train else 1
+        cycle = int(conf.get("cycle", 1) or 1)
         if cycle < 1:
             raise ValueError(f"dataset_conf.cycle must be >= 1, got {cycle}")
-        list_shuffle = bool(conf.get("list_shuffle", True)) and train
+        cycle = cycle if rules.shuffle else 1
+        list_shuffle = bool(conf.get("list_shuffle", True)) and rules.shuffle
         list_size = (conf.get("list_shuffle_conf") or {}).get("shuffle_size")
         return cls(dataset_conf=conf, lhotse=lconf, batching=batching, shuffle=shuffle,
                    buffer_size=buffer_size, frame_shift_ms=shift, cycle=cycle,
                    list_shuffle=list_shuffle,
-                   list_shuffle_size=int(list_size) if list_size is not None else None)
+                   list_shuffle_size=int(list_size) if list_size is not None else None,
+                   rules=rules)
 
 
 def frame_shift_ms(dataset_conf: Mapping[str, Any]) -> float:

@@ -41,6 +41,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from lhotse.cut import Cut
 from lhotse.dataset.sampling.base import SamplingConstraint
 
+from wenet_lhotse.dataset.splits import split_rules
 from wenet_lhotse.loader.lengths import CutLengths, cut_lengths_from_wenet_conf
 
 # ---------------------------------------------------------------------------- constraints
@@ -254,7 +255,7 @@ def batch_constraint(batching: Any, dataset_conf: Mapping[str, Any], *, split: s
     ``TimeConstraint`` with the ``max_duration`` budget (seconds)."""
     if batching.by == "wenet":
         if lengths is None:
-            lengths = cut_lengths_from_wenet_conf(dataset_conf, train=split == "train",
+            lengths = cut_lengths_from_wenet_conf(dataset_conf, train=split_rules(split).augment,
                                                   seed=seed)
         return wenet_constraint(batching.batch_conf, lengths, batching.max_cuts)
     from lhotse.dataset.sampling.base import TimeConstraint
