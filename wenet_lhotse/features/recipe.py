@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import random
 from dataclasses import dataclass, field, fields
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from lhotse.features.base import FeatureExtractor
 
@@ -38,6 +38,9 @@ from wenet_lhotse.features.augment import (
     SpecTrimConfig,
     as_config,
     choose_speed,
+    spec_aug_draws,
+    spec_sub_draws,
+    spec_trim_draw,
     speed_perturbed_length,
 )
 from wenet_lhotse.formats.audio import resampled_length
@@ -166,12 +169,15 @@ class CutLengths:
 
     :param speeds: the speed factors (``None``: no perturbation, e.g. cv).
     :param seed: the feature pipeline's seed (the loader's ``seed``).
+    :param recipe: the recipe these lengths plan; with ``spec_trim`` its draws give the
+        frames kept (WeNet batches after spec_trim).
     """
 
     counter: FrameCounter = field(default_factory=FrameCounter)
     speeds: Optional[Tuple[float, ...]] = None
     seed: int = 0
     epoch: int = 0
+    recipe: Optional[FeatureRecipe] = field(default=None, repr=False)
     _cache: Dict[Tuple[str, float, int], Tuple[int, float]] = field(default_factory=dict,
                                                                       repr=False)
 
@@ -192,6 +198,9 @@ class CutLengths:
         if hit is None:
             n, rate, frames = self.counter.planned(cut.num_samples, int(cut.sampling_rate),
                                                    self.speed(cut))
+            if self.recipe is not None and self.recipe.spec_trim is not None:
+                frames = self.recipe.draws(cut.num_samples, int(cut.sampling_rate),
+                                           cut_seed(self.seed, self.epoch, cut.id), True).keep
             hit = (frames, n / rate)
             if len(self._cache) >= _CACHE_LIMIT:
                 self._cache.clear()
@@ -205,6 +214,27 @@ class CutLengths:
     def seconds(self, cut: Any) -> float:
         """Duration of ``cut`` this epoch, after speed perturbation (seconds)."""
         return self._lengths(cut)[1]
+
+
+@dataclass
+class CutDraws:
+    """Everything random about one cut's features, drawn before any signal processing
+    (:meth:`FeatureRecipe.draws`).
+
+    ``sampling_rate``: of the decoded waveform (Hz); ``frames``: feature frames before
+    spec_trim, ``keep`` after it; spans are ``[start, end)`` in frames / bins.
+    """
+
+    seed: int
+    sampling_rate: int
+    augment: bool
+    dither: bool = False  # add the extractor's dither (training; WeNet's cv too)
+    speed: float = 1.0
+    frames: int = 0
+    keep: int = 0
+    t_spans: List[Tuple[int, int]] = field(default_factory=list)
+    f_spans: List[Tuple[int, int]] = field(default_factory=list)
+    subs: List[Tuple[int, int, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -286,4 +316,26 @@ class FeatureRecipe:
 
     def lengths(self, seed: int) -> CutLengths:
         """Planned lengths of cuts under this recipe with the pipeline's ``seed``."""
-        return CutLengths(self.frame_counter(), self.speeds, int(seed))
+        return CutLengths(self.frame_counter(), self.speeds, int(seed), recipe=self)
+
+    def draws(self, num_samples: int, sampling_rate: int, seed: int, augment: bool
+              ) -> CutDraws:
+        """Every random draw the pipeline makes for a cut of ``num_samples`` samples at
+        ``sampling_rate`` Hz with per-cut ``seed`` (:func:`cut_seed`), in the pipeline's
+        order (speed factor, spec_aug, spec_sub, spec_trim), and the frame counts that
+        follow: known without the audio."""
+        rng = random.Random(seed)
+        speed = choose_speed(rng, self.speeds) if augment and self.speeds else 1.0
+        _, rate, frames = self.frame_counter().planned(num_samples, sampling_rate, speed)
+        draws = CutDraws(seed=int(seed), sampling_rate=int(sampling_rate), augment=augment,
+                         dither=augment or self.eval_dither, speed=float(speed),
+                         frames=frames, keep=frames)
+        if augment:
+            if self.spec_aug is not None:
+                bins = self.extractor.feature_dim(rate)
+                draws.t_spans, draws.f_spans = spec_aug_draws(frames, bins, rng, self.spec_aug)
+            if self.spec_sub is not None:
+                draws.subs = spec_sub_draws(frames, rng, self.spec_sub)
+            if self.spec_trim is not None:
+                draws.keep = spec_trim_draw(frames, rng, self.spec_trim)
+        return draws
