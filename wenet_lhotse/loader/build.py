@@ -320,6 +320,16 @@ def build_dataloader(
     :return: the map-style dataset (``dataset[cuts]``) and the loader.
     :raises WenetConfigError: at start-up, for an unknown key or a bad value in
         ``dataset_conf`` or a symbol table that disagrees with ``special_tokens``.
+
+    >>> import tempfile
+    >>> from wenet_lhotse.corpus import generate_corpus
+    >>> from wenet_lhotse.text import CharTokenizer
+    >>> corpus = generate_corpus(tempfile.mkdtemp(), num_utterances=4, max_duration=1.5)
+    >>> conf = {"batch_conf": {"batch_type": "static", "batch_size": 2}}
+    >>> dataset, loader = build_dataloader(str(corpus.data_list), CharTokenizer(corpus.units),
+    ...                                    conf, "cv")
+    >>> [tuple(batch["feats"].shape[::2]) for batch in loader]  # (utterances, 23 bins)
+    [(2, 23), (2, 23)]
     """
     rules = split_rules(split)  # ValueError for an unknown split
     # One report for every skip of this loader: readers here and in workers, features,
