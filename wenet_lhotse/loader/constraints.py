@@ -15,7 +15,7 @@ Each class implements Lhotse 1.33's ``SamplingConstraint`` interface
   whose boundary is ``> L``) and ``bucket_batch_sizes``.
 
 Lengths are the ones the feature pipeline will produce, after its resampling and speed
-perturbation (:class:`~wenet_lhotse.loader.lengths.CutLengths`, its own module), so a
+perturbation (:class:`~wenet_lhotse.features.recipe.CutLengths`, its own module), so a
 cap holds exactly on the features of every batch.
 
 Where this differs from Lhotse's ``TimeConstraint``/``FixedBucketBatchSizeConstraint``
