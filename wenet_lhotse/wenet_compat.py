@@ -99,15 +99,6 @@ def with_wenet_defaults(dataset_conf: Mapping[str, Any]) -> Dict[str, Any]:
     return conf
 
 
-def cv_dataset_conf(train_conf: Mapping[str, Any]) -> Dict[str, Any]:
-    """WeNet's cv conf (``wenet.utils.init_dataset.init_dataset`` for ``split != 'train'``):
-    the train conf without augmentation, shuffling and cycling; dither stays."""
-    conf = dict(train_conf)
-    conf.update({"cycle": 1, "speed_perturb": False, "spec_aug": False, "spec_sub": False,
-                 "spec_trim": False, "shuffle": False, "list_shuffle": False})
-    return conf
-
-
 def wenet_dataset(tokenizer: Any, dataset_conf: Mapping[str, Any], split: str,
                   seed: int = 777) -> Any:
     """Our ``dataset[cuts] -> batch`` for WeNet's ``dataset_conf``, with WeNet's behaviour
@@ -167,10 +158,11 @@ def init_dataset_and_dataloader(args: Any, configs: MutableMapping[str, Any], to
     # WeNet's executor.cv reports the loss of what its rank read and does not combine
     # ranks, so every rank evaluates the whole cv set, as in WeNet, unless
     # lhotse_conf.cv_partition is set (then combine with reduce_cv_loss).
-    cv_conf = cv_dataset_conf(train_conf)
+    # WeNet's cv conf (init_dataset for split != 'train': no augmentation, shuffling or
+    # cycling; dither stays) is the train conf read for split "cv" (dataset.splits).
     cv_dataset, cv_loader = build_dataloader(
-        cv_sources, tokenizer, cv_conf, "cv", dataset=wenet_dataset(tokenizer, cv_conf, "cv",
-                                                                    seed), **kw)
+        cv_sources, tokenizer, train_conf, "cv",
+        dataset=wenet_dataset(tokenizer, train_conf, "cv", seed), **kw)
     if lconf.cv_partition and world_info()[0] > 1:
         logger.info("the cv set is split across ranks: combine each rank's loss sum and "
                     "count with wenet_lhotse.loader.reduce_cv_loss")

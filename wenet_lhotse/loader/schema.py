@@ -21,6 +21,9 @@ import dataclasses
 import typing
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
 
+from wenet_lhotse.dataset.filters import FilterConf
+from wenet_lhotse.features.augment import SpecAugConfig, SpecSubConfig, SpecTrimConfig
+
 #: WeNet's ``batch_conf.batch_type`` values.
 BATCH_TYPES = ("static", "bucket", "dynamic")
 
@@ -122,9 +125,8 @@ WENET_BATCH_CONF: Dict[str, Tuple[Any, Check]] = {
 
 #: dataset_conf sections (mappings) and their keys: WeNet's processor parameters.
 SECTIONS: Dict[str, Dict[str, Check]] = {
-    "filter_conf": {k: number(0) for k in (
-        "max_length", "min_length", "token_max_length", "token_min_length",
-        "min_output_input_ratio", "max_output_input_ratio")},
+    # the keys of the sections below are the fields of the dataclasses that hold them
+    "filter_conf": {f.name: number(0) for f in dataclasses.fields(FilterConf)},
     "resample_conf": {"resample_rate": _SIZE},
     "singal_channel_conf": {"channel": _COUNT},
     "speaker_conf": {"speaker_table_path": string},
@@ -138,10 +140,9 @@ SECTIONS: Dict[str, Dict[str, Check]] = {
     "log_mel_spectrogram_conf": {"n_fft": _SIZE, "hop_length": _SIZE, "num_mel_bins": _SIZE,
                                  "padding": _COUNT, "pad_or_trim": boolean,
                                  "max_duration": number(positive=True)},
-    "spec_aug_conf": {k: _COUNT for k in ("num_t_mask", "num_f_mask", "max_t", "max_f",
-                                          "max_w")},
-    "spec_sub_conf": {"max_t": _COUNT, "num_t_sub": _COUNT},
-    "spec_trim_conf": {"max_t": _SIZE},
+    "spec_aug_conf": {f.name: _COUNT for f in dataclasses.fields(SpecAugConfig)},
+    "spec_sub_conf": {f.name: _COUNT for f in dataclasses.fields(SpecSubConfig)},
+    "spec_trim_conf": {f.name: _SIZE for f in dataclasses.fields(SpecTrimConfig)},
     "language_conf": {"limited_langs": list_of(string, 1)},
     "shuffle_conf": {"shuffle_size": _SIZE},
     "sort_conf": {"sort_size": _SIZE},
