@@ -1,7 +1,7 @@
 """The WeNet harness itself: WeNet's own data pipeline and tokenizer run here.
 
 Everything below is WeNet's code from ``$WENET_ROOT`` (torchaudio I/O and deepspeed
-stood in, see tests/wenet_harness/README.md); nothing of wenet-lhotse is involved
+stood in, see wenet_harness/README.md); nothing of wenet-lhotse is involved
 except the generated corpus.
 """
 

@@ -15,8 +15,10 @@ stands in for them, minimally -- see ``README.md`` in this folder.
 * :func:`wenet_missing` -- why WeNet cannot be used here (None when it can); the
   ``wenet_root`` fixture in ``tests/conftest.py`` skips with it.
 
-Bench scripts use it too: ``sys.path.insert(0, str(REPO / "tests"))`` then
-``from wenet_harness import ...``.
+Shared by the tests and ``bench/``, at the repository's top level and not part of the
+wheel (``pyproject.toml`` packages only ``wenet_lhotse*``): pytest imports it through its
+``pythonpath = ["."]`` option, bench scripts through ``import _paths``
+(``bench/_paths.py``, which appends the repository root to ``sys.path``).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Dict, Iterable, List, Mapping, Optional
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 STUBS = Path(__file__).resolve().parent / "stubs"
 #: the modules ``stubs/`` provides
 STUBBED = ("torchaudio", "deepspeed")
