@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from guards import guarded_import
 from lhotse import CutSet
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,7 +64,7 @@ def test_aishell_recipe_stages(aishell):
 
 @pytest.mark.slow
 def test_librispeech_recipe_stages(tmp_path):
-    pytest.importorskip("sentencepiece")
+    guarded_import("sentencepiece")
     d = run_recipe(tmp_path, "librispeech", "--fake_data", "true", "--stage", "0",
                    "--stop_stage", "4", "--nj", "2")
     run_recipe(tmp_path, "librispeech", "--fake_data", "true", "--stage", "7",
