@@ -67,6 +67,7 @@ from wenet_lhotse.loader.shar_audio import SharAudioAttacher
 from wenet_lhotse.loader.streamed import INITIAL_FILL, StreamedEpochDataset
 from wenet_lhotse.loader.wenet_dataset import CutTransform, make_wenet_dataset
 from wenet_lhotse.sources import SourceSpec, mux_sources, open_source, parse_sources
+from wenet_lhotse.sources.groups import flatten_sources
 from wenet_lhotse.sources.manifest import LazyCheckedManifest
 
 logger = logging.getLogger(__name__)
@@ -334,7 +335,9 @@ def build_dataloader(
         check_special_tokens(table, special_tokens)
     cfg = LoaderConfig.from_wenet(dataset_conf, split)
     lconf = cfg.lhotse
-    specs = parse_sources(sources, allow_pipe=lconf.allow_pipe)
+    # (issue 22) nested source groups and temperature -> flat sources with their weights
+    specs = parse_sources(flatten_sources(sources, lconf.reweight_temperature),
+                          allow_pipe=lconf.allow_pipe)
     ws, rk = world_info(world_size, rank)
     strict = not lconf.fault_tolerant
     if dataset is None:
@@ -358,8 +361,13 @@ def build_dataloader(
         from lhotse.dataset.dataloading import make_worker_init_fn
 
         loader_kw["worker_init_fn"] = make_worker_init_fn(rank=rk, world_size=ws, seed=seed)
-    mode = resolve_mode(lconf.mode, specs, split)
     plan = LoaderPlan(specs, transforms, cfg, split, seed, ws, rk, strict, skip_report,
                       num_workers, prefetch_factor, loader_kw)
+    # (issue 22) text / speech-only sources or mix_by: batch -> one sampler per source
+    from wenet_lhotse.loader.mixed import build_mixed_loader, mixes_by_batch
+
+    if mixes_by_batch(specs, lconf.mix_by):
+        return dataset, build_mixed_loader(plan, dataset, tokenizer)
+    mode = resolve_mode(lconf.mode, specs, split)
     build = build_map_loader if mode == "map" else build_streamed_loader
     return dataset, build(plan, dataset)

@@ -65,6 +65,10 @@ similar durations) and are ignored.
                                # before WeNet's langid, which ignores it
       cv_dither: wenet         # wenet: the yaml's dither in cv, new noise every pass |
                                # fixed: the same noise every pass | off: no dither in cv
+      mix_by: cut              # cut: CutSet.mux before one sampler | batch: draw the source
+                               # of each batch (automatic with text / speech-only sources)
+      max_tokens_in_batch: null  # text batches: padded tokens per batch (text sources)
+      reweight_temperature: null # w_i**T / sum w_j**T per level of source groups (NeMo's)
 """
 
 from __future__ import annotations
@@ -80,6 +84,7 @@ logger = logging.getLogger(__name__)
 MODES = ("auto", "map", "streamed")
 CV_DITHER = ("wenet", "fixed", "off")
 BATCH_BY = ("wenet", "duration")
+MIX_BY = ("cut", "batch")
 
 
 @dataclass
@@ -110,6 +115,10 @@ class LhotseConf:
     cv_dither: str = "wenet"
     features_on: str = "worker"
     device: Optional[str] = None
+    # -- mixing by batch: text / speech-only sources (issue 22; loader.mixed)
+    mix_by: str = "cut"
+    max_tokens_in_batch: Optional[int] = None
+    reweight_temperature: Any = None
 
     @classmethod
     def from_dict(cls, conf: Optional[Mapping[str, Any]]) -> LhotseConf:
@@ -127,6 +136,8 @@ class LhotseConf:
         if out.batch_by not in BATCH_BY:
             raise ValueError(f"lhotse_conf.batch_by must be one of {BATCH_BY}, "
                              f"got {out.batch_by!r}")
+        if out.mix_by not in MIX_BY:
+            raise ValueError(f"lhotse_conf.mix_by must be one of {MIX_BY}, got {out.mix_by!r}")
         if out.num_buckets < 1:
             raise ValueError("lhotse_conf.num_buckets must be >= 1")
         if out.features_on not in FEATURES_ON:

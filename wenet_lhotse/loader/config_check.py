@@ -175,6 +175,8 @@ LHOTSE_RULES: Dict[str, Check] = {
     "sources": optional(list_of(anything, 1)),
     "cv_sources": optional(list_of(anything, 1)),
     "probe_cache": boolean_or_dir,
+    "max_tokens_in_batch": optional(_SIZE),
+    "mix_by": choice("cut", "batch"),
 }
 
 
