@@ -60,6 +60,7 @@ from wenet_lhotse.loader.dataloader import (
     StreamedDataLoader,
 )
 from wenet_lhotse.loader.distributed import gloo_group, plan_partition, world_info
+from wenet_lhotse.loader.mixed import build_mixed_loader, mixes_by_batch
 from wenet_lhotse.loader.mux import PositionedStream, ResumableMux
 from wenet_lhotse.loader.readers import JsonlReader, ListReader, shar_reader
 from wenet_lhotse.loader.sampler import ResumableBucketingSampler
@@ -364,10 +365,8 @@ def build_dataloader(
     plan = LoaderPlan(specs, transforms, cfg, split, seed, ws, rk, strict, skip_report,
                       num_workers, prefetch_factor, loader_kw)
     # (issue 22) text / speech-only sources or mix_by: batch -> one sampler per source
-    from wenet_lhotse.loader.mixed import build_mixed_loader, mixes_by_batch
-
     if mixes_by_batch(specs, lconf.mix_by):
-        return dataset, build_mixed_loader(plan, dataset, tokenizer)
+        return dataset, build_mixed_loader(plan, dataset, tokenizer, _map_reader)
     mode = resolve_mode(lconf.mode, specs, split)
     build = build_map_loader if mode == "map" else build_streamed_loader
     return dataset, build(plan, dataset)

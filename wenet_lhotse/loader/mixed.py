@@ -1,9 +1,9 @@
 """The training loader that mixes by batch: speech, speech-only and text sources.
 
-Chosen by :func:`~.build.build_dataloader` when a source is ``type: text`` or
-``transcripts: false``, or with ``lhotse_conf.mix_by: batch``. Map-style loading only
-(tar-shard sources are held in memory, as map mode does for them): every source gets its
-own resumable sampler -- speech: a
+Chosen by :func:`~.build.build_dataloader` when a source is ``type: text``,
+``transcripts: false`` or ``repeat: true``, or with ``lhotse_conf.mix_by: batch``.
+Map-style loading only (tar-shard sources are held in memory, as map mode does for
+them): every source gets its own resumable sampler -- speech: a
 :class:`~.sampler.ResumableBucketingSampler` over that source alone, batched by WeNet's
 ``batch_conf`` (or ``lhotse_conf`` budget); text: a
 :class:`~.text_sampler.TextBatchSampler` limited by ``lhotse_conf.max_tokens_in_batch``
@@ -17,7 +17,7 @@ Batches are dicts of one ``kind`` each (:class:`~wenet_lhotse.dataset.text_batch
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List
 
 from wenet_lhotse.dataset.text_batch import KindDataset
 from wenet_lhotse.loader.batch_mux import BatchMuxSampler
@@ -40,15 +40,14 @@ SEED_STRIDE = 7919
 
 def mixes_by_batch(specs: List[SourceSpec], mix_by: str) -> bool:
     """True when the loader must mix by batch (see the module docstring)."""
-    return mix_by == "batch" or any(s.type == "text" or not s.transcripts for s in specs)
+    return mix_by == "batch" or any(s.type == "text" or not s.transcripts or s.repeat
+                                    for s in specs)
 
 
-def _speech_sampler(plan: Any, spec: SourceSpec, transform: Any, seed: int,
-                    depth: int) -> ResumableBucketingSampler:
-    from wenet_lhotse.loader.build import _map_reader  # (build imports this module lazily)
-
+def _speech_sampler(plan: Any, spec: SourceSpec, transform: Any, seed: int, depth: int,
+                    map_reader: Callable[..., Any]) -> ResumableBucketingSampler:
     cfg, lconf = plan.cfg, plan.cfg.lhotse
-    reader = _map_reader(spec, cfg, seed, plan.strict, plan.skip_report, light=True)
+    reader = map_reader(spec, cfg, seed, plan.strict, plan.skip_report, light=True)
     mux = ResumableMux([PositionedStream(reader, transform)], [1.0], seed=seed)
     mux.start(0)
     lengths = split_lengths(cfg, "train", seed)
@@ -78,8 +77,11 @@ def _text_sampler(plan: Any, spec: SourceSpec, tokenizer: Any, seed: int) -> Tex
                             world_size=plan.world_size, rank=plan.rank, seed=seed)
 
 
-def build_mixed_loader(plan: Any, dataset: Any, tokenizer: Any) -> MapDataLoader:
-    """The mixed-by-batch training loader for ``plan`` (a :class:`~.build.LoaderPlan`)."""
+def build_mixed_loader(plan: Any, dataset: Any, tokenizer: Any,
+                       map_reader: Callable[..., Any]) -> MapDataLoader:
+    """The mixed-by-batch training loader for ``plan`` (a :class:`~.build.LoaderPlan`);
+    ``map_reader(spec, cfg, seed, strict, skip_report, light=)`` opens a speech source as a
+    positioned reader (the builder's, as map mode does)."""
     if plan.split != "train":
         raise ValueError("text sources, speech-only sources and mix_by: batch are for "
                          "training; give cv sources with speech and transcripts")
@@ -94,7 +96,7 @@ def build_mixed_loader(plan: Any, dataset: Any, tokenizer: Any) -> MapDataLoader
             continue
         if not spec.transcripts:  # tag its cuts: the dataset leaves their targets empty
             tf = CutTransform(tf.tokenizer, tf.filter_conf, {**tf.tags, "kind": "speech"})
-        samplers.append(_speech_sampler(plan, spec, tf, seed, depth))
+        samplers.append(_speech_sampler(plan, spec, tf, seed, depth, map_reader))
     sampler = BatchMuxSampler(samplers, plan.weights, names=[s.name for s in plan.specs],
                               repeat=[s.repeat for s in plan.specs], seed=plan.seed,
                               steps_per_epoch=lconf.steps_per_epoch, history=depth)

@@ -17,8 +17,10 @@ next epoch unless ``set_epoch`` or ``load_state_dict`` came first.
 
 from __future__ import annotations
 
+import bisect
 import random
 import warnings
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
 from lhotse import CutSet
@@ -32,14 +34,37 @@ from lhotse.dataset.sampling.dynamic_bucketing import (
 from wenet_lhotse.loader.distributed import plan_last_two_rounds, plan_partition
 
 
+@dataclass
 class PairTokenConstraint(TokenConstraint):
-    """Lhotse's ``TokenConstraint``, measuring a ``TextPairExample`` by its longer side
-    (Lhotse's counts the source only; a padded target costs memory too)."""
+    """Lhotse's ``TokenConstraint`` made a hard cap, measuring a ``TextPairExample`` by its
+    longer side (Lhotse's counts the source only; a padded target costs memory too).
+
+    Lhotse's batcher adds an item, then closes the batch when one more item as long as
+    the longest would exceed the budget -- keeping the item that made it exceed: the
+    budget is soft. Here a batch closes when one more item as long as its bucket's upper
+    edge (``edges``; past the last edge, ``longest``) would exceed it: no batch exceeds
+    ``max_tokens`` (padded tokens: items x longest item).
+    """
+
+    edges: Optional[List[float]] = None
+    longest: int = 0
 
     def measure_length(self, example: Any) -> float:
         if isinstance(example, TextPairExample):
             return max(example.source.num_tokens or 0, example.target.num_tokens or 0)
         return example.num_tokens
+
+    def _cap(self, length: float) -> float:
+        i = bisect.bisect_left(self.edges or [], length)
+        return self.edges[i] if self.edges and i < len(self.edges) else max(self.longest,
+                                                                           length)
+
+    def close_to_exceeding(self) -> bool:
+        if self.max_examples is not None and self.num_examples >= self.max_examples:
+            return True
+        if self.max_tokens is None:
+            return False
+        return (self.num_examples + 1) * self._cap(self.longest_seen) > self.max_tokens
 
 
 def equal_rounds(batches: List[List[Any]], world_size: int) -> List[List[Any]]:
@@ -69,18 +94,18 @@ class TextBatchSampler:
 
     def __init__(self, items: Sequence[Any], *, max_tokens: int,
                  max_examples: Optional[int] = None, num_buckets: int = 10,
-                 shuffle: bool = True, world_size: int = 1, rank: int = 0, seed: int = 0,
-                 quadratic_length: Optional[int] = None) -> None:
+                 shuffle: bool = True, world_size: int = 1, rank: int = 0,
+                 seed: int = 0) -> None:
         if not items:
             raise ValueError("a text source without items (all filtered?)")
         self.items = list(items)
         self.max_tokens = int(max_tokens)
         longest = max(PairTokenConstraint().measure_length(i) for i in self.items)
+        self.longest = int(longest)
         if longest > self.max_tokens:
             raise ValueError(f"max_tokens_in_batch {self.max_tokens} is below the longest text "
                              f"item ({longest} tokens): raise it or lower token_max_length")
         self.max_examples = max_examples
-        self.quadratic_length = quadratic_length
         self.shuffle, self.world_size, self.rank, self.seed = shuffle, world_size, rank, seed
         buckets = max(1, min(num_buckets, len(self.items) // 2))
         self.bins = (estimate_duration_buckets(self.items, buckets, constraint=self._constraint())
@@ -91,10 +116,12 @@ class TextBatchSampler:
         self._restored = False
         self._plan: List[List[Any]] = []
         self._pos = 0
+        self._done = False
 
     def _constraint(self) -> PairTokenConstraint:
         return PairTokenConstraint(max_tokens=self.max_tokens, max_examples=self.max_examples,
-                                   quadratic_length=self.quadratic_length)
+                                   edges=list(getattr(self, "bins", []) or []),
+                                   longest=self.longest)
 
     def plan(self, epoch: int) -> List[List[Any]]:
         """Every batch of ``epoch`` (all ranks), in order."""
@@ -124,10 +151,12 @@ class TextBatchSampler:
         self._started, self._explicit = True, False
         self._plan = self.plan(self.epoch)[self.rank::self.world_size]
         self._pos = 0
+        self._done = False
         return self
 
     def __next__(self) -> CutSet:
         if self._pos >= len(self._plan):
+            self._done = True
             raise StopIteration
         batch = self._plan[self._pos]
         self._pos += 1
@@ -139,7 +168,7 @@ class TextBatchSampler:
 
     def state_dict(self, consumed: Optional[int] = None) -> Dict[str, Any]:
         consumed = self._pos if consumed is None else consumed
-        if self._started and consumed >= len(self._plan):
+        if self._done and consumed >= len(self._plan):  # the end was met: the next epoch
             return {"kind": "text", "epoch": self.epoch + 1, "consumed": 0}
         return {"kind": "text", "epoch": self.epoch, "consumed": consumed}
 
@@ -147,5 +176,6 @@ class TextBatchSampler:
         self.epoch, self._started = int(sd["epoch"]), True
         self._plan = self.plan(self.epoch)[self.rank::self.world_size]
         self._pos = int(sd["consumed"])
+        self._done = False
         self._restored = True
         self._explicit = False
