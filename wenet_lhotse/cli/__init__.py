@@ -8,6 +8,7 @@ from wenet_lhotse.cli import (  # noqa: F401
     data,
     demo_cmd,
     kaldi_cmd,
+    parquet_cmd,
 )
 from wenet_lhotse.cli.main import main
 

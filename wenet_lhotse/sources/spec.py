@@ -19,7 +19,7 @@ from wenet_lhotse.sources.detect import KINDS, STREAMED_KINDS, detect_input_kind
 from wenet_lhotse.sources.shar_dir import shar_fields
 
 #: ``text``: sentences / text pairs (:mod:`wenet_lhotse.sources.text`), mixed by batch.
-SOURCE_TYPES = (*KINDS, "auto", "text")
+SOURCE_TYPES = (*KINDS, "auto", "text", "parquet")
 #: Source types read as a stream of tar files inside DataLoader workers.
 STREAMED_TYPES = STREAMED_KINDS
 
@@ -55,6 +55,8 @@ class SourceSpec:
     allow_pipe: bool = field(default=False, repr=False)
     repeat: bool = False
     transcripts: bool = True
+    #: ``type: parquet``: column names ``{audio, text, id}`` (sources.parquet.ParquetColumns)
+    columns: Optional[Dict[str, Optional[str]]] = None
 
     def __post_init__(self) -> None:
         what = self.path if self.path is not None else "shar fields"
@@ -117,7 +119,7 @@ class SourceSpec:
             return obj
         if isinstance(obj, Mapping):
             unknown = set(obj) - {"path", "type", "weight", "tags", "name", "fields", "repeat",
-                                  "transcripts"}
+                                  "transcripts", "columns"}
             if unknown:
                 raise ValueError(f"source {dict(obj)!r}: unknown keys {sorted(unknown)}")
             if "path" not in obj and "fields" not in obj:
