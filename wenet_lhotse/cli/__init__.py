@@ -7,6 +7,7 @@ from wenet_lhotse.cli import (  # noqa: F401
     corpus_cmd,
     data,
     demo_cmd,
+    estimate_bins_cmd,
     kaldi_cmd,
     parquet_cmd,
 )
