@@ -98,3 +98,30 @@ def test_drop_in_sources_with_wenet_tokenizer(corpus, texts, wenet_root):
     asr = [x for x in lines if len(tok.tokenize(x["txt"])[1]) <= 20]
     assert got == {"asr": len(asr), "text": len(kept)} and len(kept) < 37
     assert all("kind" not in b for b in cv)  # cv: WeNet's batches as before
+
+
+def test_drop_in_two_ranks_equal_steps_every_item_once(corpus, texts, monkeypatch):
+    """The drop-in as torchrun would start it for ranks 0 and 1 of 2 (WORLD_SIZE/RANK)."""
+    from wenet_lhotse import CharTokenizer
+
+    tok = CharTokenizer(corpus.units)
+    args = SimpleNamespace(train_data=None, cv_data=None, data_type="raw", num_workers=0,
+                           pin_memory=False, prefetch=2)
+    ranks = []
+    for rank in (0, 1):
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        monkeypatch.setenv("RANK", str(rank))
+        configs = {"dataset_conf": {
+            "batch_conf": {"batch_type": "static", "batch_size": 3},
+            "fbank_conf": {"num_mel_bins": 40, "dither": 0.0},
+            "lhotse_conf": {"max_tokens_in_batch": 64, "sources": [
+                {"path": str(corpus.data_list), "type": "raw", "weight": 2},
+                {"path": str(texts["path"]), "type": "text"}],
+                "cv_sources": [{"path": str(corpus.data_list), "type": "raw"}]}}}
+        train = init_dataset_and_dataloader(args, configs, tok)[2]
+        ranks.append([(b["kind"], list(b["keys"])) for b in train])
+    assert len(ranks[0]) == len(ranks[1]) > 0
+    assert [k for k, _ in ranks[0]] == [k for k, _ in ranks[1]]
+    seen = Counter(k for r in ranks for _, keys in r for k in keys)
+    expected = set(texts["keys"]) | {f"lm.txt:{i + 1}" for i in range(len(texts["lines"]))}
+    assert set(seen) == expected and set(seen.values()) == {1}
