@@ -81,6 +81,8 @@ def test_two_ranks_equal_steps_every_item_once_one_kind_per_batch(mix):
     assert set(keys) == expected
     kinds = {k for r in ranks for k, _ in r}
     assert kinds == {"asr", "text", "text_pair"}
+    stats = _loader(mix).sampler.sampler.samplers[1].read_stats  # nothing silent
+    assert (stats.lines, stats.kept, stats.bad) == (mix["n_text"], mix["n_text"], 0)
 
 
 def test_text_batches_padded_tokens_and_limit(mix):

@@ -68,13 +68,15 @@ def _text_sampler(plan: Any, spec: SourceSpec, tokenizer: Any, seed: int) -> Tex
     if lconf.max_tokens_in_batch is None:
         raise ValueError(f"source {spec.name} is a text source: set "
                          "lhotse_conf.max_tokens_in_batch (padded tokens per text batch)")
-    items, _ = read_text_source(spec.paths, tokenizer, name=spec.name or "text",
-                                filter_conf=cfg.dataset_conf.get("filter_conf") or {},
-                                tags=spec.tags, strict=plan.strict,
-                                skip_report=plan.skip_report, allow_pipe=spec.allow_pipe)
-    return TextBatchSampler(items, max_tokens=lconf.max_tokens_in_batch,
-                            num_buckets=lconf.num_buckets, shuffle=cfg.shuffle,
-                            world_size=plan.world_size, rank=plan.rank, seed=seed)
+    items, stats = read_text_source(spec.paths, tokenizer, name=spec.name or "text",
+                                    filter_conf=cfg.dataset_conf.get("filter_conf") or {},
+                                    tags=spec.tags, strict=plan.strict,
+                                    skip_report=plan.skip_report, allow_pipe=spec.allow_pipe)
+    sampler = TextBatchSampler(items, max_tokens=lconf.max_tokens_in_batch,
+                               num_buckets=lconf.num_buckets, shuffle=cfg.shuffle,
+                               world_size=plan.world_size, rank=plan.rank, seed=seed)
+    sampler.read_stats = stats  # lines read, kept, filtered (by reason), blank, bad
+    return sampler
 
 
 def build_mixed_loader(plan: Any, dataset: Any, tokenizer: Any,

@@ -110,6 +110,8 @@ class TextBatchSampler:
         buckets = max(1, min(num_buckets, len(self.items) // 2))
         self.bins = (estimate_duration_buckets(self.items, buckets, constraint=self._constraint())
                      if buckets > 1 else [])
+        #: what reading the source did (set by the builder: sources.text.TextReadStats)
+        self.read_stats: Any = None
         self.epoch = 0
         self._started = False
         self._explicit = False
