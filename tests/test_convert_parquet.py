@@ -79,6 +79,12 @@ def test_datasets_dir_to_shards_to_parquet_lossless(rows, hf_dir, tmp_path):
     assert res.returncode == 0, res.stderr
     want = [(r["id"], r["audio"]["bytes"], r["text"]) for r in rows]
     assert _parquet_rows(tmp_path / "back.parquet") == want  # every byte and text
+    # through Shar too: shards -> Shar (bit-exact 'copy' audio) -> Parquet
+    res = _cli("import", shard_list, "--shar", tmp_path / "shar", "--audio-format", "copy")
+    assert res.returncode == 0, res.stderr
+    res = _cli("parquet-export", tmp_path / "shar", tmp_path / "shar.parquet")
+    assert res.returncode == 0, res.stderr
+    assert _parquet_rows(tmp_path / "shar.parquet") == want
     # and Hugging Face's own reader takes it back as Audio(decode=False)
     back = datasets.Dataset.from_parquet(str(tmp_path / "back.parquet"))
     back = back.cast_column("audio", datasets.Audio(decode=False))
