@@ -151,6 +151,23 @@ def test_repeat_source_repeats_until_the_others_end(mix):
     assert min(passes) >= 2  # the repeating source went round more than once
 
 
+def test_resume_anywhere_with_a_repeating_source(mix):
+    """Restored at every 3rd batch (and with a DataLoader worker prefetching, from an
+    older batch than the last emitted): a repeating source restarted in between."""
+    sources = [{"path": str(mix["raw"]), "type": "raw", "weight": 1},
+               {"path": str(mix["pairs"]), "type": "text", "weight": 4, "repeat": True}]
+    ref = [_summary(b) for b in _loader(mix, sources=sources)]
+    assert len(ref) > 20
+    for cut in range(1, len(ref), 3):
+        loader = _loader(mix, sources=sources, num_workers=1)  # prefetches ahead
+        it = iter(loader)
+        for _ in range(cut):
+            next(it)
+        fresh = _loader(mix, sources=sources)
+        fresh.load_state_dict(json.loads(json.dumps(loader.state_dict())))
+        assert [_summary(b) for b in fresh] == ref[cut:], cut
+
+
 def test_speech_only_source_gives_batches_without_targets(mix, corpus):
     sources = [{"path": str(mix["raw"]), "type": "raw"},
                {"path": str(mix["unlabelled"]), "type": "raw", "transcripts": False}]
