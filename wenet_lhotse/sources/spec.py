@@ -29,7 +29,8 @@ class SourceSpec:
     """One data source.
 
     :param path: list file, manifest, Shar directory, or a list of them (same type).
-    :param type: ``raw`` | ``shard`` | ``cuts`` | ``shar`` | ``auto``.
+    :param type: ``raw`` | ``shard`` | ``cuts`` | ``shar`` | ``auto``; ``text`` (sentences,
+        :mod:`~wenet_lhotse.sources.text`) | ``parquet`` (:mod:`~wenet_lhotse.sources.parquet`).
     :param weight: relative mixing weight (only used with several sources).
     :param tags: written to ``cut.custom`` of every cut; ``task`` and ``lang`` reach
         the batch as ``tasks``/``langs``.
@@ -78,6 +79,10 @@ class SourceSpec:
             return
         if self.path is None:
             raise ValueError("a source needs 'path' (or 'fields' for Shar on object storage)")
+        if self.columns is not None and (self.type != "parquet" or set(self.columns) - {
+                "audio", "text", "id"}):
+            raise ValueError(f"source {what!r}: 'columns' names a parquet source's audio, "
+                             f"text and id columns, got {self.columns!r}")
         if self.type == "text" and not self.transcripts:
             raise ValueError(f"source {what!r}: a text source has no speech: 'transcripts' "
                              "applies to speech sources")
