@@ -30,7 +30,7 @@ from wenet_lhotse.cli.main import main
 def estimate_bins(input_path, units, bpe_model, num_buckets, num_token_buckets,
                   max_duration, max_tokens, num_cuts):
     """Print 2D bins [[max seconds, max tokens], ...] and one batch size per bin, as
-    JSON (bins, batch_sizes), for Bucket2DConstraint (wenet_lhotse.loader.bins2d)."""
+    JSON with the lhotse_conf keys that take them (bucket_bins_2d, bucket_batch_sizes_2d)."""
     from wenet_lhotse.formats.layout import cut_text
     from wenet_lhotse.loader.bins2d import bucket_batch_sizes, estimate_bins_2d
     from wenet_lhotse.sources.open import open_cuts
@@ -44,5 +44,5 @@ def estimate_bins(input_path, units, bpe_model, num_buckets, num_token_buckets,
         toks.append(len(tok.tokenize(cut_text(cut) or "")[1]))
     bins = estimate_bins_2d(durs, toks, num_buckets, num_token_buckets)
     sizes = bucket_batch_sizes(bins, max_duration, max_tokens)
-    click.echo(json.dumps({"bins": [[round(d, 3), t] for d, t in bins],
-                           "batch_sizes": sizes, "num_cuts": len(durs)}))
+    click.echo(json.dumps({"bucket_bins_2d": [[round(d, 3), t] for d, t in bins],
+                           "bucket_batch_sizes_2d": sizes, "num_cuts": len(durs)}))

@@ -18,16 +18,19 @@ target is padded to the longest. 2D buckets split each duration bucket by token 
   then be these pairs), with a fixed batch size per bucket, as Lhotse's
   ``FixedBucketBatchSizeConstraint`` for 1D. A cut beyond every bin goes to the last.
 
-Token counts come from ``cut.custom["num_tokens"]`` (see :func:`with_num_tokens`), so
-bucketing reads no audio and tokenizes once. Not wired into ``build_dataloader`` yet:
-use it with Lhotse's ``DynamicBucketingSampler`` (``bench/bucketing_2d.py``).
+Token counts come from ``cut.custom["num_tokens"]`` (see :func:`with_num_tokens`) or, in
+the loader, from a :class:`TokenCounter` (WeNet's tokenizer, once per cut id): bucketing
+reads no audio. In training: ``lhotse_conf.bucket_bins_2d`` / ``bucket_batch_sizes_2d``
+(map-style loading, :func:`loader_constraint_2d`); durations are the cuts' own (before
+speed perturbation), the batch size per bucket is fixed (an epoch's remainders are merged
+as for the other constraints: such a batch follows its first cut's bucket).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 from lhotse.dataset.sampling.base import SamplingConstraint
@@ -41,6 +44,28 @@ Bin = Tuple[float, int]
 def num_tokens(cut: Any) -> int:
     """A cut's output tokens: ``cut.custom["num_tokens"]``."""
     return int((cut.custom or {})["num_tokens"])
+
+
+class TokenCounter:
+    """``cut -> output tokens`` with WeNet's tokenizer, counted once per cut id (a
+    buffered cut is measured again when batched, and after a restore it is a ``LazyCut``
+    whose text is read from its line only then)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.cache: Dict[str, int] = {}
+
+    def __call__(self, cut: Any) -> int:
+        n = self.cache.get(cut.id)
+        if n is None:
+            sups = getattr(cut, "supervisions", None)
+            if sups is None:  # a LazyCut (restored): its line holds the text
+                cut = cut.materialize()
+                sups = cut.supervisions
+            text = " ".join(s.text for s in sups if s.text) if sups else ""
+            n = len(self.tokenizer.tokenize(text)[1]) if text else 0
+            self.cache[cut.id] = n
+        return n
 
 
 def with_num_tokens(cuts: Iterable[Any], tokenizer: Any) -> List[Any]:
@@ -108,6 +133,8 @@ class Bucket2DConstraint(SamplingConstraint):
     batch_sizes: List[int]
     current_bucket: Optional[int] = None
     num_cuts: int = 0
+    #: ``cut -> tokens`` (default: ``custom["num_tokens"]``; the loader: a TokenCounter)
+    tokens_of: Optional[Callable[[Any], int]] = None
 
     def __post_init__(self) -> None:
         self.bins = [(float(d), int(t)) for d, t in self.bins]
@@ -115,7 +142,8 @@ class Bucket2DConstraint(SamplingConstraint):
             raise ValueError("one batch size per 2D bin is needed")
 
     def select_bucket(self, buckets: Any, example: Any = None, example_len: Any = None) -> int:
-        return select_bin(self.bins, example.duration, num_tokens(example))
+        count = self.tokens_of or num_tokens
+        return select_bin(self.bins, example.duration, count(example))
 
     def add(self, example: Any) -> None:
         bucket = self.select_bucket(self.bins, example)
@@ -151,3 +179,22 @@ def padding(batches: Iterable[Sequence[Any]]) -> Tuple[float, float]:
         dur_all += len(b) * max(durs)
         dur_pad += len(b) * max(durs) - sum(durs)
     return tok_pad / max(tok_all, 1e-9), dur_pad / max(dur_all, 1e-9)
+
+
+def loader_constraint_2d(lconf: Any, tokenizer: Any) -> Optional[Tuple[List[Bin],
+                                                                         Bucket2DConstraint]]:
+    """``(bins, constraint)`` from ``lhotse_conf.bucket_bins_2d`` /
+    ``bucket_batch_sizes_2d`` (None when not set), counting tokens with ``tokenizer``."""
+    bins = getattr(lconf, "bucket_bins_2d", None)
+    if not bins:
+        return None
+    if tokenizer is None:
+        raise ValueError("lhotse_conf.bucket_bins_2d needs a tokenizer (tokens are a bin axis)")
+    pairs = [(float(d), int(t)) for d, t in bins]
+    if pairs != sorted(pairs):
+        raise ValueError("lhotse_conf.bucket_bins_2d must be sorted (as estimate-bins prints)")
+    sizes = getattr(lconf, "bucket_batch_sizes_2d", None)
+    if not sizes or len(sizes) != len(pairs):
+        raise ValueError("lhotse_conf.bucket_batch_sizes_2d: one batch size per 2D bin")
+    return pairs, Bucket2DConstraint(pairs, [int(x) for x in sizes],
+                                     tokens_of=TokenCounter(tokenizer))

@@ -46,6 +46,7 @@ from wenet_lhotse.loader.bins import (  # noqa: F401  (estimate_bins: public her
     needs_sample,
     split_lengths,
 )
+from wenet_lhotse.loader.bins2d import loader_constraint_2d
 from wenet_lhotse.loader.bucketing import BucketingSampler
 from wenet_lhotse.loader.config import LoaderConfig
 from wenet_lhotse.loader.config_check import check_dataset_conf, check_special_tokens
@@ -188,6 +189,10 @@ def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
                                       max_duration=max_duration,
                                       quadratic_duration=lconf.quadratic_duration,
                                       lengths=lengths)
+        two_d = loader_constraint_2d(lconf, plan.transforms[0].tokenizer)  # (issue 22)
+        if two_d is not None:
+            bins, constraint = two_d  # type: ignore[assignment]
+            formula = f"2D buckets {len(bins)} (duration x tokens), fixed sizes"
         logger.info("%s batches: %s, %d buckets, %s", split, formula, len(bins) + 1, "map")
         return mux, bins, constraint
 
@@ -231,6 +236,9 @@ def build_streamed_loader(plan: LoaderPlan, dataset: Any) -> StreamedDataLoader:
     specs, seed, ws, rk = plan.specs, plan.seed, plan.world_size, plan.rank
     strict, weights, transforms = plan.strict, plan.weights, plan.transforms
     train = split == "train"
+    if lconf.bucket_bins_2d:  # (issue 22)
+        raise ValueError("lhotse_conf.bucket_bins_2d: 2D buckets need map-style loading "
+                         "(lhotse_conf.mode: map)")
     lengths = split_lengths(cfg, split, seed)
     need_edges, need_mean = needs_sample(cfg)
     for spec in specs:  # the lists are read in the workers: a wrong path fails here

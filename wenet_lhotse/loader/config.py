@@ -69,6 +69,8 @@ similar durations) and are ignored.
                                # of each batch (automatic with text / speech-only sources)
       max_tokens_in_batch: null  # text batches: padded tokens per batch (text sources)
       reweight_temperature: null # w_i**T / sum w_j**T per level of source groups (NeMo's)
+      bucket_bins_2d: null     # [[max s, max tokens], ...] (estimate-bins): 2D buckets,
+      bucket_batch_sizes_2d: null  # one batch size each (map-style training)
 """
 
 from __future__ import annotations
@@ -119,6 +121,8 @@ class LhotseConf:
     mix_by: str = "cut"
     max_tokens_in_batch: Optional[int] = None
     reweight_temperature: Any = None
+    bucket_bins_2d: Optional[List[Any]] = None
+    bucket_batch_sizes_2d: Optional[List[int]] = None
 
     @classmethod
     def from_dict(cls, conf: Optional[Mapping[str, Any]]) -> LhotseConf:
