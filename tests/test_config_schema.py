@@ -64,3 +64,8 @@ def test_for_split_is_where_splits_differ():
     assert [split_rules(s).eval_dither for s in SPLITS] == [False, True, False]
     with pytest.raises(ValueError, match="split must be one of"):
         split_rules("test")
+    # WeNet's filter_conf, its defaults filled in, where the split filters
+    filtered = LoaderConfig.from_wenet({"filter_conf": {"max_length": 40960}})
+    assert filtered.filter_conf.max_length == 40960 and filtered.filter_conf.min_length == 10
+    assert filtered.for_split("cv").filter_conf == filtered.filter_conf
+    assert filtered.for_split("infer").filter_conf is None

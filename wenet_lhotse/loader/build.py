@@ -331,7 +331,7 @@ def build_dataloader(
     >>> [tuple(batch["feats"].shape[::2]) for batch in loader]  # (utterances, 23 bins)
     [(2, 23), (2, 23)]
     """
-    rules = split_rules(split)  # ValueError for an unknown split
+    split_rules(split)  # ValueError for an unknown split
     # One report for every skip of this loader: readers here and in workers, features,
     # dataset (fault-tolerant mode); exposed as loader.skip_report.
     skip_report = skip_report if skip_report is not None else SkipReport()
@@ -350,10 +350,10 @@ def build_dataloader(
     if dataset is None:
         dataset = make_wenet_dataset(tokenizer, cfg.dataset_conf, split, seed=seed)
     transform = DeviceFeatures.for_dataset(dataset, lconf.features_on, lconf.device)
-    filter_conf = cfg.dataset_conf.get("filter_conf") or {}
-    use_filter = tokenizer is not None and rules.filter
-    transforms = [CutTransform(tokenizer if use_filter else None,
-                               filter_conf if use_filter else None, s.tags) for s in specs]
+    # WeNet's filter_conf where the split filters (not infer) and a tokenizer counts tokens
+    filters = cfg.filter_conf if tokenizer is not None else None
+    transforms = [CutTransform(tokenizer if filters is not None else None, filters, s.tags)
+                  for s in specs]
 
     loader_kw: Dict[str, Any] = {"num_workers": num_workers, "pin_memory": pin_memory,
                                  "batch_transform": transform}
