@@ -3,7 +3,9 @@ allocation, a number or a command.
 
 * keys (``key`` of a raw line, the member name of a tar, a cut id) become tar member
   names and file names on export; :func:`key_problem` refuses those that would be
-  unsafe there: empty, absolute, with a ``..`` component, with NUL or another
+  unsafe there: empty, absolute, with a ``..``, ``.`` or empty path component
+  (``./x``, ``a//b``: a tar reader normalises those, so what is read back is not what
+  was written), with NUL or another
   control character, not valid Unicode (a lone surrogate), or over
   :data:`MAX_KEY_BYTES` bytes in UTF-8 (a file name's limit). WeNet accepts any
   string; keys outside these rules cannot be written safely by anyone.
@@ -72,8 +74,13 @@ def key_problem(key: Any) -> Optional[str]:
         return "the key holds a control character"
     if key.startswith("/"):
         return "the key is an absolute path"
-    if ".." in key.split("/"):
+    parts = key.split("/")
+    if ".." in parts:
         return "the key has a '..' component"
+    if "." in parts or "" in parts:
+        # './x', 'a/./b', 'a//b', 'a/': tar readers (Lhotse's Shar) normalise such names,
+        # so the member written is not the one read back
+        return "the key has an empty or '.' path component"
     return None
 
 
@@ -107,6 +114,10 @@ def text_problem(value: Any, name: str = "") -> Optional[str]:
             if why:
                 return why
     return None
+
+
+#: Why a JSON line nested too deeply was refused (``json`` raises RecursionError).
+TOO_DEEP = "JSON nested too deeply (over the interpreter's recursion limit)"
 
 
 def is_finite_number(x: Any) -> bool:

@@ -40,7 +40,13 @@ from lhotse.utils import Pathlike, compute_num_samples, fastcopy
 
 from wenet_lhotse.errors import SkipReport, WenetDataError, short_error
 from wenet_lhotse.formats.audio import encode_pcm16_wav
-from wenet_lhotse.formats.checks import check_key, is_finite_number, key_problem, text_problem
+from wenet_lhotse.formats.checks import (
+    TOO_DEEP,
+    check_key,
+    is_finite_number,
+    key_problem,
+    text_problem,
+)
 from wenet_lhotse.formats.keyset import KeySet
 from wenet_lhotse.formats.layout import (
     CORE_FIELDS,
@@ -123,6 +129,12 @@ class LazyWenetRawListIterator(Dillable):
         return self._parse(raw, path, lineno, seen)
 
     def _parse(self, raw: bytes, path: str, lineno: int, seen: Optional[KeySet]):
+        try:
+            return self._parse_line(raw, path, lineno, seen)
+        except RecursionError:  # json (and walking its result) on '[[[[...'
+            raise WenetDataError(TOO_DEEP, path, line=lineno, kind="json") from None
+
+    def _parse_line(self, raw: bytes, path: str, lineno: int, seen: Optional[KeySet]):
         data = raw.rstrip(b"\r\n")  # LF and CRLF endings
         if lineno == 1 and data.startswith(codecs.BOM_UTF8):
             data = data[len(codecs.BOM_UTF8):]

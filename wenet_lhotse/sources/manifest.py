@@ -39,7 +39,7 @@ from lhotse.serialization import deserialize_item
 from lhotse.utils import Pathlike
 
 from wenet_lhotse.errors import SkipReport, WenetDataError
-from wenet_lhotse.formats.checks import PIPE_REFUSED, key_problem, text_problem
+from wenet_lhotse.formats.checks import PIPE_REFUSED, TOO_DEEP, key_problem, text_problem
 from wenet_lhotse.formats.remote import is_remote
 from wenet_lhotse.formats.streams import as_path_list, open_input
 from wenet_lhotse.sources.meta_cut import MetaCut
@@ -96,6 +96,15 @@ def _load_checked(line: Any, path: str, lineno: int, allow_pipe: bool) -> Any:
     except json.JSONDecodeError as e:
         raise WenetDataError(f"malformed JSON: {e.msg} (column {e.colno})", path,
                              line=lineno, kind="json") from None
+    except RecursionError:  # json on '[[[[...' (orjson refuses it, json recurses)
+        raise WenetDataError(TOO_DEEP, path, line=lineno, kind="json") from None
+    try:
+        return _checked_object(obj, line, path, lineno, allow_pipe)
+    except RecursionError:  # walking an object nested just under json's limit
+        raise WenetDataError(TOO_DEEP, path, line=lineno, kind="json") from None
+
+
+def _checked_object(obj: Any, line: Any, path: str, lineno: int, allow_pipe: bool) -> Any:
 
     def holds(marker: str) -> bool:  # a cheap look at the line before walking the object
         return marker in line if isinstance(line, str) else marker.encode() in line

@@ -1,0 +1,115 @@
+"""One checked path for every cut line (issue 23, group 1): whatever a line comes
+from -- a raw list, a manifest, a Shar, a probe cache, a resume state -- it gets the
+same checks, the same one-line errors and the same counted skips."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+from adversarial import cli, raw_line
+
+from wenet_lhotse import SkipReport, WenetDataError, read_raw_list
+from wenet_lhotse.corpus import generate_corpus
+from wenet_lhotse.formats.checks import key_problem
+from wenet_lhotse.sources.manifest import LazyCheckedManifest
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """6 utterances: wavs, a raw list and 3 tars of 2."""
+    return generate_corpus(tmp_path_factory.mktemp("small"), num_utterances=6,
+                           min_duration=0.3, max_duration=0.6, shard_size=2, seed=23)
+
+
+def one_line_error(res, where: str) -> str:
+    """The CLI failed with one line naming ``where`` and no traceback."""
+    assert res.returncode != 0, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr, res.stderr
+    lines = [x for x in res.stderr.splitlines() if where in x]
+    assert lines, res.stderr
+    return lines[0]
+
+
+# ------------------------------------------------------------------ deeply nested JSON
+
+DEEP = "[" * 100_000
+
+
+def deep_raw_list(small, tmp_path):
+    lines = small.data_list.read_text().splitlines()
+    lst = tmp_path / "deep.list"
+    lst.write_text("\n".join(lines[:2] + [DEEP] + lines[2:]) + "\n")
+    return lst
+
+
+def deep_manifest(small, tmp_path):
+    from wenet_lhotse import read_raw_list
+    lines = [json.dumps(c.to_dict()) for c in read_raw_list(small.data_list)]
+    path = tmp_path / "deep.jsonl.gz"
+    with gzip.open(path, "wt") as f:
+        f.write("\n".join(lines[:2] + [DEEP] + lines[2:]) + "\n")
+    return path
+
+
+def test_deep_json_line_is_a_counted_skip_in_python(small, tmp_path):
+    lst = deep_raw_list(small, tmp_path)
+    with pytest.raises(WenetDataError) as e:
+        list(read_raw_list(lst))
+    assert (e.value.source, e.value.line, e.value.kind) == (str(lst), 3, "json")
+    report = SkipReport()
+    assert len(list(read_raw_list(lst, strict=False, skip_report=report))) == 6
+    assert [i.line for i in report] == [3]
+    man = deep_manifest(small, tmp_path)
+    with pytest.raises(WenetDataError) as e:
+        list(LazyCheckedManifest([man]))
+    assert (e.value.line, e.value.kind) == (3, "json") and "nested" in e.value.message
+    report = SkipReport()
+    assert len(list(LazyCheckedManifest([man], strict=False, skip_report=report))) == 6
+    assert report.counts() == {"json": 1}
+
+
+@pytest.mark.parametrize("kind", ["raw", "cuts"])
+@pytest.mark.parametrize("command", ["validate", "stats", "import"])
+def test_deep_json_line_in_the_cli(small, tmp_path, command, kind):
+    path = deep_raw_list(small, tmp_path) if kind == "raw" else deep_manifest(small, tmp_path)
+    if command == "import" and kind == "cuts":
+        pytest.skip("import reads WeNet lists")
+    args = {"validate": ["validate", path], "stats": ["stats", path],
+            "import": ["import", path, "-o", tmp_path / "out.jsonl.gz"]}[command]
+    res = cli(*args)
+    if command == "validate":  # validate lists every problem, then exits non-zero
+        assert res.returncode != 0 and "Traceback" not in res.stderr
+        assert f"{path}:3" in res.stdout + res.stderr
+    elif command == "stats":  # stats describes what it can and counts the skip
+        assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+        assert "utterances : 6" in res.stdout and "json: 1" in res.stdout
+        assert f"{path}:3" in res.stderr
+    else:
+        assert f"{path}:3" in one_line_error(res, f"{path}:3")
+    if command == "import":
+        res = cli(*args, "--skip-errors")
+        assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+        assert len(gzip.open(tmp_path / "out.jsonl.gz", "rt").read().splitlines()) == 6
+
+
+# ------------------------------------------------------------------ keys
+
+
+@pytest.mark.parametrize("key", ["./x", "a//b", "a/./b", "a/", "a/."])
+def test_keys_a_tar_reader_would_normalise_are_refused(key, tmp_path, small):
+    assert key_problem(key) is not None
+    wav = str(small.root / "wav" / sorted(p.name for p in (small.root / "wav").iterdir())[0])
+    lst = tmp_path / "k.list"
+    lst.write_text(raw_line(key=key, wav=wav, txt="x") + "\n")
+    with pytest.raises(WenetDataError) as e:
+        list(read_raw_list(lst))
+    assert e.value.kind == "unsafe_key" and e.value.line == 1
+    res = cli("import", lst, "--shar", tmp_path / "shar", "-j", "1")
+    assert f"{lst}:1" in one_line_error(res, f"{lst}:1")
+
+
+@pytest.mark.parametrize("key", ["a/b", "a.b", "x/.hidden", "..a", "a..b/c"])
+def test_ordinary_keys_still_accepted(key):
+    assert key_problem(key) is None
