@@ -113,3 +113,45 @@ def test_keys_a_tar_reader_would_normalise_are_refused(key, tmp_path, small):
 @pytest.mark.parametrize("key", ["a/b", "a.b", "x/.hidden", "..a", "a..b/c"])
 def test_ordinary_keys_still_accepted(key):
     assert key_problem(key) is None
+
+
+# ------------------------------------------------------------------ 0-sample segments
+
+
+def zero_segment_list(small, tmp_path):
+    """The corpus's list with line 2 a segment [0.1, 0.10003) s: no sample at 16 kHz."""
+    lines = small.data_list.read_text().splitlines()
+    obj = json.loads(lines[1])
+    lines[1] = json.dumps({**obj, "start": 0.1, "end": 0.10003})
+    lst = tmp_path / "zero.list"
+    lst.write_text("\n".join(lines) + "\n")
+    return lst
+
+
+def test_a_zero_sample_segment_is_refused_by_readers_and_writers(small, tmp_path):
+    """The issue: validate flagged it, strict import --shar wrote a 0-byte FLAC."""
+    lst = zero_segment_list(small, tmp_path)
+    with pytest.raises(WenetDataError) as e:
+        list(read_raw_list(lst))
+    assert (e.value.line, e.value.kind) == (2, "bad_segment")
+    res = cli("import", lst, "--shar", tmp_path / "shar", "-j", "1")
+    assert f"{lst}:2" in one_line_error(res, f"{lst}:2")
+    assert not list((tmp_path / "shar").glob("recording.*.tar"))
+    res = cli("import", lst, "--shar", tmp_path / "shar", "-j", "1", "--skip-errors")
+    assert res.returncode == 0, res.stderr
+    from lhotse import CutSet
+    cuts = list(CutSet.from_shar(in_dir=tmp_path / "shar"))
+    assert len(cuts) == 5 and all(c.load_audio().shape[-1] > 0 for c in cuts)
+
+
+def test_a_manifest_cut_of_no_sample_is_refused(small, tmp_path):
+    cut = next(iter(read_raw_list(small.data_list)))
+    obj = cut.to_dict()
+    obj["duration"] = 1e-5  # rounds to 0 samples at 16 kHz
+    obj["supervisions"][0]["duration"] = 1e-5
+    for metadata_only in (False, True):
+        path = tmp_path / f"m{metadata_only}.jsonl"
+        path.write_text(json.dumps(obj) + "\n")
+        with pytest.raises(WenetDataError) as e:
+            list(LazyCheckedManifest([path], metadata_only=metadata_only))
+        assert (e.value.line, e.value.kind) == (1, "bad_segment")

@@ -149,6 +149,9 @@ def _write_shard(job: _Job, out_dir: str, audio_format: str, strict: bool,
                 before = audio_writer.tar_writer.num_items_total
                 try:
                     check_key(cut.id, **where)  # becomes a tar member name
+                    if cut.has_recording and cut.num_samples < 1:  # readers refuse it too
+                        raise WenetDataError("segment holds no sample (0-sample audio)",
+                                             **where, kind="bad_segment")
                     for name, value in (cut.custom or {}).items():
                         json_value(cut.id, name, value)  # the cuts manifest is JSON
                     writer.write(cut)

@@ -200,6 +200,9 @@ class LazyWenetRawListIterator(Dillable):
             # cut exactly there (Lhotse rounds start * sr to the nearest sample instead).
             sr = recording.sampling_rate
             first, last = int(start * sr), int(end * sr)
+            if last <= first:  # WeNet would decode no sample; writers refuse it too
+                raise fail(f"segment start={obj.get('start')} end={obj.get('end')} s holds "
+                           f"no sample at {sr} Hz", "bad_segment")
             start, end = first / sr, last / sr
         cut = recording.to_cut()
         duration = end - start

@@ -10,7 +10,7 @@ refuses, as bad input:
 * a cut id unsafe as a file or member name (kind ``"unsafe_key"``, see
   :mod:`wenet_lhotse.formats.checks`);
 * a non-finite or negative ``start``/``duration`` of the cut or a supervision (JSON's
-  ``NaN``/``Infinity``; kind ``"bad_segment"``);
+  ``NaN``/``Infinity``), or a cut holding no sample at its rate (kind ``"bad_segment"``);
 * an audio source of type ``"command"`` (Lhotse runs it through a shell when loading)
   unless ``allow_pipe`` (kind ``"refused"``);
 * a manifest cut short (a truncated gzip stream; kind ``"truncated"``): the error says
@@ -36,7 +36,7 @@ from lhotse.audio.source import AudioSource
 from lhotse.cut import Cut, MonoCut
 from lhotse.lazy import Dillable, count_newlines_fast
 from lhotse.serialization import deserialize_item
-from lhotse.utils import Pathlike
+from lhotse.utils import Pathlike, compute_num_samples
 
 from wenet_lhotse.errors import SkipReport, WenetDataError
 from wenet_lhotse.formats.checks import PIPE_REFUSED, TOO_DEEP, key_problem, text_problem
@@ -81,6 +81,14 @@ def _span_problem(cut_span: Tuple[Any, Any], sup_spans: Sequence[Tuple[Any, Any]
             return f"{name} must be finite, got {value}"
     if cut_span[0] < 0 or cut_span[1] <= 0:
         return f"bad span start={cut_span[0]} duration={cut_span[1]} (seconds)"
+    return None
+
+
+def _samples_problem(duration: float, rate: Any) -> Optional[str]:
+    """Why a cut of ``duration`` seconds at ``rate`` Hz holds no sample, or None (a cut
+    without audio has no rate: None)."""
+    if isinstance(rate, int) and rate > 0 and compute_num_samples(duration, rate) < 1:
+        return f"duration={duration} s holds no sample at {rate} Hz"
     return None
 
 
@@ -131,7 +139,8 @@ def _to_cut(obj: Any, path: str, lineno: int, extra_custom: Optional[dict] = Non
     why = key_problem(cut.id)
     if why is not None:
         raise fail(f"unsafe cut id {cut.id[:40]!r}: {why}", "unsafe_key")
-    why = _time_problem(cut)
+    rate = cut.sampling_rate if getattr(cut, "has_recording", False) else None
+    why = _time_problem(cut) or _samples_problem(cut.duration, rate)
     if why is not None:
         raise fail(why, "bad_segment")
     if extra_custom:
@@ -196,7 +205,8 @@ def parse_manifest_meta(line: Any, path: str, lineno: int, allow_pipe: bool = Fa
         raise WenetDataError(f"unsafe cut id {obj['id'][:40]!r}: {why}", path, line=lineno,
                              kind="unsafe_key")
     why = _span_problem((obj["start"], obj["duration"]),
-                        [(s["start"], s["duration"]) for s in obj.get("supervisions", ())])
+                        [(s["start"], s["duration"]) for s in obj.get("supervisions", ())]
+                        ) or _samples_problem(obj["duration"], obj["recording"]["sampling_rate"])
     if why is not None:
         raise WenetDataError(why, path, line=lineno, kind="bad_segment")
     return MetaCut(obj, line, extra_custom, (path, lineno))
