@@ -155,3 +155,44 @@ def test_a_manifest_cut_of_no_sample_is_refused(small, tmp_path):
         with pytest.raises(WenetDataError) as e:
             list(LazyCheckedManifest([path], metadata_only=metadata_only))
         assert (e.value.line, e.value.kind) == (1, "bad_segment")
+
+
+# ------------------------------------------------------------------ duplicate cut ids
+
+
+def dup_manifest(small, tmp_path):
+    """The corpus as a manifest whose line 4 repeats line 2's cut."""
+    lines = [json.dumps(c.to_dict()) for c in read_raw_list(small.data_list)]
+    path = tmp_path / "dup.jsonl.gz"
+    with gzip.open(path, "wt") as f:
+        f.write("\n".join(lines[:3] + [lines[1]] + lines[3:]) + "\n")
+    return path
+
+
+def test_duplicate_cut_ids_are_used_once(small, tmp_path):
+    """The issue: training and cmvn used both copies; export --shards wrote a tar that
+    validate rejects."""
+    from wenet_lhotse.loader.readers import JsonlReader
+    path = dup_manifest(small, tmp_path)
+    for light in (False, True):
+        with pytest.raises(WenetDataError) as e:
+            list(JsonlReader([str(path)], light=light).iter_from(0))
+        assert (e.value.line, e.value.kind) == (4, "duplicate")
+        report = SkipReport()
+        reader = JsonlReader([str(path)], strict=False, skip_report=report, light=light)
+        assert [c.id for _, c in reader.iter_from(0)] == small.keys
+        assert report.counts() == {"duplicate": 1}
+        # resumed after line 3: the copy at line 4 is still dropped
+        assert [p for p, _ in reader.iter_from(3)] == [4, 5, 6]
+    report = SkipReport()
+    assert [c.id for c in LazyCheckedManifest([path], strict=False,
+                                              skip_report=report)] == small.keys
+    assert [i.line for i in report] == [4]
+
+
+def test_duplicates_in_the_cli(small, tmp_path):
+    path = dup_manifest(small, tmp_path)
+    res = cli("export", path, "--shards", tmp_path / "tars", "-j", "1")
+    assert f"{path}:4" in one_line_error(res, f"{path}:4")
+    res = cli("cmvn", path, "-o", tmp_path / "cmvn.json", "-j", "1")
+    assert f"{path}:4" in one_line_error(res, f"{path}:4")

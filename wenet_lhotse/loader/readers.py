@@ -24,7 +24,7 @@ from lhotse.serialization import open_best
 from lhotse.utils import compute_num_samples
 
 from wenet_lhotse.errors import SkipReport, WenetDataError
-from wenet_lhotse.loader.state_check import STATE_SOURCE, checked_state_line
+from wenet_lhotse.loader.state_check import STATE_SOURCE, DuplicateIds, checked_state_line
 from wenet_lhotse.sources.manifest import parse_manifest_line, parse_manifest_meta
 from wenet_lhotse.sources.meta_cut import MetaCut
 from wenet_lhotse.sources.shar_dir import shar_files
@@ -211,6 +211,7 @@ class JsonlReader(PositionedReader):
 
     def iter_from(self, start: int) -> Iterator[Tuple[int, Cut]]:
         parse = parse_manifest_meta if self.light else parse_manifest_line
+        seen = DuplicateIds(start)  # a cut id met again in this pass is a bad line
         offset = 0
         for i in self._file_order():
             path = self.paths[i]
@@ -225,9 +226,11 @@ class JsonlReader(PositionedReader):
                 for lineno, line in _numbered_lines(path):
                     n = lineno + 1
                     if offset + lineno < start or not line.strip():
-                        continue  # skipped lines are not decoded nor parsed
+                        seen.note_line(line)  # skipped lines are not decoded nor parsed
+                        continue
                     try:
                         cut = parse(line, path, n, extra_custom=extra)
+                        seen.check(cut.id, path, n)
                     except (WenetDataError, UnicodeDecodeError) as err:
                         self._skip(err if isinstance(err, WenetDataError)
                                    else WenetDataError(f"not valid UTF-8: {err}", path,

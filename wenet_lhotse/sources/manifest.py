@@ -13,6 +13,8 @@ refuses, as bad input:
   ``NaN``/``Infinity``), or a cut holding no sample at its rate (kind ``"bad_segment"``);
 * an audio source of type ``"command"`` (Lhotse runs it through a shell when loading)
   unless ``allow_pipe`` (kind ``"refused"``);
+* a cut id met earlier in the same input (kind ``"duplicate"``; the first copy is
+  kept; :class:`LazyCheckedManifest`, with a :class:`~wenet_lhotse.formats.keyset.KeySet`);
 * a manifest cut short (a truncated gzip stream; kind ``"truncated"``): the error says
   after which line it stopped (what followed cannot be counted: it is gone).
 
@@ -40,6 +42,7 @@ from lhotse.utils import Pathlike, compute_num_samples
 
 from wenet_lhotse.errors import SkipReport, WenetDataError
 from wenet_lhotse.formats.checks import PIPE_REFUSED, TOO_DEEP, key_problem, text_problem
+from wenet_lhotse.formats.keyset import KeySet
 from wenet_lhotse.formats.remote import is_remote
 from wenet_lhotse.formats.streams import as_path_list, open_input
 from wenet_lhotse.sources.meta_cut import MetaCut
@@ -212,6 +215,13 @@ def parse_manifest_meta(line: Any, path: str, lineno: int, allow_pipe: bool = Fa
     return MetaCut(obj, line, extra_custom, (path, lineno))
 
 
+def duplicate_error(cut_id: str, path: str, lineno: Optional[int]) -> WenetDataError:
+    """The error of a cut id met a second time (the first copy is kept: training,
+    statistics and writers see each id once, as ``validate`` requires)."""
+    return WenetDataError(f"duplicate cut id {cut_id[:80]!r} (first seen earlier in this "
+                          "input)", path, line=lineno, kind="duplicate")
+
+
 def iter_manifest(path: str, allow_pipe: bool = False, metadata_only: bool = False
                   ) -> Iterator[Tuple[Any, int]]:
     """``(cut or WenetDataError, line number)`` for each non-empty line of one manifest;
@@ -243,17 +253,22 @@ class LazyCheckedManifest(Dillable):
 
     def __init__(self, paths: Sequence[Pathlike], strict: bool = True,
                  skip_report: Optional[SkipReport] = None, allow_pipe: bool = False,
-                 metadata_only: bool = False) -> None:
+                 metadata_only: bool = False, check_duplicates: bool = True) -> None:
         self.paths: List[str] = [p if is_remote(p) else os.path.abspath(p)
                                  for p in as_path_list(paths)]
         self.strict = strict
         self.skip_report = skip_report if skip_report is not None else SkipReport()
         self.allow_pipe = allow_pipe
         self.metadata_only = metadata_only
+        self.check_duplicates = check_duplicates
 
     def __iter__(self) -> Iterator[Cut]:
+        seen = KeySet() if self.check_duplicates else None
         for path in self.paths:
-            for item, _ in iter_manifest(path, self.allow_pipe, self.metadata_only):
+            for item, no in iter_manifest(path, self.allow_pipe, self.metadata_only):
+                if not isinstance(item, WenetDataError) and seen is not None \
+                        and not seen.add(item.id):
+                    item = duplicate_error(item.id, path, no)
                 if isinstance(item, WenetDataError):
                     self.skip_report.handle(item, self.strict)
                     continue
