@@ -161,7 +161,8 @@ def load_samples(cut: Any, channel: int = 0) -> Tuple[np.ndarray, int]:
     whole 16-bit PCM recording (a file or in-memory bytes, WAV or FLAC), else float32 in
     [-1, 1] from ``cut.load_audio()``. ``int16 / 32768`` is bit for bit the float32
     Lhotse (libsndfile) returns, and reading int16 skips libsndfile's slower float
-    conversion.
+    conversion. Float audio holding NaN or Inf is a ``ValueError`` (training would
+    get non-finite features; the pipeline reports it as the cut's ``bad_audio``).
     """
     pcm = _read_pcm16(cut)
     if pcm is None:
@@ -173,7 +174,11 @@ def load_samples(cut: Any, channel: int = 0) -> Tuple[np.ndarray, int]:
         if channel >= pcm.shape[0]:
             raise ValueError(f"singal_channel_conf.channel {channel}: the audio has "
                              f"{pcm.shape[0]} channel(s)")
-    return np.ascontiguousarray(pcm[channel if pcm.shape[0] > 1 else 0]), int(cut.sampling_rate)
+    out = np.ascontiguousarray(pcm[channel if pcm.shape[0] > 1 else 0])
+    if out.dtype != np.int16 and not np.isfinite(out).all():  # float audio: NaN/Inf
+        bad = int(out.size - np.count_nonzero(np.isfinite(out)))
+        raise ValueError(f"audio has {bad} non-finite samples (NaN or Inf)")
+    return out, int(cut.sampling_rate)
 
 
 def as_float_samples(samples: np.ndarray) -> np.ndarray:
