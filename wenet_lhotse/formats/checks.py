@@ -18,6 +18,11 @@ allocation, a number or a command.
 * times must be finite (:func:`is_finite_number`): JSON's ``NaN``/``Infinity``.
 * ``pipe:`` inputs run a shell command: only with an explicit opt-in
   (:data:`PIPE_REFUSED`); WeNet has no ``pipe:`` at all.
+* URLs are read only through the protocols of :data:`DEFAULT_URL_PROTOCOLS`
+  (:func:`url_problem`): fsspec's archive and cache filesystems (``tar://m::x.tar``,
+  ``zip://``, ``simplecache::``) would read around the tar member checks, and
+  ``ftp://`` reaches any host and port. ``$WENET_LHOTSE_URL_PROTOCOLS`` (comma
+  separated) adds protocols; its token ``::`` allows chained URLs.
 """
 
 from __future__ import annotations
@@ -41,6 +46,47 @@ DEFAULT_MAX_MEMBER_BYTES = 1 << 30
 PIPE_REFUSED = ("'pipe:' runs a shell command; commands from data run only when allowed "
                 "(--allow-pipe on the CLI, allow_pipe=True in Python, "
                 "lhotse_conf.allow_pipe in yaml)")
+
+
+#: URL protocols read by default: local files, WeNet's http(s), object storage.
+DEFAULT_URL_PROTOCOLS = frozenset({"file", "http", "https", "s3", "s3a", "gs", "gcs", "az",
+                                   "abfs", "abfss", "adl", "hdfs", "webhdfs"})
+
+_URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
+
+
+def allowed_url_protocols() -> frozenset:
+    """:data:`DEFAULT_URL_PROTOCOLS` plus ``$WENET_LHOTSE_URL_PROTOCOLS``'s (and its
+    ``::`` token, which allows chained URLs)."""
+    extra = os.environ.get("WENET_LHOTSE_URL_PROTOCOLS", "")
+    return DEFAULT_URL_PROTOCOLS | {p.strip().lower() for p in extra.split(",") if p.strip()}
+
+
+def url_problem(url: str) -> Optional[str]:
+    """Why ``url`` is not read (a protocol outside the allow-list, or a chained
+    ``a::b`` URL), or None; a plain path or ``pipe:`` command is not a URL: None."""
+    parts = str(url).split("::")
+    if not any(_URL.match(part) for part in parts):
+        return None
+    allowed = allowed_url_protocols()
+    hint = "(allowed: " + ", ".join(sorted(allowed - {"::"})) + \
+        "; WENET_LHOTSE_URL_PROTOCOLS adds more)"
+    if "::" in str(url) and "::" not in allowed:
+        return ("chained '::' URLs read around the tar member checks: refused unless "
+                "WENET_LHOTSE_URL_PROTOCOLS holds '::'")
+    for part in parts:
+        pm = _URL.match(part)
+        if pm is not None and pm.group(1).lower() not in allowed:
+            return f"URL protocol {pm.group(1)!r} is not allowed {hint}"
+    return None
+
+
+def check_url(url: str, source: Optional[str] = None, line: Optional[int] = None) -> None:
+    """Raise :class:`WenetDataError` (kind ``"refused"``) when :func:`url_problem`."""
+    why = url_problem(url)
+    if why is not None:
+        raise WenetDataError(f"{_short(str(url), 80)}: {why}", source or str(url)[:200],
+                             line=line, kind="refused")
 
 
 def max_member_bytes(value: Optional[int] = None) -> int:

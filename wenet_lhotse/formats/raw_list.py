@@ -46,6 +46,7 @@ from wenet_lhotse.formats.checks import (
     is_finite_number,
     key_problem,
     text_problem,
+    url_problem,
 )
 from wenet_lhotse.formats.keyset import KeySet
 from wenet_lhotse.formats.layout import (
@@ -163,6 +164,9 @@ class LazyWenetRawListIterator(Dillable):
         unsafe = key_problem(key)
         if unsafe is not None:
             raise fail(f"unsafe key {key[:40]!r}: {unsafe}", "unsafe_key")
+        unsafe = url_problem(wav)
+        if unsafe is not None:
+            raise fail(f"'wav' {wav[:60]!r}: {unsafe}", "refused")
         if b"\\u" in data:  # only a \u escape can make a lone surrogate
             bad_text = text_problem(obj)
             if bad_text is not None:
