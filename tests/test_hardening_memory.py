@@ -83,3 +83,93 @@ def test_an_archive_url_in_a_shard_list_is_refused(tmp_path):
     with pytest.raises(WenetDataError) as e:
         list(read_shard_list(lst))
     assert (e.value.line, e.value.kind) == (1, "refused")
+
+
+# ------------------------------------------------------------------ resampling
+
+
+def odd_rate_list(tmp_path, rate: int, forge_rate: int = 0):
+    """A raw list of one genuine 1 s WAV at ``rate`` Hz (its header patched to claim
+    ``forge_rate`` Hz when given) and one ordinary 16 kHz WAV."""
+    pcm = (np.random.default_rng(1).standard_normal(rate) * 3000).astype(np.int16)
+    odd = tmp_path / "odd.wav"
+    sf.write(odd, pcm, rate, subtype="PCM_16")
+    if forge_rate:
+        data = bytearray(odd.read_bytes())
+        data[24:28] = forge_rate.to_bytes(4, "little")
+        data[28:32] = (forge_rate * 2 & 0xFFFFFFFF).to_bytes(4, "little")
+        odd.write_bytes(bytes(data))
+    ok = tmp_path / "ok.wav"
+    sf.write(ok, pcm[:16000], 16000, subtype="PCM_16")
+    lst = tmp_path / "data.list"
+    lst.write_text(raw_line(key="odd", wav=str(odd), txt="a b") + "\n"
+                   + raw_line(key="ok", wav=str(ok), txt="a") + "\n")
+    units = tmp_path / "units.txt"
+    units.write_text("<blank> 0\n<unk> 1\na 2\nb 3\n<sos/eos> 4\n")
+    return lst, units
+
+
+TRAIN = """
+    import sys
+    from wenet_lhotse import CharTokenizer, WenetDataError, build_dataloader
+    lst, units, tolerant = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+    conf = {{"fbank_conf": {{"num_mel_bins": 23}}, "resample_conf": {{"resample_rate": 16000}},
+            "lhotse_conf": {{"fault_tolerant": tolerant}}}}
+    _, loader = build_dataloader(lst, CharTokenizer(units), conf, "train")
+    try:
+        keys = sorted(k for b in loader for k in b["keys"])
+    except WenetDataError as err:
+        print("ERROR", err)
+        raise SystemExit(3)
+    print("KEYS", keys, "SKIPS", [(i.kind, i.line) for i in loader.skip_report])
+"""
+
+
+def train_limited(lst, units, tolerant: bool):
+    code = TRAIN.format() + "\n"
+    return subprocess.run(
+        [sys.executable, "-c", f"import resource; resource.setrlimit(resource.RLIMIT_AS, "
+         f"({AS_LIMIT}, {AS_LIMIT}))\n" + textwrap.dedent(code),
+         str(lst), str(units), "1" if tolerant else "0"],
+        capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(REPO)))
+
+
+def test_an_odd_rate_resamples_in_bounded_memory(tmp_path):
+    """The issue: a genuine 1 s WAV at 32003 Hz made training's resample to 16 kHz try
+    to allocate > 12 GB. Under a 3 GB address-space limit it now trains."""
+    lst, units = odd_rate_list(tmp_path, 32003)
+    res = train_limited(lst, units, tolerant=False)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "KEYS ['odd', 'ok'] SKIPS []" in res.stdout
+
+
+def test_a_forged_rate_is_refused_in_one_line(tmp_path):
+    """A header claiming 2^31-1 Hz (17 GB to resample) is a bad line, not an allocation."""
+    lst, units = odd_rate_list(tmp_path, 16000, forge_rate=(1 << 31) - 1)
+    with pytest.raises(WenetDataError) as e:
+        list(read_raw_list(lst))
+    assert (e.value.line, e.value.kind) == (1, "bad_audio") and "sampling rate" in str(e.value)
+    res = train_limited(lst, units, tolerant=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "KEYS ['ok'] SKIPS [('bad_audio', 1)]" in res.stdout
+
+
+def test_the_blocked_resampler_matches_the_kernel_one():
+    """Above MAX_KERNEL_ELEMENTS the output is computed in blocks from torchaudio's
+    formula: the same samples as the kernel path (to float32 rounding), nearer a float64
+    reference than the float32 kernel itself."""
+    import torch
+    from lhotse.augmentation.resample import resample as reference
+
+    from wenet_lhotse.formats import audio
+    x = torch.from_numpy(np.random.default_rng(0).standard_normal(30000).astype(np.float32))
+    for orig, new in [(44100, 16000), (22050, 16000), (8000, 16000), (16000, 17600)]:
+        n = audio.resampled_length(x.numel(), orig, new)
+        kernel = audio.sinc_resample(x, orig, new, n)
+        blocked = audio._blocked_resample(x, orig, new, n, budget=1 << 12)
+        exact = reference(x.double()[None], orig, new)[0][:n]
+        assert blocked.shape == kernel.shape == (n,)
+        assert float((blocked.double() - exact).abs().max()) < 1e-6
+        assert float((blocked - kernel).abs().max()) < 5e-5
+    with pytest.raises(ValueError, match="sampling rate"):
+        audio.resample(x.numpy(), (1 << 31) - 1, 16000)

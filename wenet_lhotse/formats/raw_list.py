@@ -39,7 +39,7 @@ from lhotse.lazy import Dillable
 from lhotse.utils import Pathlike, compute_num_samples, fastcopy
 
 from wenet_lhotse.errors import SkipReport, WenetDataError, short_error
-from wenet_lhotse.formats.audio import encode_pcm16_wav
+from wenet_lhotse.formats.audio import encode_pcm16_wav, sampling_rate_problem
 from wenet_lhotse.formats.checks import (
     TOO_DEEP,
     check_key,
@@ -184,6 +184,9 @@ class LazyWenetRawListIterator(Dillable):
         # an absolute wav, or a URL, stays as is
         audio_path = wav if is_audio_url(wav) else os.path.join(self.wav_root, wav)
         recording = self._recording(key, audio_path, obj, fail)
+        unsafe = sampling_rate_problem(recording.sampling_rate)
+        if unsafe is not None:  # a forged header: resampling it would take gigabytes
+            raise fail(f"{audio_path}: {unsafe}", "bad_audio")
         start = float(obj.get("start") or 0.0)
         end = float(obj["end"]) if obj.get("end") is not None else recording.duration
         if end > recording.duration:
