@@ -173,3 +173,52 @@ def test_the_blocked_resampler_matches_the_kernel_one():
         assert float((blocked - kernel).abs().max()) < 5e-5
     with pytest.raises(ValueError, match="sampling rate"):
         audio.resample(x.numpy(), (1 << 31) - 1, 16000)
+
+
+# ------------------------------------------------------------------ FIFOs
+
+
+@pytest.fixture
+def fifo_shards(tmp_path):
+    """A shard list: a good tar, then a FIFO named ``x.tar`` (nobody writes to it)."""
+    good = tmp_path / "good.tar"
+    good.write_bytes(tar_of(utt("u1") + utt("u2", 1)))
+    fifo = tmp_path / "x.tar"
+    os.mkfifo(fifo)
+    lst = tmp_path / "shards.list"
+    lst.write_text(f"{good}\n{fifo}\n")
+    return lst, fifo
+
+
+def test_a_fifo_in_a_shard_list_is_refused_not_waited_on(fifo_shards):
+    """The issue: a FIFO named *.tar hung validate, import and training."""
+    lst, fifo = fifo_shards
+    with pytest.raises(WenetDataError, match="FIFO") as e:
+        list(read_shard_list(lst))
+    assert str(fifo) in str(e.value)
+    report = SkipReport()
+    assert [c.id for c in read_shard_list(lst, strict=False, skip_report=report)] == ["u1", "u2"]
+    assert len(report) == 1 and "FIFO" in report.items[0].message
+
+
+@pytest.mark.parametrize("command", ["validate", "import"])
+def test_a_fifo_in_the_cli(fifo_shards, tmp_path, command):
+    lst, fifo = fifo_shards
+    args = ["validate", lst] if command == "validate" else \
+        ["import", lst, "--shar", tmp_path / "shar", "-j", "1"]
+    res = cli(*args, timeout=120)
+    assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr
+    assert "FIFO" in res.stdout + res.stderr and str(fifo) in res.stdout + res.stderr
+
+
+def test_a_fifo_as_a_list_or_manifest(tmp_path):
+    from wenet_lhotse.formats.streams import open_input
+    from wenet_lhotse.loader.readers import JsonlReader
+    fifo = tmp_path / "cuts.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(WenetDataError, match="FIFO"):
+        open_input(str(fifo))
+    with pytest.raises(WenetDataError):  # refused ("no such list file"), not waited on
+        list(read_raw_list(fifo))
+    with pytest.raises(WenetDataError, match="FIFO"):
+        list(JsonlReader([str(fifo)]).iter_from(0))

@@ -23,6 +23,8 @@ allocation, a number or a command.
   ``zip://``, ``simplecache::``) would read around the tar member checks, and
   ``ftp://`` reaches any host and port. ``$WENET_LHOTSE_URL_PROTOCOLS`` (comma
   separated) adds protocols; its token ``::`` allows chained URLs.
+* local inputs must be regular files (:func:`open_regular`): a FIFO named ``x.tar``
+  would block ``open()`` forever, a device (``/dev/zero``) never ends.
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ from __future__ import annotations
 import math
 import os
 import re
+import stat
 import tarfile
-from typing import Any, Optional
+from typing import Any, BinaryIO, Optional
 
 from wenet_lhotse.errors import WenetDataError
 
@@ -188,3 +191,27 @@ def member_problem(info: tarfile.TarInfo, limit: int) -> Optional[str]:
         return (f"member claims {info.size} bytes, over the {limit}-byte limit "
                 "(WENET_LHOTSE_MAX_MEMBER_BYTES)")
     return None
+
+
+def open_regular(path: str, name: Optional[str] = None) -> BinaryIO:
+    """``open(path, "rb")`` of a regular file only: opened non-blocking (a FIFO would
+    block ``open()`` until a writer comes), checked with ``fstat`` (no race with a
+    rename), then switched back to blocking reads. A FIFO, device, socket or directory
+    is a :class:`WenetDataError` (kind ``"io"``) naming ``name`` (default ``path``);
+    the ``OSError`` of ``open`` propagates as is."""
+    import fcntl
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            what = ("a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode)
+                    else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                    else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+            raise WenetDataError(f"{what}, not a regular file: refused (reading it could "
+                                 "block or never end)", name or path, kind="io")
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise

@@ -45,6 +45,7 @@ from wenet_lhotse.formats.checks import (
     check_key,
     is_finite_number,
     key_problem,
+    open_regular,
     text_problem,
     url_problem,
 )
@@ -107,11 +108,14 @@ class LazyWenetRawListIterator(Dillable):
         seen = KeySet() if self.check_duplicates else None
         for path in self.paths:
             try:
-                f = open_input(path) if is_remote(path) else open(path, "rb")
+                f = open_input(path) if is_remote(path) else open_regular(path)
             except OSError as e:
                 self.skip_report.handle(
                     WenetDataError(f"cannot open list: {e}", path, kind="missing_file"),
                     self.strict)
+                continue
+            except WenetDataError as e:  # a FIFO or device, refused before it blocks
+                self.skip_report.handle(e, self.strict)
                 continue
             with f:
                 for lineno, raw in enumerate(f, 1):
@@ -246,6 +250,8 @@ class LazyWenetRawListIterator(Dillable):
         if is_audio_url(audio_path):
             recording = _probe_url(audio_path, key, fail)
         elif not os.path.isfile(audio_path):
+            if os.path.exists(audio_path):  # a FIFO or device: reading it could block
+                raise fail(f"audio path is not a regular file: {audio_path}", "bad_audio")
             raise fail(f"audio file not found: {audio_path}", "missing_audio")
         else:
             try:
