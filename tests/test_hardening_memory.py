@@ -222,3 +222,49 @@ def test_a_fifo_as_a_list_or_manifest(tmp_path):
         list(read_raw_list(fifo))
     with pytest.raises(WenetDataError, match="FIFO"):
         list(JsonlReader([str(fifo)]).iter_from(0))
+
+
+# ------------------------------------------------------------------ yaml alias bombs
+
+BOMB = ('a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n'
+        + "".join(f"{chr(98 + i)}: &{chr(98 + i)} [" + ",".join([f"*{chr(97 + i)}"] * 9)
+                  + "]\n" for i in range(8))
+        + "dataset_conf:\n  fbank_conf: *i\n")
+
+
+def _limit_as():
+    import resource
+    resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT))
+
+
+@pytest.mark.parametrize("command", ["cmvn", "bench"])
+def test_a_yaml_alias_bomb_is_refused_in_one_line(tmp_path, command):
+    """The issue: a 651-byte alias bomb ran `bench`/`cmvn -c` past 60 s at 3-5.7 GB and
+    the error printed the whole value."""
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(BOMB)
+    assert len(BOMB) < 700
+    lst = tmp_path / "data.list"
+    lst.write_text("")
+    args = (["cmvn", lst, "-c", bomb, "-o", tmp_path / "cmvn.json"] if command == "cmvn"
+            else ["bench", bomb, "--data", lst])
+    res = cli(*args, timeout=60, preexec_fn=_limit_as)
+    assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr
+    line = next(x for x in res.stderr.splitlines() if str(bomb) in x)
+    assert "alias" in line and len(res.stderr) < 2000
+
+
+def test_yaml_with_a_few_anchors_still_loads():
+    from wenet_lhotse.formats.yaml_load import bounded_safe_load
+    assert bounded_safe_load("f: &f {a: 1}\ng: *f\n") == {"f": {"a": 1}, "g": {"a": 1}}
+
+
+def test_config_errors_never_echo_a_whole_value(tmp_path):
+    from wenet_lhotse.errors import WenetConfigError
+    from wenet_lhotse.loader.config_check import load_wenet_yaml
+    conf = tmp_path / "c.yaml"
+    conf.write_text("dataset_conf:\n  batch_conf:\n    batch_size: [" + ",".join(
+        ["12345678"] * 5000) + "]\n")
+    with pytest.raises(WenetConfigError) as e:
+        load_wenet_yaml(conf)
+    assert len(str(e.value)) < 300

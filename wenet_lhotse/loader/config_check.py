@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
 
 from wenet_lhotse.errors import WenetConfigError, WenetDataError
+from wenet_lhotse.formats.yaml_load import bounded_safe_load
 
 Pathlike = Union[str, os.PathLike]
 
@@ -40,7 +41,11 @@ Check = Callable[[Any], Optional[str]]
 def _show(value: Any) -> str:
     if isinstance(value, str) and len(value) > 60:
         return repr(value[:57] + "...")
-    return repr(value)
+    if isinstance(value, (list, tuple, dict)) and len(value) > 8:  # never echoed whole
+        return f"a {type(value).__name__} of {len(value)} items"
+    r = repr(value)
+    return r if len(r) <= 80 else r[:77] + "..."
+
 
 
 def boolean(v: Any) -> Optional[str]:
@@ -283,7 +288,7 @@ def load_wenet_yaml(path: Pathlike) -> Dict[str, Any]:
 
     try:
         with open(path, encoding="utf-8") as f:
-            configs = yaml.safe_load(f)
+            configs = bounded_safe_load(f)  # an alias bomb is a yaml error
     except FileNotFoundError:
         raise WenetDataError("no such file", str(path), kind="missing_file") from None
     except yaml.YAMLError as err:
