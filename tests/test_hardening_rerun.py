@@ -186,3 +186,25 @@ def test_output_equal_to_input_is_refused(corpus12, tmp_path):
 def test_read_shard_list_unchanged_for_clean_input(corpus12):
     """The checks above cost nothing on valid data: a clean list reads as before."""
     assert [c.id for c in read_shard_list(corpus12.shards_list)] == corpus12.keys
+
+
+# ---------------------------------------------------------------- -o naming an input (issue 23)
+
+
+@pytest.mark.parametrize("command", ["cmvn", "make-units", "make-list", "import", "export"])
+def test_no_command_overwrites_its_input(corpus12, tmp_path, command):
+    """The issue: cmvn, make-units and make-list overwrote their input when -o named it."""
+    shutil.copytree(corpus12.root, tmp_path / "c")
+    d = tmp_path / "c"
+    target, args = {
+        "cmvn": (d / "data.list", ["cmvn", d / "data.list", "-o", d / "data.list"]),
+        "make-units": (d / "text", ["make-units", d / "text", "-o", d / "text"]),
+        "make-list": (d / "text", ["make-list", d, "-o", d / "text"]),
+        "import": (d / "data.list", ["import", d / "data.list", "-o", d / "data.list"]),
+        "export": (d / "data.list", ["export", d / "data.list", "-o", d / "data.list"]),
+    }[command]
+    before = target.read_bytes()
+    res = cli(*args)
+    assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr
+    assert "would overwrite it" in res.stderr or "input itself" in res.stderr, res.stderr
+    assert target.read_bytes() == before
