@@ -5,12 +5,9 @@ under an address-space limit (RLIMIT_AS), so a regression fails instead of swapp
 
 from __future__ import annotations
 
-import io
-import json
 import os
 import subprocess
 import sys
-import tarfile
 import textwrap
 
 import numpy as np

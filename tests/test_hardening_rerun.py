@@ -208,3 +208,32 @@ def test_no_command_overwrites_its_input(corpus12, tmp_path, command):
     assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr
     assert "would overwrite it" in res.stderr or "input itself" in res.stderr, res.stderr
     assert target.read_bytes() == before
+
+
+def test_a_second_writer_of_one_shar_dir_fails_fast(corpus12, tmp_path):
+    """The issue: two concurrent `import --shar` into one directory deleted each other's
+    live temporary files, and the victim's error read like bad data."""
+    import subprocess
+    import sys
+
+    from adversarial import REPO
+    out = tmp_path / "shar"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\n"
+         "from wenet_lhotse.formats.tempfiles import output_lock\n"
+         f"with output_lock({str(out)!r}):\n    print('held', flush=True)\n"
+         "    time.sleep(120)\n"],
+        stdout=subprocess.PIPE, text=True, env={**__import__("os").environ,
+                                                "PYTHONPATH": str(REPO)})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        res = cli("import", corpus12.shards_list, "--shar", out, "-j", "1")
+        assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr
+        assert "another writer" in res.stderr and f"pid {holder.pid}" in res.stderr
+        assert not list(out.glob("*.tar")) if out.exists() else True
+    finally:
+        holder.kill()
+        holder.wait()
+    cli("import", corpus12.shards_list, "--shar", out, "-j", "1", check=0)  # lock released
+    assert sorted(shar_ids(out)) == sorted(corpus12.keys)
+    assert not [p for p in out.iterdir() if "lock" in p.name]

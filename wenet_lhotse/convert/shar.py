@@ -14,7 +14,8 @@ then moves the tar and, last, the cuts manifest into ``OUT`` with ``os.replace``
 A shard is complete when both files exist, pass a cheap integrity check (gzip
 stream intact, tar holds two members per cut and is not cut short) and were written
 from a complete input; a rerun skips complete shards and rewrites the rest. One
-conversion at a time per output directory: a run starts by clearing ``.OUT.partial/``.
+conversion at a time per output directory: a run holds ``.OUT.lock`` (``flock``; a
+second run fails at once, naming the holder) and starts by clearing ``.OUT.partial/``.
 
 Nothing is lost on rerun (:mod:`.shar_state`): a shard written while items were
 skipped (fault-tolerant mode) records them in its manifest's gzip header and is
@@ -28,6 +29,7 @@ skipped and recorded.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -63,7 +65,7 @@ from wenet_lhotse.formats.keyset import KeySet
 from wenet_lhotse.formats.layout import json_value
 from wenet_lhotse.formats.remote import is_remote, remote_put
 from wenet_lhotse.formats.shard_reader import ShardEntry, read_one_tar, read_shard_entries
-from wenet_lhotse.formats.tempfiles import process_running
+from wenet_lhotse.formats.tempfiles import output_lock, process_running
 from wenet_lhotse.sources.detect import detect_data_type
 from wenet_lhotse.sources.open import read_shar  # noqa: F401 - kept importable from here
 from wenet_lhotse.sources.shar_dir import shar_files, shard_paths
@@ -299,10 +301,22 @@ def wenet_to_shar(
     report = skip_report if skip_report is not None else SkipReport()
     remote = is_remote(str(out_dir))
     out: Union[Path, str] = str(out_dir).rstrip("/") if remote else Path(out_dir)
+    lock = contextlib.ExitStack()
     if not remote:
         out.mkdir(parents=True, exist_ok=True)  # Lhotse's to_shar would not create it
+        lock.enter_context(output_lock(str(out)))  # one writer: a second fails at once
         # Leftovers of an interrupted run are never complete shards: start clean.
         shutil.rmtree(partial_dir(out), ignore_errors=True)
+    with lock:
+        return _convert(out, lists, data_type, shard_size, num_jobs, audio_format, strict,
+                        report, wav_root, progress, cluster, allow_pipe, remote)
+
+
+def _convert(out: Union[Path, str], lists: List[Pathlike], data_type: str,
+             shard_size: Optional[int], num_jobs: int, audio_format: str, strict: bool,
+             report: SkipReport, wav_root: Optional[Pathlike], progress: bool,
+             cluster: Optional[str], allow_pipe: bool, remote: bool) -> SharConversion:
+    """:func:`wenet_to_shar` once its output directory is ready (and locked)."""
     result = SharConversion(out_dir=out, skip_report=report)
     start = time.perf_counter()
     jobs, total = _iter_jobs(lists, data_type, shard_size, strict, report, wav_root,
