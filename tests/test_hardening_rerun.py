@@ -237,3 +237,45 @@ def test_a_second_writer_of_one_shar_dir_fails_fast(corpus12, tmp_path):
     cli("import", corpus12.shards_list, "--shar", out, "-j", "1", check=0)  # lock released
     assert sorted(shar_ids(out)) == sorted(corpus12.keys)
     assert not [p for p in out.iterdir() if "lock" in p.name]
+
+
+# ---------------------------------------------------------------- reruns tied to their input
+
+
+def test_a_rerun_with_other_input_rewrites_the_shards(tmp_path):
+    """The issue: `import A --shar out` then `import B --shar out` said "0 utterances
+    written" and out/ held none of B's data."""
+    a = generate_corpus(tmp_path / "a", num_utterances=6, min_duration=0.3, max_duration=0.5,
+                        shard_size=3, seed=1, prefix="A")
+    b = generate_corpus(tmp_path / "b", num_utterances=6, min_duration=0.3, max_duration=0.5,
+                        shard_size=3, seed=2, prefix="B")
+    out = tmp_path / "out"
+    for corpus in (a, b):
+        res = wenet_to_shar(corpus.shards_list, out)
+        assert res.num_cuts_written == 6 and sorted(shar_ids(out)) == sorted(corpus.keys)
+    again = wenet_to_shar(b.shards_list, out)
+    assert again.num_cuts_written == 0 and len(again.skipped_shards) == 2
+    for corpus in (a, b):  # raw lists too
+        res = wenet_to_shar(corpus.data_list, tmp_path / "raw", shard_size=4)
+        assert sorted(shar_ids(tmp_path / "raw")) == sorted(corpus.keys)
+
+
+def test_a_tar_or_line_edited_in_place_is_picked_up(corpus12, tmp_path):
+    lst, tars = copy_list(corpus12, tmp_path)
+    out = tmp_path / "out"
+    wenet_to_shar(lst, out)
+    tars[1].write_bytes(tar_of(utt("new-0") + utt("new-1", 1)))  # same path, new content
+    res = wenet_to_shar(lst, out)
+    assert res.written_shards == [1] and res.num_cuts_written == 2
+    assert "new-0" in shar_ids(out) and corpus12.keys[3] not in shar_ids(out)
+    lines = corpus12.data_list.read_text().splitlines()
+    raw = tmp_path / "data.list"
+    raw.write_text("\n".join(lines) + "\n")
+    wenet_to_shar(raw, tmp_path / "rawout", shard_size=4)
+    obj = json.loads(lines[5])
+    lines[5] = json.dumps({**obj, "txt": "changed text"})
+    raw.write_text("\n".join(lines) + "\n")
+    res = wenet_to_shar(raw, tmp_path / "rawout", shard_size=4)
+    assert res.written_shards == [1]
+    cuts = {c.id: c for c in CutSet.from_shar(in_dir=tmp_path / "rawout")}
+    assert cuts[obj["key"]].supervisions[0].text == "changed text"

@@ -38,7 +38,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from lhotse.cut import Cut
 from lhotse.shar import SharWriter
@@ -53,8 +53,12 @@ from wenet_lhotse.convert.lossless import (
 from wenet_lhotse.convert.shar_state import (
     drop_duplicates,
     empty_shard,
+    file_identity,
+    input_fingerprint,
     make_record,
+    partial_dir,
     remote_shard_urls,
+    remove_partial_dir,
     shard_ids,
     shard_is_complete,
     write_record,
@@ -65,7 +69,7 @@ from wenet_lhotse.formats.keyset import KeySet
 from wenet_lhotse.formats.layout import json_value
 from wenet_lhotse.formats.remote import is_remote, remote_put
 from wenet_lhotse.formats.shard_reader import ShardEntry, read_one_tar, read_shard_entries
-from wenet_lhotse.formats.tempfiles import output_lock, process_running
+from wenet_lhotse.formats.tempfiles import output_lock
 from wenet_lhotse.sources.detect import detect_data_type
 from wenet_lhotse.sources.open import read_shar  # noqa: F401 - kept importable from here
 from wenet_lhotse.sources.shar_dir import shar_files, shard_paths
@@ -87,12 +91,6 @@ class SharConversion:
     seconds: float = 0.0  # wall-clock time of the conversion
 
 
-def partial_dir(out_dir: Pathlike) -> Path:
-    """Where shards are written before they are moved into ``out_dir``."""
-    out_dir = Path(out_dir).absolute()
-    return out_dir.parent / f".{out_dir.name}.partial"
-
-
 @dataclass
 class _Job:
     index: int
@@ -100,6 +98,16 @@ class _Job:
     cuts: Optional[List[Cut]] = None  # raw-list input: this shard's cuts (metadata only)
     lines: Optional[List[Tuple[str, int]]] = None  # raw-list input: (list file, line) per cut
     skipped: List[SkippedItem] = field(default_factory=list)  # input items already left out
+    input_id: Optional[str] = None  # the fingerprint of what it is written from
+
+    def fingerprint(self, options: Sequence[Any]) -> str:
+        """What this shard is written from: the tar (path, size, mtime) or the cuts of
+        its lines with their audio files', the skipped items, and ``options``."""
+        if self.tar is not None:
+            return input_fingerprint([*options, file_identity(self.tar.url)])
+        return input_fingerprint([*options, *[str(i) for i in self.skipped], *(
+            [c.to_dict(), [file_identity(s.source) for s in c.recording.sources]]
+            for c in self.cuts or [])])
 
 
 @dataclass
@@ -171,7 +179,7 @@ def _write_shard(job: _Job, out_dir: str, audio_format: str, strict: bool,
         if not (cuts_tmp.exists() and tar_tmp.exists()):
             empty_shard(cuts_tmp, tar_tmp)  # nothing readable: the shard exists, empty
         skipped = job.skipped + report.items
-        write_record(cuts_tmp, make_record(skipped) if skipped else None)
+        write_record(cuts_tmp, make_record(skipped) if skipped else None, job.input_id)
         # Audio first, manifest last: a manifest in OUT means its tar is complete.
         if remote:
             cuts_url, tar_url = remote_shard_urls(out_dir, job.index)
@@ -284,9 +292,10 @@ def wenet_to_shar(
     :param allow_pipe: run ``pipe:CMD`` lines of a shard list (shell commands).
     :return: a :class:`SharConversion` summary.
 
-    Restartable: shards already complete in ``out_dir`` are skipped (rerun with the
-    same input and ``shard_size``); damaged, missing, and those written while items
-    were skipped are rewritten.
+    Restartable: shards already complete in ``out_dir`` and written from the same
+    input (their fingerprint: input files' sizes and mtimes, the lines' cuts, the
+    options) are skipped; damaged, missing, those written while items were skipped and
+    those written from another or a changed input are rewritten.
     """
     if audio_format not in AUDIO_FORMATS:
         raise ValueError(f"audio_format must be one of {AUDIO_FORMATS}, got {audio_format!r}")
@@ -321,6 +330,7 @@ def _convert(out: Union[Path, str], lists: List[Pathlike], data_type: str,
     start = time.perf_counter()
     jobs, total = _iter_jobs(lists, data_type, shard_size, strict, report, wav_root,
                              probe_workers=num_jobs, cluster=cluster, allow_pipe=allow_pipe)
+    options = [data_type, audio_format, shard_size]  # part of every shard's fingerprint
     # Raw lists are checked for repeated keys as they are read, tars one at a time by
     # their job: across tars, here, with the keys of the shards kept from a former run.
     seen: Optional[KeySet] = None
@@ -328,7 +338,8 @@ def _convert(out: Union[Path, str], lists: List[Pathlike], data_type: str,
     if data_type == "shard":
         seen, kept, job_list = KeySet(), set(), list(jobs)
         for job in job_list:
-            if shard_is_complete(out, job.index):
+            job.input_id = job.fingerprint(options)
+            if shard_is_complete(out, job.index, job.input_id):
                 kept.add(job.index)
                 for key in shard_ids(out, job.index):
                     seen.add(key)
@@ -362,7 +373,9 @@ def _convert(out: Union[Path, str], lists: List[Pathlike], data_type: str,
     def todo() -> Iterator[_Job]:
         for job in jobs:
             result.num_shards += 1
-            if job.index in kept if kept is not None else shard_is_complete(out, job.index):
+            job.input_id = job.input_id or job.fingerprint(options)
+            if job.index in kept if kept is not None else shard_is_complete(
+                    out, job.index, job.input_id):
                 result.skipped_shards.append(job.index)
                 bar.update(1)
                 continue
@@ -380,7 +393,7 @@ def _convert(out: Union[Path, str], lists: List[Pathlike], data_type: str,
     finally:
         bar.close()
         if not remote:
-            _remove_partial_dir(out)
+            remove_partial_dir(out)
     result.written_shards.sort()
     result.shards_with_skips.sort()
     result.seconds = time.perf_counter() - start
@@ -398,18 +411,3 @@ def _convert(out: Union[Path, str], lists: List[Pathlike], data_type: str,
                 out, result.num_shards, len(result.written_shards), len(result.skipped_shards),
                 result.num_cuts_written, report.summary())
     return result
-
-
-def _remove_partial_dir(out_dir: Path) -> None:
-    """Remove what dead writers left in ``.OUT.partial/`` (``shard-<i>-<pid>``), then the
-    directory itself when empty: another run may still be writing there."""
-    tmp = partial_dir(out_dir)
-    for sub in tmp.glob("shard-*-*"):
-        pid = sub.name.rsplit("-", 1)[1]
-        if pid.isdigit() and not process_running(int(pid)):
-            shutil.rmtree(sub, ignore_errors=True)
-    try:
-        tmp.rmdir()
-    except OSError:
-        pass
-
