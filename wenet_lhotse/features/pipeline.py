@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from lhotse.features.base import FeatureExtractor
 
-from wenet_lhotse.errors import WenetDataError
+from wenet_lhotse.errors import WenetDataError, reraise_worker_death
 from wenet_lhotse.features.augment import (
     SpecAugConfig,
     SpecSubConfig,
@@ -91,6 +91,7 @@ class CutPipeline:
                 return plan_cut(self, cut, seed, augment)
             return self._process(cut, seed, augment)
         except Exception as err:
+            reraise_worker_death(err)
             raise WenetDataError(
                 f"cut {cut.id!r}: cannot compute features: {type(err).__name__}: {err}",
                 cut_source(cut), kind="bad_audio",

@@ -38,7 +38,7 @@ from lhotse.audio import AudioSource
 from lhotse.lazy import Dillable
 from lhotse.utils import Pathlike, compute_num_samples, fastcopy
 
-from wenet_lhotse.errors import SkipReport, WenetDataError, short_error
+from wenet_lhotse.errors import SkipReport, WenetDataError, reraise_worker_death, short_error
 from wenet_lhotse.formats.audio import encode_pcm16_wav, sampling_rate_problem
 from wenet_lhotse.formats.checks import (
     TOO_DEEP,
@@ -257,6 +257,7 @@ class LazyWenetRawListIterator(Dillable):
             try:
                 recording = _probe(audio_path, key)
             except Exception as e:  # lhotse wraps every backend's failure
+                reraise_worker_death(e)
                 why = short_error(e, audio=audio_path)
                 raise fail(f"cannot read audio header of {audio_path}: {why}",
                            "bad_audio") from None

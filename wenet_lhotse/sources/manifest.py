@@ -40,7 +40,7 @@ from lhotse.lazy import Dillable, count_newlines_fast
 from lhotse.serialization import deserialize_item
 from lhotse.utils import Pathlike, compute_num_samples
 
-from wenet_lhotse.errors import SkipReport, WenetDataError
+from wenet_lhotse.errors import SkipReport, WenetDataError, reraise_worker_death
 from wenet_lhotse.formats.checks import PIPE_REFUSED, TOO_DEEP, key_problem, text_problem
 from wenet_lhotse.formats.keyset import KeySet
 from wenet_lhotse.formats.remote import is_remote
@@ -137,6 +137,7 @@ def _to_cut(obj: Any, path: str, lineno: int, extra_custom: Optional[dict] = Non
     try:
         cut = deserialize_item(obj)
     except Exception as err:  # Lhotse raises anything for a malformed object
+        reraise_worker_death(err)
         raise fail(f"not a Lhotse cut: {type(err).__name__}: {err}".splitlines()[0],
                    "json") from None
     why = key_problem(cut.id)
