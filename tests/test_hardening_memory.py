@@ -5,6 +5,7 @@ under an address-space limit (RLIMIT_AS), so a regression fails instead of swapp
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -265,3 +266,90 @@ def test_config_errors_never_echo_a_whole_value(tmp_path):
     with pytest.raises(WenetConfigError) as e:
         load_wenet_yaml(conf)
     assert len(str(e.value)) < 300
+
+
+# ------------------------------------------------------------------ compressed members
+
+
+class _Zeros(io.RawIOBase):
+    """``n`` zero bytes, read without holding them."""
+
+    def __init__(self, n: int) -> None:
+        self.left = n
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        k = min(len(b), self.left)
+        b[:k] = bytes(k)
+        self.left -= k
+        return k
+
+
+def gz_bomb(path, claim: int = 200 << 20):
+    """A .tar.gz: one good utterance, then ``u2.wav`` of ``claim`` bytes (a WAV header
+    and zeros; under the 1 GiB member cap) that gzip squeezes ~1000x."""
+    import tarfile as tf
+    head = wav_header(claim - 44)
+    with tf.open(path, "w:gz", compresslevel=1) as tar:
+        for name, data in utt("u1"):
+            info = tf.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        info = tf.TarInfo("u2.txt")
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"x"))
+        info = tf.TarInfo("u2.wav")
+        info.size = claim
+        tar.addfile(info, io.BufferedReader(_Chain(head, _Zeros(claim - len(head)))))
+    return path
+
+
+def wav_header(data_bytes: int) -> bytes:
+    import struct
+    return (b"RIFF" + struct.pack("<I", 36 + data_bytes) + b"WAVEfmt "
+            + struct.pack("<IHHIIHH", 16, 1, 1, 16000, 32000, 2, 16)
+            + b"data" + struct.pack("<I", data_bytes))
+
+
+class _Chain(io.RawIOBase):
+    def __init__(self, head: bytes, rest) -> None:
+        self.head, self.rest = head, rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        if self.head:
+            k = min(len(b), len(self.head))
+            b[:k] = self.head[:k]
+            self.head = self.head[k:]
+            return k
+        return self.rest.readinto(b)
+
+
+def test_a_compressed_member_bomb_stops_at_its_ratio(tmp_path):
+    """The issue: a 0.9 MB .tar.gz holding a 900 MiB member (under the 1 GiB cap) took
+    4.9 GB in validate, 7.2 GB per import process. Now the member is read in blocks and
+    refused at 200x its compressed bytes; under a 3 GB address-space limit."""
+    bomb = gz_bomb(tmp_path / "bomb.tar.gz")
+    assert bomb.stat().st_size < 2 << 20
+    lst = tmp_path / "shards.list"
+    lst.write_text(f"{bomb}\n")
+    res = run_limited(f"""
+        from wenet_lhotse import SkipReport, WenetDataError, read_shard_list
+        report = SkipReport()
+        keys = [c.id for c in read_shard_list({str(lst)!r}, strict=False, skip_report=report)]
+        print("KEYS", keys, [(i.kind, i.member) for i in report])
+        try:
+            list(read_shard_list({str(lst)!r}))
+        except WenetDataError as err:
+            print("STRICT", err)
+    """)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "KEYS ['u1'] [('bad_member', 'u2.wav')]" in res.stdout
+    assert "STRICT" in res.stdout and "decompress" in res.stdout and "u2.wav" in res.stdout
+    res = cli("validate", lst, timeout=300, preexec_fn=_limit_as)
+    assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert "u2.wav" in res.stdout + res.stderr

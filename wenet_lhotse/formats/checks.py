@@ -12,7 +12,9 @@ allocation, a number or a command.
 * tar members must be regular files of at most :func:`max_member_bytes` bytes
   (:func:`member_problem`): a sparse member (PAX ``GNU.sparse``) makes ``tarfile``
   allocate its claimed size in zeros, links and devices have no audio. WeNet reads
-  any member; a 40 KB tar could otherwise claim 8 GiB.
+  any member; a 40 KB tar could otherwise claim 8 GiB. A member of a compressed tar
+  is read in blocks and refused once it decompresses past :func:`max_member_ratio`
+  times the compressed bytes it took (a decompression bomb under the byte cap).
 * text must be valid Unicode (:func:`text_problem`): JSON's ``\\ud800`` escape decodes
   to a lone surrogate that no UTF-8 writer accepts.
 * times must be finite (:func:`is_finite_number`): JSON's ``NaN``/``Infinity``.
@@ -90,6 +92,21 @@ def check_url(url: str, source: Optional[str] = None, line: Optional[int] = None
     if why is not None:
         raise WenetDataError(f"{_short(str(url), 80)}: {why}", source or str(url)[:200],
                              line=line, kind="refused")
+
+
+#: A member of a compressed tar may decompress to at most this many times the
+#: compressed bytes it took, once past :data:`RATIO_FLOOR_BYTES` (audio compresses by
+#: 1-2x with gzip; a 0.9 MB .tar.gz holding a 900 MiB member is 1000x). Set
+#: ``WENET_LHOTSE_MAX_MEMBER_RATIO`` to change it.
+DEFAULT_MAX_MEMBER_RATIO = 200
+#: Decompressed bytes of one member below which the ratio is not checked (64 MiB).
+RATIO_FLOOR_BYTES = 64 << 20
+
+
+def max_member_ratio() -> float:
+    """``$WENET_LHOTSE_MAX_MEMBER_RATIO``, else :data:`DEFAULT_MAX_MEMBER_RATIO`."""
+    env = os.environ.get("WENET_LHOTSE_MAX_MEMBER_RATIO")
+    return float(env) if env else float(DEFAULT_MAX_MEMBER_RATIO)
 
 
 def max_member_bytes(value: Optional[int] = None) -> int:
