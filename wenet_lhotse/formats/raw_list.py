@@ -39,7 +39,7 @@ from lhotse.lazy import Dillable
 from lhotse.utils import Pathlike, compute_num_samples, fastcopy
 
 from wenet_lhotse.errors import SkipReport, WenetDataError, reraise_worker_death, short_error
-from wenet_lhotse.formats.audio import encode_pcm16_wav, sampling_rate_problem
+from wenet_lhotse.formats.audio import encode_pcm16_wav, probe_recording, sampling_rate_problem
 from wenet_lhotse.formats.checks import (
     TOO_DEEP,
     check_key,
@@ -62,7 +62,6 @@ from wenet_lhotse.formats.layout import (
 from wenet_lhotse.formats.remote import is_remote
 from wenet_lhotse.formats.remote_audio import is_audio_url, probe_remote_audio
 from wenet_lhotse.formats.streams import as_path_list, atomic_output, open_input
-from wenet_lhotse.formats.wav import wav_file_layout
 
 logger = logging.getLogger(__name__)
 
@@ -255,7 +254,7 @@ class LazyWenetRawListIterator(Dillable):
             raise fail(f"audio file not found: {audio_path}", "missing_audio")
         else:
             try:
-                recording = _probe(audio_path, key)
+                recording = probe_recording(audio_path, key)
             except Exception as e:  # lhotse wraps every backend's failure
                 reraise_worker_death(e)
                 why = short_error(e, audio=audio_path)
@@ -404,30 +403,3 @@ def _probe_url(url: str, key: str, fail) -> Recording:
     except Exception as e:  # Lhotse's backends on a format libsndfile does not read
         raise fail(f"cannot read audio header of {url}: {short_error(e)}",
                    "bad_audio") from None
-
-
-def _probe(audio_path: str, key: str) -> Recording:
-    """The recording of ``audio_path`` from its header: the same manifest as
-    ``Recording.from_file``, about 2x faster for what libsndfile reads (WAV, FLAC,
-    OGG, ...), since Lhotse's per-call audio backend probing is skipped (16-bit PCM WAV:
-    the header walked without libsndfile, :mod:`.wav`); other formats (m4a, wma, ...)
-    go through Lhotse."""
-    wav = wav_file_layout(audio_path)
-    if wav is not None:
-        channels, rate, frames = wav.channels, wav.sampling_rate, wav.frames
-    else:
-        import soundfile as sf
-
-        try:  # SoundFile: soundfile.info also formats the format's descriptions
-            with sf.SoundFile(audio_path) as f:
-                channels, rate, frames = f.channels, int(f.samplerate), int(f.frames)
-        except (sf.LibsndfileError, RuntimeError, TypeError):
-            return Recording.from_file(audio_path, recording_id=key)
-    return Recording(
-        id=key,
-        sources=[AudioSource(type="file", channels=list(range(channels)), source=audio_path)],
-        sampling_rate=rate,
-        num_samples=frames,
-        duration=frames / rate,
-    )
-
