@@ -196,3 +196,26 @@ def test_duplicates_in_the_cli(small, tmp_path):
     assert f"{path}:4" in one_line_error(res, f"{path}:4")
     res = cli("cmvn", path, "-o", tmp_path / "cmvn.json", "-j", "1")
     assert f"{path}:4" in one_line_error(res, f"{path}:4")
+
+
+def test_shar_import_refuses_non_finite_audio(small, tmp_path):
+    """Writers refuse what readers refuse: float audio with NaN samples is an error in
+    strict import --shar, a counted skip with --skip-errors."""
+    import numpy as np
+    import soundfile as sf
+
+    from wenet_lhotse import wenet_to_shar
+    pcm = np.zeros(4000, dtype=np.float32)
+    pcm[10] = np.nan
+    bad = tmp_path / "nan.wav"
+    sf.write(bad, pcm, 16000, subtype="FLOAT")
+    lines = small.data_list.read_text().splitlines()
+    lines[2] = json.dumps({**json.loads(lines[2]), "wav": str(bad)})
+    lst = tmp_path / "nan.list"
+    lst.write_text("\n".join(lines) + "\n")
+    with pytest.raises(WenetDataError) as e:
+        wenet_to_shar(lst, tmp_path / "shar")
+    assert e.value.line == 3 and "non-finite" in e.value.message
+    report = SkipReport()
+    res = wenet_to_shar(lst, tmp_path / "shar2", strict=False, skip_report=report)
+    assert res.num_cuts_written == 5 and [i.line for i in report] == [3]
