@@ -71,7 +71,6 @@ from wenet_lhotse.loader.streamed import INITIAL_FILL, StreamedEpochDataset
 from wenet_lhotse.loader.wenet_dataset import CutTransform, make_wenet_dataset
 from wenet_lhotse.sources import SourceSpec, mux_sources, open_source, parse_sources
 from wenet_lhotse.sources.groups import flatten_sources
-from wenet_lhotse.sources.manifest import LazyCheckedManifest
 
 logger = logging.getLogger(__name__)
 
@@ -100,9 +99,7 @@ def _map_reader(spec: SourceSpec, cfg: LoaderConfig, seed: int, strict: bool,
             probed = probed_raw_list(spec.paths, strict=strict, skip_report=skip_report,
                                      cache_dir=None if probe_cache is True else probe_cache)
             # the cache is a manifest: metadata only for training (a fraction of the memory)
-            cuts = (list(LazyCheckedManifest([probed.manifest], strict, skip_report,
-                                             metadata_only=True)) if light
-                    else list(CutSet.from_jsonl_lazy(probed.manifest)))
+            cuts = list(probed.cuts(strict, skip_report, metadata_only=light))
         else:
             cuts = list(open_source(spec, strict=strict, skip_report=skip_report))
         if spec.type == "shard":
