@@ -39,6 +39,9 @@ ROOT = Path(__file__).resolve().parents[1]
 #: the torch the venv gets (a local CPU wheel on our machines; any torch >= 2.1 works)
 TORCH = "torch==2.13.0"
 EXTRA = "wenet"
+#: seconds for a test that may create the venv (a cold install: ~3.5 min on an idle
+#: 2-core machine, over 10 min under load; later sessions reuse it)
+VENV_TIMEOUT = 1800
 
 
 def _run(cmd: List[str], **kw) -> subprocess.CompletedProcess:
@@ -159,6 +162,7 @@ def _venv_env(venv: Path, **extra: str) -> Dict[str, str]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(VENV_TIMEOUT)
 def test_wheel_installs_in_a_fresh_venv(venv, tmp_path):
     env = _venv_env(venv)
     python = str(venv / "bin" / "python")
@@ -216,6 +220,7 @@ def _train_cmd(venv: Path, config: Path, corpus, model_dir: Path, nproc: int) ->
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(VENV_TIMEOUT)
 def test_wenet_train_from_the_wheel_two_ranks_without_stand_ins(venv, train_data, wenet_root):
     """Needs the launcher's in-package stand-ins for torchaudio/deepspeed (issue 21)."""
     root, corpus, spk, write_config = train_data
@@ -232,6 +237,7 @@ def test_wenet_train_from_the_wheel_two_ranks_without_stand_ins(venv, train_data
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(VENV_TIMEOUT)
 @pytest.mark.parametrize("nproc", [1, 2])
 def test_yaml_typo_is_one_line_from_the_wheel(venv, train_data, wenet_root, nproc):
     """A misspelt ``dataset_conf`` key: one ``error:`` line per rank naming the key (and

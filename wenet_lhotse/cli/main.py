@@ -62,6 +62,17 @@ class WenetGroup(click.Group):
             raise CliError(input_error_message(err)) from None
 
 
+def show_progress() -> bool:
+    """Whether commands draw tqdm progress bars: only when stderr is a terminal (in a
+    log file or a pipe, each redraw would be one more line). The one place that decides."""
+    import sys
+
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced or closed stderr
+        return False
+
+
 def _exit_on_sigterm(signum, frame) -> None:
     # SystemExit unwinds the stack: atomic writers remove their temporary files and
     # process pools end their workers (formats.parallel) before the process exits.
