@@ -15,6 +15,12 @@ Dask re-runs a task whose worker died on another worker, so tasks must be pure
 converters' tasks are (one input shard or list chunk -> one output file set,
 written under a temporary name and renamed). The client, not a task, writes any
 final index or manifest, once.
+
+A cluster's size is not fixed: jobs of ``SLURMCluster.scale(jobs=N)`` join while the
+command runs, and workers leave. The tasks in flight follow the threads there are now
+(:class:`LiveSlots`, about two per thread, asked of the scheduler at most once a second),
+not those at connect time. A scheduler lost mid-job raises :class:`ClusterError` (one
+line; the Dask client's own traceback logs are held back while the cluster is open).
 """
 
 from __future__ import annotations
