@@ -205,13 +205,22 @@ def train_data(tmp_path_factory, wenet_root):
     return root, corpus, spk, write_config
 
 
-def _train_cmd(venv: Path, config: Path, corpus, model_dir: Path, nproc: int) -> List[str]:
+def _train_cmd(venv: Path, config: Path, corpus, model_dir: Path, nproc: int,
+               env: Dict[str, str]) -> List[str]:
+    """WeNet's train.py through the launcher: under torchrun for ``nproc > 1``, else as
+    one process with the variables torchrun would set (added to ``env``)."""
     from wenet_harness.runs import free_port
 
     python = str(venv / "bin" / "python")
-    launcher = [python, "-m", "torch.distributed.run", "--nnodes=1",
-                f"--nproc_per_node={nproc}", "--rdzv-backend=c10d",
-                f"--rdzv-endpoint=127.0.0.1:{free_port()}"]
+    port = str(free_port())
+    if nproc > 1:
+        launcher = [python, "-m", "torch.distributed.run", "--nnodes=1",
+                    f"--nproc_per_node={nproc}", "--rdzv-backend=c10d",
+                    f"--rdzv-endpoint=127.0.0.1:{port}"]
+    else:
+        launcher = [python]
+        env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
     return [*launcher, "-m", "wenet_lhotse.wenet_train", "--config", str(config),
             "--data_type", "raw", "--train_data", str(corpus.data_list),
             "--cv_data", str(corpus.data_list), "--model_dir", str(model_dir),
@@ -228,7 +237,7 @@ def test_wenet_train_from_the_wheel_two_ranks_without_stand_ins(venv, train_data
     model_dir = root / "exp"
     model_dir.mkdir()
     env = _venv_env(venv, PYTHONPATH=str(wenet_root))
-    res = _run(_train_cmd(venv, config, corpus, model_dir, 2), env=env, cwd=model_dir,
+    res = _run(_train_cmd(venv, config, corpus, model_dir, 2, env), env=env, cwd=model_dir,
                timeout=900)
     _ok(res, "wenet_train from the wheel (2 gloo ranks)")
     assert (model_dir / "epoch_0.pt").is_file(), sorted(p.name for p in model_dir.iterdir())
@@ -248,20 +257,11 @@ def test_yaml_typo_is_one_line_from_the_wheel(venv, train_data, wenet_root, npro
     model_dir = root / f"typo{nproc}"
     model_dir.mkdir()
     env = _venv_env(venv, PYTHONPATH=str(wenet_root))
-    cmd = _train_cmd(venv, config, corpus, model_dir, nproc)
-    if nproc == 1:  # no torchrun: the process itself, the single line is all it prints
-        cmd = [cmd[0], *cmd[cmd.index("-m", 1):]]
-        env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1",
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=cmd_port())
-    res = _run(cmd, env=env, cwd=model_dir, timeout=600)
+    res = _run(_train_cmd(venv, config, corpus, model_dir, nproc, env), env=env,
+               cwd=model_dir, timeout=600)
     assert res.returncode != 0
     assert "Traceback" not in res.stderr, res.stderr[-3000:]
     errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == nproc, res.stderr[-3000:]
     assert all("dataset_conf.shufle" in line for line in errors), errors
 
-
-def cmd_port() -> str:
-    from wenet_harness.runs import free_port
-
-    return str(free_port())
