@@ -249,8 +249,8 @@ def test_wenet_train_from_the_wheel_two_ranks_without_stand_ins(venv, train_data
 @pytest.mark.timeout(VENV_TIMEOUT)
 @pytest.mark.parametrize("nproc", [1, 2])
 def test_yaml_typo_is_one_line_from_the_wheel(venv, train_data, wenet_root, nproc):
-    """A misspelt ``dataset_conf`` key: one ``error:`` line per rank naming the key (and
-    WeNet's own log lines), no traceback."""
+    """A misspelt ``dataset_conf`` key: one ``error:`` line per rank naming the key (next
+    to WeNet's own log lines), no traceback of WeNet's or ours."""
     root, corpus, spk, write_config = train_data
     config = write_config(root / f"typo{nproc}.yaml", corpus.units, spk,
                           {"shufle": True}, max_epoch=1)
@@ -260,7 +260,13 @@ def test_yaml_typo_is_one_line_from_the_wheel(venv, train_data, wenet_root, npro
     res = _run(_train_cmd(venv, config, corpus, model_dir, nproc, env), env=env,
                cwd=model_dir, timeout=600)
     assert res.returncode != 0
-    assert "Traceback" not in res.stderr, res.stderr[-3000:]
+    # no traceback from WeNet's train.py or from us; under torchrun, torchrun's agent
+    # still prints its own failure summary (ChildFailedError, torch/distributed/run.py)
+    frames = [line for line in res.stderr.splitlines() if line.strip().startswith("File ")]
+    ours = [f for f in frames if "/wenet/" in f or "/wenet_lhotse/" in f]
+    assert not ours, res.stderr[-3000:]
+    if nproc == 1:
+        assert "Traceback" not in res.stderr, res.stderr[-3000:]
     errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == nproc, res.stderr[-3000:]
     assert all("dataset_conf.shufle" in line for line in errors), errors
