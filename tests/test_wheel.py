@@ -137,11 +137,14 @@ def venv(dist) -> Path:
         _ok(_run([sys.executable, "-m", "venv", str(path)], env=env, timeout=300),
             "python -m venv")
         # the dependencies exactly as the wheel's metadata lists them (+ the torch pin)
-        _ok(_run([str(python), "-m", "pip", "install", "-q", TORCH, *reqs], env=env,
+        # (--no-compile: byte-compiling all of torch at install time is minutes on 2 cores)
+        _ok(_run([str(python), "-m", "pip", "install", "-q", "--no-compile", TORCH, *reqs],
+                 env=env,
                  timeout=1200), "pip install (the wheel's requirements)")
         ready.write_text("\n".join(reqs) + "\n", encoding="utf-8")
     _ok(_run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall",
-              str(dist["wheel"])], env=env, timeout=300), "pip install the wheel")
+              "--no-compile", str(dist["wheel"])], env=env, timeout=300),
+        "pip install the wheel")
     return path
 
 
@@ -271,3 +274,12 @@ def test_yaml_typo_is_one_line_from_the_wheel(venv, train_data, wenet_root, npro
     assert len(errors) == nproc, res.stderr[-3000:]
     assert all("dataset_conf.shufle" in line for line in errors), errors
 
+
+
+def test_version_option():
+    """``wenet-lhotse --version``: the package's version and what bug reports need."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    res = _run([sys.executable, "-m", "wenet_lhotse", "--version"], env=env)
+    _ok(res, "wenet-lhotse --version")
+    assert re.fullmatch(r"wenet-lhotse, version \S+ \(lhotse 1\.33\.\S+, torch \S+, "
+                        r"python 3\.\S+\)\n", res.stdout), res.stdout
