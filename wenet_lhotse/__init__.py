@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+#: The one place the version is set (pyproject.toml reads it; `wenet-lhotse --version`).
 __version__ = "0.1.0"
 
 # public name -> module that defines it

@@ -44,6 +44,8 @@ _TAG = b"wenet-lhotse-skips:"
 #: The key of the input fingerprint in the header's record.
 FINGERPRINT_KEY = "input"
 _FHCRC, _FEXTRA, _FNAME, _FCOMMENT = 0x02, 0x04, 0x08, 0x10
+#: a gzip header's MTIME field (bytes 4-8) when no time stamp is stored (RFC 1952)
+_NO_MTIME = b"\0\0\0\0"
 #: Skipped items listed in a record (all are counted).
 RECORD_ITEMS = 20
 
@@ -78,7 +80,10 @@ def _header_end(data: bytes) -> Optional[tuple]:
 def write_record(cuts_path: Pathlike, record: Optional[Dict[str, Any]],
                  fingerprint: Optional[str] = None) -> None:
     """Put ``record`` (None: none) and the input's ``fingerprint`` into the gzip header
-    of ``cuts_path`` (rewritten in place: call it on a file not yet visible to readers)."""
+    of ``cuts_path`` (rewritten in place: call it on a file not yet visible to readers),
+    and set the header's MTIME to 0: Lhotse's writer stamps the current time there, and
+    equal shards must be equal bytes whether written locally, with ``-j`` or on a
+    cluster, today or tomorrow."""
     if fingerprint is not None:
         record = {**(record or {}), FINGERPRINT_KEY: fingerprint}
     with open(cuts_path, "rb") as f:
@@ -91,7 +96,8 @@ def write_record(cuts_path: Pathlike, record: Optional[Dict[str, Any]],
         text = json.dumps(record, ensure_ascii=True, separators=(",", ":"))
         comment = _TAG + text.encode("ascii").replace(b"\0", b"") + b"\0"
     with open(cuts_path, "wb") as f:
-        f.write(data[:3] + bytes([flags]) + data[4:name_end] + comment + data[end:])
+        f.write(data[:3] + bytes([flags]) + _NO_MTIME + data[8:name_end] + comment
+                + data[end:])
 
 
 def read_record(cuts_path: Pathlike) -> Optional[Dict[str, Any]]:
