@@ -253,8 +253,11 @@ def drop_duplicates(out_dir: Union[Path, str], index: int, keys: Sequence[str],
             with open_input(src) as f, open(dst, "wb") as g:
                 shutil.copyfileobj(f, g)
         drop_cuts(cuts_tmp, tar_tmp, set(keys))
+        # keep the input's fingerprint: a rerun on the same input must not redo the shard
+        fingerprint = (_read_comment(cuts_tmp) or {}).get(FINGERPRINT_KEY)
         write_record(cuts_tmp, merge_record(read_record(cuts_tmp),
-                                            [SkippedItem.from_error(e) for e in errors]))
+                                            [SkippedItem.from_error(e) for e in errors]),
+                     fingerprint)
         # Audio first, manifest last: a manifest in OUT means its tar is complete.
         for src, dst in ((tar_tmp, tar_src), (cuts_tmp, cuts_src)):
             if is_remote(str(out_dir)):
