@@ -54,6 +54,9 @@ similar durations) and are ignored.
       return_pcm: false        # add pcm / pcm_length (the waveform) to each batch
       probe_cache: false       # raw lists: probe headers once across ranks, cache them
                                # beside the list (true) or in this directory
+      shard_index: auto        # shard lists: sample through the index `wenet-lhotse index`
+                               # wrote beside the list (auto: when there is one; true:
+                               # required), or in this directory; false: always stream
       features_on: worker      # worker | device: DataLoader workers send waveforms (int16
                                # for 16-bit audio), the training process computes dither,
                                # fbank/mfcc and spec_* batched on `device`
@@ -107,6 +110,7 @@ class LhotseConf:
     cv_partition: bool = True
     lang_from_data: bool = False
     probe_cache: Any = False
+    shard_index: Any = "auto"
     cv_dither: str = "wenet"
     features_on: str = "worker"
     device: Optional[str] = None

@@ -175,6 +175,7 @@ LHOTSE_RULES: Dict[str, Check] = {
     "sources": optional(list_of(anything, 1)),
     "cv_sources": optional(list_of(anything, 1)),
     "probe_cache": boolean_or_dir,
+    "shard_index": boolean_or_dir,
 }
 
 

@@ -1,0 +1,105 @@
+"""Tar members read by offset, several at a time: :func:`read_members`.
+
+The members asked of one tar are sorted by offset and read in as few requests as
+possible: neighbours closer than ``gap`` bytes share one read (one ranged GET on object
+storage or HTTP, through the retrying readers of :mod:`~wenet_lhotse.formats.
+remote_audio`; one ``pread`` locally). Each read starts at the member's own 512-byte
+tar header, which must still name the member and its size: a tar replaced or rewritten
+since it was indexed is named (kind ``"stale_index"``), never read as another
+member's bytes. Sizes above the member cap (:func:`~wenet_lhotse.formats.checks.
+max_member_bytes`) are refused before any read.
+"""
+
+from __future__ import annotations
+
+import tarfile
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from wenet_lhotse.errors import WenetDataError
+from wenet_lhotse.formats.checks import max_member_bytes
+from wenet_lhotse.formats.streams import BLOCK, is_local, local_path
+
+#: Bytes between two members read through rather than split into two requests.
+GAP = 1 << 20
+
+REINDEX = "rerun wenet-lhotse index on its list"
+
+
+def _read_range(url: str, start: int, length: int) -> bytes:
+    if is_local(url):
+        try:
+            with open(local_path(url), "rb") as f:
+                f.seek(start)
+                return f.read(length)
+        except FileNotFoundError:
+            raise WenetDataError(f"missing (it was indexed; {REINDEX})", url,
+                                 kind="stale_index") from None
+        except OSError as err:
+            raise WenetDataError(f"cannot read: {err}", url, kind="io") from None
+    from wenet_lhotse.formats.remote_audio import open_audio_url
+
+    reader = open_audio_url(url, block_size=max(length, 1 << 16))
+    try:
+        reader.seek(start)
+        parts, got = [], 0
+        while got < length:
+            chunk = reader.read(length - got)
+            if not chunk:
+                break
+            parts.append(chunk)
+            got += len(chunk)
+        return b"".join(parts)
+    finally:
+        reader.close()
+
+
+def _check_header(url: str, block: bytes, member: str, size: int) -> None:
+    try:
+        info = tarfile.TarInfo.frombuf(block, tarfile.ENCODING, "surrogateescape")
+    except Exception:
+        info = None
+    # a name over 100 bytes lives in a pax/GNU header before this one: size only then
+    if (info is None or info.size != size
+            or (info.name != member and len(member.encode("utf-8")) < 100)):
+        raise WenetDataError(f"no longer holds this member where it was indexed; {REINDEX}",
+                             url, member=member, kind="stale_index")
+
+
+def read_members(url: str, members: Sequence[Tuple[str, int, int]], gap: int = GAP
+                 ) -> Dict[str, object]:
+    """``{member: bytes or WenetDataError}`` for ``(member name, data offset, size)``
+    of tar ``url`` (see the module doc). An error that concerns the whole tar (gone,
+    unreadable) is raised; one that concerns a member is returned for it."""
+    cap = max_member_bytes()
+    out: Dict[str, object] = {}
+    todo = []
+    for name, offset, size in members:
+        if size > cap:
+            out[name] = WenetDataError(f"member of {size} bytes is over the "
+                                       f"{cap}-byte cap", url, member=name, kind="bad_member")
+        else:
+            todo.append((offset - BLOCK, offset + size, name, size))
+    todo.sort()
+    groups: List[List[Tuple[int, int, str, int]]] = []
+    for item in todo:
+        if groups and item[0] - groups[-1][-1][1] <= gap:
+            groups[-1].append(item)
+        else:
+            groups.append([item])
+    for group in groups:
+        start = group[0][0]
+        end = max(e for _, e, _, _ in group)
+        data = _read_range(url, start, end - start)
+        for lo, hi, name, size in group:
+            piece: Optional[bytes] = data[lo - start: hi - start]
+            if len(piece) < hi - lo:
+                out[name] = WenetDataError(f"cut short since it was indexed; {REINDEX}", url,
+                                           member=name, kind="stale_index")
+                continue
+            try:
+                _check_header(url, piece[:BLOCK], name, size)
+            except WenetDataError as err:
+                out[name] = err
+                continue
+            out[name] = piece[BLOCK:]
+    return out
