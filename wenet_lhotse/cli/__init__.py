@@ -7,6 +7,7 @@ from wenet_lhotse.cli import (  # noqa: F401
     corpus_cmd,
     data,
     demo_cmd,
+    index_cmd,
     kaldi_cmd,
 )
 from wenet_lhotse.cli.main import main

@@ -134,6 +134,8 @@ def index_input(path: str, **kw: Any) -> str:
     kind = detect_input_kind(path)
     if kind == "shard":
         return str(index_shards(path, **kw))
+    if kw.get("out"):
+        raise ValueError(f"{path}: -o/--out is for shard lists (this is a {kind} input)")
     if kind == "raw":
         from wenet_lhotse.sources.probe_cache import probed_raw_list
 

@@ -36,21 +36,47 @@ def _read_range(url: str, start: int, length: int) -> bytes:
                                  kind="stale_index") from None
         except OSError as err:
             raise WenetDataError(f"cannot read: {err}", url, kind="io") from None
-    from wenet_lhotse.formats.remote_audio import open_audio_url
-
-    reader = open_audio_url(url, block_size=max(length, 1 << 16))
+    reader = _ranged_reader(url, start, length)
     try:
-        reader.seek(start)
+        skip = start - reader.tell()  # a server without ranges sends it from byte 0
         parts, got = [], 0
         while got < length:
-            chunk = reader.read(length - got)
+            chunk = reader.read(min(length - got + skip, 1 << 22) if skip else length - got)
             if not chunk:
                 break
+            if skip:
+                cut, skip = min(skip, len(chunk)), skip - min(skip, len(chunk))
+                chunk = chunk[cut:]
             parts.append(chunk)
             got += len(chunk)
-        return b"".join(parts)
+        return b"".join(parts)[:length]
     finally:
         reader.close()
+
+
+def _ranged_reader(url: str, start: int, length: int):
+    """A retrying reader of ``url`` whose first request is for ``[start, start +
+    length)`` (one range request; object storage through fsspec, HTTP through urllib3)."""
+    from wenet_lhotse.formats.http_reader import HttpReader
+    from wenet_lhotse.formats.read_limits import ReadLimits
+    from wenet_lhotse.formats.remote import RetryingReader
+    from wenet_lhotse.formats.remote_audio import is_http
+
+    base = HttpReader if is_http(url) else RetryingReader
+
+    class _At(base):  # type: ignore[misc, valid-type]
+        _first = True
+
+        def _open(self) -> None:
+            if self._first:  # the constructor's open: at ``start``, not at byte 0
+                self._first = False
+                self.pos = start
+            super()._open()
+
+    block = max(length, 1 << 16)
+    if base is HttpReader:
+        return _At(url, ReadLimits(), block_size=block)
+    return _At(url, block_size=block, limits=ReadLimits())
 
 
 def _check_header(url: str, block: bytes, member: str, size: int) -> None:
