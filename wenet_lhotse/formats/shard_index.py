@@ -90,13 +90,21 @@ def write_index(path: str, tars: Sequence[TarRows], lists: Sequence[str] = ()) -
     for name in STRINGS:
         blob, ends = _strings([v for t in tars for v in getattr(t, name)])
         cols[name], cols[name + "_end"] = blob, ends
+    return write_columns(path, header_tars, fmts, cols, lists)
+
+
+def write_columns(path: str, tars: List[Dict[str, Any]], fmts: Sequence[str],
+                  cols: Dict[str, np.ndarray], lists: Sequence[str] = ()) -> int:
+    """Write an index from its header's tar records and its columns (see the module
+    doc) atomically; returns the bytes written. :func:`write_index` builds them."""
     layout: Dict[str, List[Any]] = {}
     at = 0
     for name, arr in cols.items():
         layout[name] = [arr.dtype.str, at, int(arr.size)]
         at += -(-arr.nbytes // _ALIGN) * _ALIGN
-    header = json.dumps({"version": 1, "lists": [str(p) for p in lists], "utterances": first,
-                         "fmts": fmts, "tars": header_tars, "columns": layout},
+    n = int(cols["tar"].size)
+    header = json.dumps({"version": 1, "lists": [str(p) for p in lists], "utterances": n,
+                         "fmts": list(fmts), "tars": tars, "columns": layout},
                         ensure_ascii=False).encode("utf-8")
     start = len(MAGIC) + 8 + len(header)
     start += -start % _ALIGN
