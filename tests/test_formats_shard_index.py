@@ -191,3 +191,11 @@ def test_index_over_s3_and_http_equals_the_local_one(shards, s3, http_serve, tmp
     # object storage: a rerun checks ETags and reads nothing
     again = index_shards(str(tmp_path / "s3.list"), cache_dir=str(tmp_path / "cache"))
     assert (again.read, again.kept) == (0, 5)
+
+
+@pytest.mark.slow
+def test_index_on_a_dask_cluster_equals_the_local_one(shards, dask_cluster, tmp_path):
+    local = _rows(ShardIndex(index_shards(shards["list"]).path))
+    summary = index_shards(shards["list"], out=str(tmp_path / "cluster.index"),
+                           cluster=dask_cluster.address)
+    assert summary.read == 5 and _rows(ShardIndex(summary.path)) == local

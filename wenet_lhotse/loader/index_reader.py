@@ -264,7 +264,9 @@ def shard_indexes(specs: Sequence[Any], lconf: Any, strict: bool,
             logger.info("source %s: sampled through its shard index", spec.name)
         elif split == "train" and lconf.shard_index is not False and spec.name not in _HINTED:
             _HINTED.add(spec.name)
-            logger.warning("source %s: no shard index, so its tars are streamed; for exact "
-                           "per-epoch sampling make one: wenet-lhotse index %s", spec.name,
+            how = ("its tars are loaded into memory" if lconf.mode == "map"
+                   else "its tars are streamed")
+            logger.warning("source %s: no shard index, so %s; for exact per-epoch sampling "
+                           "make one: wenet-lhotse index %s", spec.name, how,
                            " ".join(spec.paths))
     return out
