@@ -72,6 +72,33 @@ def test_auto_mode_uses_the_index_and_reads_the_same_audio(shards, caplog):
                       StreamedDataLoader)
 
 
+def test_cv_from_an_indexed_list_is_planned_once_per_utterance(shards):
+    index_shards(shards["list"])
+    _, cv = build_dataloader(shards["list"], None, CONF, "cv", dataset=Audio())
+    assert isinstance(cv, MapDataLoader)
+    expected = {c.id: c.load_audio() for c in read_shard_list(shards["list"])}
+    for _ in range(2):
+        got = _epoch(cv)
+        assert sorted(got) == sorted(expected)
+        assert all(np.array_equal(got[k], expected[k]) for k in expected)
+
+
+@pytest.mark.slow
+def test_indexed_shards_on_s3_train_with_ranged_reads(shards, s3, tmp_path):
+    base = s3.put_dir(Path(shards["tars"][0]).parent, "shards")
+    lst = tmp_path / "s3.list"
+    lst.write_text("".join(f"{base}/{Path(t).name}\n" for t in shards["tars"]))
+    cache = str(tmp_path / "cache")
+    index_shards(str(lst), cache_dir=cache)
+    conf = {**CONF, "lhotse_conf": {**CONF["lhotse_conf"], "shard_index": cache}}
+    _, loader = build_dataloader(str(lst), None, conf, dataset=Audio(), num_workers=1)
+    assert isinstance(loader, MapDataLoader)
+    expected = {c.id: c.load_audio() for c in read_shard_list(shards["list"])}
+    got = _epoch(loader)
+    assert sorted(got) == sorted(expected)
+    assert all(np.array_equal(got[k], expected[k]) for k in expected)
+
+
 def test_indexed_loader_resumes_mid_epoch(shards):
     index_shards(shards["list"])
 
