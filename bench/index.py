@@ -14,7 +14,10 @@ Set-up, all in this process unless said:
    side and alternated (S I S I), WeNet's aishell features (fbank 80, speed perturb,
    spec_aug) through ``build_dataloader`` with 1 DataLoader worker: utterances per
    second (wall), the ratio indexed / streamed;
-4. a synthetic index of ``--num-cuts`` rows (and one of ``--first-batch-cuts``, for
+4. the same on moto's S3 server (a local process) behind a TCP proxy that delays each
+   request by ``--delay-ms`` (20 ms): the shard list names ``s3://`` tars, the index is
+   in a cache directory; requests counted per epoch;
+5. a synthetic index of ``--num-cuts`` rows (and one of ``--first-batch-cuts``, for
    the first batch only) (AISHELL-like durations, tars of 1,000,
    ``s3://`` names never opened) written with numpy; ``build_dataloader`` on it with the
    audio attacher switched off (the sampler alone: audio reading is step 3's):
@@ -88,6 +91,77 @@ def throughput(corpus) -> dict:
     best = {k: max(v) for k, v in runs.items()}
     return {"runs_utt_per_s": runs, "best_utt_per_s": best,
             "indexed_over_streamed": best["indexed"] / best["streamed"]}
+
+
+def _epoch_rate(source: str, conf: dict, tok, kind: str) -> float:
+    _, loader = build_dataloader(source, tok, conf, seed=1, num_workers=1)
+    assert type(loader).__name__ == kind, type(loader).__name__
+    t0 = time.perf_counter()
+    n = sum(len(b["keys"]) for b in loader)
+    return n / (time.perf_counter() - t0)
+
+
+def s3_throughput(corpus, workdir: Path, delay_s: float) -> dict:
+    """Step 3 with the tars on moto's S3 server behind a proxy adding ``delay_s`` to
+    every request (``--s3``)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    import s3fs
+    from servers import DUMMY_CREDENTIALS, FaultyProxy, free_port, start_moto, stop
+
+    class Slow:
+        def __init__(self, sock, delay: float, counter: list) -> None:
+            self.sock, self.delay, self.counter = sock, delay, counter
+
+        def recv(self, n: int) -> bytes:
+            data = self.sock.recv(n)
+            if data[:4] in (b"GET ", b"HEAD", b"PUT ", b"POST"):
+                self.counter.append(1)
+                time.sleep(self.delay)
+            return data
+
+        def __getattr__(self, name):
+            return getattr(self.sock, name)
+
+    class LatencyProxy(FaultyProxy):
+        requests: list = []
+
+        def _pump(self, src, dst, downstream):
+            super()._pump(src if downstream else Slow(src, delay_s, self.requests), dst,
+                          downstream)
+
+    port = free_port()
+    moto = start_moto(port)
+    proxy = LatencyProxy(port)
+    try:
+        os.environ.update({**DUMMY_CREDENTIALS, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"})
+        s3fs.S3FileSystem.clear_instance_cache()
+        fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": f"http://127.0.0.1:{port}"})
+        fs.mkdir("bench")
+        tars = [line.strip() for line in open(corpus.shards_list) if line.strip()]
+        for t in tars:
+            fs.put_file(t, f"bench/shards/{Path(t).name}")
+        os.environ["AWS_ENDPOINT_URL"] = proxy.endpoint
+        s3fs.S3FileSystem.clear_instance_cache()
+        lst = workdir / "s3.list"
+        lst.write_text("".join(f"s3://bench/shards/{Path(t).name}\n" for t in tars))
+        cache = str(workdir / "s3_index")
+        index_shards(str(lst), cache_dir=cache, num_jobs=1)
+        conf = json.loads(json.dumps(AISHELL_DATASET_CONF))
+        conf["batch_conf"] = {"batch_type": "static", "batch_size": 16}
+        tok = CharTokenizer(str(corpus.units))
+        runs: dict = {"streamed": [], "indexed": [], "requests": {}}
+        for what in ("streamed", "indexed", "streamed", "indexed"):
+            conf["lhotse_conf"] = {"shard_index": False if what == "streamed" else cache}
+            before = len(LatencyProxy.requests)
+            kind = "StreamedDataLoader" if what == "streamed" else "MapDataLoader"
+            runs[what].append(_epoch_rate(str(lst), conf, tok, kind))
+            runs["requests"][what] = len(LatencyProxy.requests) - before
+        best = {k: max(runs[k]) for k in ("streamed", "indexed")}
+        return {"delay_ms": delay_s * 1000, "runs_utt_per_s": runs, "best_utt_per_s": best,
+                "indexed_over_streamed": best["indexed"] / best["streamed"]}
+    finally:
+        proxy.close()
+        stop(moto)
 
 
 def synthetic_index(workdir: Path, n: int, per_tar: int = 1000) -> str:
@@ -183,7 +257,9 @@ def main() -> None:
     ap.add_argument("--first-batch-cuts", type=int, default=10_000_000,
                     help="rows of a second synthetic index: first batch only (0: skip)")
     ap.add_argument("--workdir", default=None)
-    ap.add_argument("--skip", nargs="*", default=[], choices=["throughput", "scale"])
+    ap.add_argument("--skip", nargs="*", default=[], choices=["throughput", "s3", "scale"])
+    ap.add_argument("--delay-ms", type=float, default=20.0,
+                    help="latency added to each S3 request (the --s3 comparison)")
     args = ap.parse_args()
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="bench_index_"))
     corpus = generate_corpus(workdir / "corpus", num_utterances=args.utts, shard_size=20,
@@ -195,6 +271,9 @@ def main() -> None:
     if "throughput" not in args.skip:
         out["throughput"] = throughput(corpus)
         print(json.dumps(out["throughput"], indent=1), flush=True)
+    if "s3" not in args.skip:
+        out["s3"] = s3_throughput(corpus, workdir, args.delay_ms / 1000)
+        print(json.dumps(out["s3"], indent=1), flush=True)
     if "scale" not in args.skip:
         out["scale"] = at_scale(workdir, args.num_cuts)
         print(json.dumps(out["scale"], indent=1), flush=True)
