@@ -100,19 +100,15 @@ def _read_range(url: str, start: int, length: int) -> bytes:
         except OSError as err:
             raise WenetDataError(f"cannot read: {err}", url, kind="io") from None
     reader = _ranged_reader(url, start, length)
-    try:
-        skip = start - reader.tell()  # a server without ranges sends it from byte 0
+    try:  # an HTTP server must answer range requests (else: one line saying so)
         parts, got = [], 0
         while got < length:
-            chunk = reader.read(min(length - got + skip, 1 << 22) if skip else length - got)
+            chunk = reader.read(length - got)
             if not chunk:
                 break
-            if skip:
-                cut, skip = min(skip, len(chunk)), skip - min(skip, len(chunk))
-                chunk = chunk[cut:]
             parts.append(chunk)
             got += len(chunk)
-        return b"".join(parts)[:length]
+        return b"".join(parts)
     finally:
         reader.close()
 
