@@ -90,6 +90,9 @@ _EXPORTS = {
     "MaxFramesConstraint": "wenet_lhotse.loader",
     "BucketBatchConstraint": "wenet_lhotse.loader",
     "init_dataset_and_dataloader": "wenet_lhotse.wenet_compat",
+    "index_shards": "wenet_lhotse.convert.index",
+    "IndexSummary": "wenet_lhotse.convert.index",
+    "ShardIndex": "wenet_lhotse.formats.shard_index",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
