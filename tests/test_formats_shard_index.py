@@ -9,6 +9,7 @@ import tarfile
 
 import pytest
 from lhotse import CutSet
+from lhotse.utils import fastcopy
 
 from wenet_lhotse.convert.index import index_shards
 from wenet_lhotse.errors import SkipReport, WenetDataError
@@ -67,17 +68,23 @@ def test_rerun_reads_only_new_or_changed_tars(shards, tmp_path):
     assert _rows(ShardIndex(again.path)) == before
     # tar 2 rewritten with other content; a sixth tar appended to the list
     changed = shards["tars"][2]
-    extra = write_wenet_shards(list(shards["cuts"])[:3], tmp_path / "more", shard_size=3,
+    renamed = [fastcopy(c, id=f"x-{c.id}") for c in list(shards["cuts"])[:7]]
+    other = write_wenet_shards(renamed[:4], tmp_path / "other", shard_size=4,
+                               list_path=tmp_path / "other.list")
+    extra = write_wenet_shards(renamed[4:], tmp_path / "more", shard_size=3,
                                list_path=tmp_path / "more.list")
-    shutil.copy(shards["tars"][0], changed)
+    shutil.copy(open(other).read().strip(), changed)
     with open(shards["list"], "a") as f:
         f.write(open(extra).read())
     third = index_shards(shards["list"])
     assert (third.read, third.kept, third.tars) == (2, 4, 6)
     ix = ShardIndex(third.path)
     assert [ix.key(r) for r in range(4)] == [row[0] for row in before[:4]]
-    # the replaced tar now indexes tar 0's utterances -- as a streamed read sees it
-    assert ix.tars[2]["count"] == 4 and ix.tars[2]["bad"] == []
+    # the replaced tar now indexes its new utterances -- as a streamed read sees them
+    rec = ix.tars[2]
+    assert [ix.key(r) for r in range(rec["first"], rec["first"] + rec["count"])] == [
+        c.id for c in renamed[:4]] and rec["bad"] == []
+    assert ix.tars[5]["count"] == 3
 
 
 def _damage(how: str, tar: str, other: str) -> None:
@@ -152,6 +159,33 @@ def test_bad_items_are_recorded_and_reported(shards):
         reader.set_epoch(epoch)
         assert len(list(reader.iter_from(0))) == 19
     assert [i.kind for i in report] == ["bad_audio", "bad_audio"]  # once per epoch
+
+
+def test_a_key_repeated_in_a_later_tar_is_recorded_once_as_bad(shards, tmp_path):
+    with open(shards["list"], "a") as f:
+        f.write(shards["tars"][0] + "\n")  # tar 0 listed twice
+    summary = index_shards(shards["list"])
+    assert summary.utterances == 20 and summary.bad == 4
+    ix = ShardIndex(summary.path)
+    assert ix.tars[5]["count"] == 0 and {b[1] for b in ix.tars[5]["bad"]} == {"duplicate"}
+    report = SkipReport()
+    reader = IndexReader(open_shard_index([shards["list"]], "auto", False, report),
+                         strict=False, skip_report=report)
+    keys = [c.id for _, c in reader.iter_from(0)]
+    assert sorted(keys) == sorted(c.id for c in shards["cuts"])  # each once
+    assert [i.kind for i in report] == ["duplicate"] * 4
+
+
+def test_cli_index_is_one_line(shards, tmp_path):
+    from click.testing import CliRunner
+
+    from wenet_lhotse.cli import main
+
+    res = CliRunner().invoke(main, ["index", shards["list"], "-j", "1"])
+    assert res.exit_code == 0 and "20 utterances in 5 tars" in res.output
+    res = CliRunner().invoke(main, ["index", "s3://bucket/shards.list"])
+    assert res.exit_code == 1
+    assert res.output.count("\n") == 1 and "--cache-dir" in res.output
 
 
 def test_cache_dir_for_read_only_data(shards, tmp_path):

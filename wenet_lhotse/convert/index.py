@@ -24,6 +24,7 @@ from typing import Any, Dict, List, Optional
 
 from wenet_lhotse.convert.executor import map_tasks
 from wenet_lhotse.errors import WenetDataError
+from wenet_lhotse.formats.keyset import KeySet
 from wenet_lhotse.formats.remote import is_remote
 from wenet_lhotse.formats.shard_index import ShardIndex, index_path, tar_problem, write_index
 from wenet_lhotse.formats.shard_list import read_shard_entries
@@ -88,6 +89,24 @@ def _unchanged(rec: Dict[str, Any]) -> bool:
     return False
 
 
+def _drop_duplicates(rows: TarRows, seen: KeySet) -> TarRows:
+    """``rows`` without the keys an earlier tar of the list had (recorded as bad, kind
+    ``"duplicate"``, as a streamed reader skips a repeated key)."""
+    keep = [i for i, k in enumerate(rows.keys) if seen.add(k)]
+    if len(keep) == len(rows):
+        return rows
+    gone = sorted(set(range(len(rows))) - set(keep))
+    out = TarRows(url=rows.url, size=rows.size, mtime_ns=rows.mtime_ns, digest=rows.digest,
+                  bad=list(rows.bad) + [
+                      (f"duplicate key {rows.keys[i]!r} (seen earlier in this list)",
+                       "duplicate", f"{rows.keys[i]}.{rows.fmts[i]}") for i in gone])
+    for name in ("keys", "fmts", "offsets", "sizes", "num_samples", "rates", "channels",
+                 "texts", "extras"):
+        values = getattr(rows, name)
+        setattr(out, name, [values[i] for i in keep])
+    return out
+
+
 def index_shards(list_path: str, *, cache_dir: Optional[str] = None, out: Optional[str] = None,
                  num_jobs: int = 1, cluster: Optional[str] = None, allow_pipe: bool = False,
                  progress: bool = False, full: bool = False) -> IndexSummary:
@@ -117,7 +136,7 @@ def index_shards(list_path: str, *, cache_dir: Optional[str] = None, out: Option
             rows[job[0]] = result
             bar.update(1)
             bar.set_postfix(utt=len(result), refresh=False)
-    done = [r for r in rows if r is not None]
+    done = [_drop_duplicates(r, seen) for seen in [KeySet()] for r in rows if r is not None]
     size = write_index(path, done, lists=[str(list_path)])
     bad = sum(len(r.bad) for r in done)
     summary = IndexSummary(path=path, bytes=size, tars=len(done), read=len(jobs),
@@ -131,6 +150,9 @@ def index_input(path: str, **kw: Any) -> str:
     """Index any input kind; returns a one-line account of what was done."""
     from wenet_lhotse.sources.detect import detect_input_kind
 
+    if not is_local(path) and not kw.get("cache_dir") and not kw.get("out"):
+        raise ValueError(f"{path}: the index of remote data is written to a local cache "
+                         "directory: pass --cache-dir DIR (lhotse_conf.shard_index: DIR)")
     kind = detect_input_kind(path)
     if kind == "shard":
         return str(index_shards(path, **kw))

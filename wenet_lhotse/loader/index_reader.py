@@ -226,9 +226,13 @@ def open_shard_index(list_paths: Sequence[str], setting: Any, strict: bool,
     for list_path, path in zip(list_paths, found):
         ix = ShardIndex(path)
         usable = []
+        by_url: Dict[str, List[int]] = {}
+        for t, rec in enumerate(ix.tars):  # a tar listed twice: its entries in order
+            by_url.setdefault(rec["url"], []).append(t)
         for entry in read_shard_entries(list_path, strict=strict, skip_report=skip_report,
                                         allow_pipe=allow_pipe):
-            t = ix.tar_of_url(entry.url)
+            left = by_url.get(entry.url)
+            t = left.pop(0) if left else None
             rec = ix.tars[t] if t is not None else None
             why = ("listed but not in the index" if rec is None else tar_problem(rec))
             if why is not None:
