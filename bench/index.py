@@ -33,22 +33,20 @@ import argparse
 import gzip
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+import _paths  # noqa: F401  (the repository root, for tests/servers.py)
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from wenet_lhotse.cli.bench_cmd import AISHELL_DATASET_CONF  # noqa: E402
-from wenet_lhotse.convert.index import index_shards  # noqa: E402
-from wenet_lhotse.corpus import generate_corpus  # noqa: E402
-from wenet_lhotse.formats import read_shard_list  # noqa: E402
-from wenet_lhotse.formats.shard_index import write_columns  # noqa: E402
-from wenet_lhotse.loader.build import build_dataloader  # noqa: E402
-from wenet_lhotse.text.tokenizer import CharTokenizer  # noqa: E402
+from wenet_lhotse.cli.bench_cmd import AISHELL_DATASET_CONF
+from wenet_lhotse.convert.index import index_shards
+from wenet_lhotse.corpus import generate_corpus
+from wenet_lhotse.formats import read_shard_list
+from wenet_lhotse.formats.shard_index import write_columns
+from wenet_lhotse.loader.build import build_dataloader
+from wenet_lhotse.text.tokenizer import CharTokenizer
 
 SAMPLER_CONF = {"batch_conf": {"batch_type": "dynamic", "max_frames_in_batch": 12000},
                 "shuffle": True, "lhotse_conf": {"num_buckets": 30}}
@@ -104,9 +102,9 @@ def _epoch_rate(source: str, conf: dict, tok, kind: str) -> float:
 def s3_throughput(corpus, workdir: Path, delay_s: float) -> dict:
     """Step 3 with the tars on moto's S3 server behind a proxy adding ``delay_s`` to
     every request (``--s3``)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     import s3fs
-    from servers import DUMMY_CREDENTIALS, FaultyProxy, free_port, start_moto, stop
+
+    from tests.servers import DUMMY_CREDENTIALS, FaultyProxy, free_port, start_moto, stop
 
     class Slow:
         def __init__(self, sock, delay: float, counter: list) -> None:
