@@ -47,6 +47,7 @@ from wenet_lhotse.loader.bins import (  # noqa: F401  (estimate_bins: public her
     needs_sample,
     split_lengths,
 )
+from wenet_lhotse.loader.bins2d import loader_constraint_2d
 from wenet_lhotse.loader.bucketing import BucketingSampler
 from wenet_lhotse.loader.config import LoaderConfig
 from wenet_lhotse.loader.config_check import check_dataset_conf, check_special_tokens
@@ -62,6 +63,7 @@ from wenet_lhotse.loader.dataloader import (
 )
 from wenet_lhotse.loader.distributed import gloo_group, plan_partition, world_info
 from wenet_lhotse.loader.index_reader import IndexReader, shard_indexes
+from wenet_lhotse.loader.mixed import build_mixed_loader, mixes_by_batch
 from wenet_lhotse.loader.mux import PositionedStream, ResumableMux
 from wenet_lhotse.loader.readers import JsonlReader, ListReader, shar_reader
 from wenet_lhotse.loader.sampler import ResumableBucketingSampler
@@ -69,6 +71,7 @@ from wenet_lhotse.loader.shar_audio import SharAudioAttacher
 from wenet_lhotse.loader.streamed import INITIAL_FILL, StreamedEpochDataset
 from wenet_lhotse.loader.wenet_dataset import CutTransform, make_wenet_dataset
 from wenet_lhotse.sources import SourceSpec, mux_sources, open_source, parse_sources
+from wenet_lhotse.sources.groups import flatten_sources
 from wenet_lhotse.sources.manifest import LazyCheckedManifest
 
 logger = logging.getLogger(__name__)
@@ -200,6 +203,10 @@ def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
                                       max_duration=max_duration,
                                       quadratic_duration=lconf.quadratic_duration,
                                       lengths=lengths)
+        two_d = loader_constraint_2d(lconf, plan.transforms[0].tokenizer)  # (issue 22)
+        if two_d is not None:
+            bins, constraint = two_d  # type: ignore[assignment]
+            formula = f"2D buckets {len(bins)} (duration x tokens), fixed sizes"
         logger.info("%s batches: %s, %d buckets, %s", split, formula, len(bins) + 1, "map")
         return mux, bins, constraint
 
@@ -244,6 +251,9 @@ def build_streamed_loader(plan: LoaderPlan, dataset: Any) -> StreamedDataLoader:
     specs, seed, ws, rk = plan.specs, plan.seed, plan.world_size, plan.rank
     strict, weights, transforms = plan.strict, plan.weights, plan.transforms
     train = cfg.rules.training
+    if lconf.bucket_bins_2d:  # (issue 22)
+        raise ValueError("lhotse_conf.bucket_bins_2d: 2D buckets need map-style loading "
+                         "(lhotse_conf.mode: map)")
     lengths = split_lengths(cfg, split, seed)
     need_edges, need_mean = needs_sample(cfg)
     for spec in specs:  # the lists are read in the workers: a wrong path fails here
@@ -358,7 +368,9 @@ def build_dataloader(
         check_special_tokens(table, special_tokens)
     cfg = LoaderConfig.from_wenet(dataset_conf, split)
     lconf = cfg.lhotse
-    specs = parse_sources(sources, allow_pipe=lconf.allow_pipe)
+    # (issue 22) nested source groups and temperature -> flat sources with their weights
+    specs = parse_sources(flatten_sources(sources, lconf.reweight_temperature),
+                          allow_pipe=lconf.allow_pipe)
     ws, rk = world_info(world_size, rank)
     strict = not lconf.fault_tolerant
     if dataset is None:
@@ -380,9 +392,13 @@ def build_dataloader(
         loader_kw["worker_init_fn"] = make_worker_init_fn(rank=rk, world_size=ws, seed=seed)
     indexes = (shard_indexes(specs, lconf, strict, skip_report, split)
                if lconf.mode != "streamed" else {})
-    mode = resolve_mode(lconf.mode, specs, split, [i in indexes for i in range(len(specs))])
     plan = LoaderPlan(specs, transforms, cfg, split, seed, ws, rk, strict, skip_report,
-                      num_workers, prefetch_factor, loader_kw,
-                      indexes if mode == "map" else {})
+                      num_workers, prefetch_factor, loader_kw, indexes)
+    # (issue 22) text / speech-only sources or mix_by: batch -> one sampler per source
+    if mixes_by_batch(specs, lconf.mix_by):
+        return dataset, build_mixed_loader(plan, dataset, tokenizer, _map_reader)
+    mode = resolve_mode(lconf.mode, specs, split, [i in indexes for i in range(len(specs))])
+    if mode != "map":
+        plan.indexes = {}
     build = build_map_loader if mode == "map" else build_streamed_loader
     return dataset, build(plan, dataset)

@@ -68,6 +68,12 @@ similar durations) and are ignored.
                                # before WeNet's langid, which ignores it
       cv_dither: wenet         # wenet: the yaml's dither in cv, new noise every pass |
                                # fixed: the same noise every pass | off: no dither in cv
+      mix_by: cut              # cut: CutSet.mux before one sampler | batch: draw the source
+                               # of each batch (automatic with text / speech-only sources)
+      max_tokens_in_batch: null  # text batches: padded tokens per batch (text sources)
+      reweight_temperature: null # w_i**T / sum w_j**T per level of source groups (NeMo's)
+      bucket_bins_2d: null     # [[max s, max tokens], ...] (estimate-bins): 2D buckets,
+      bucket_batch_sizes_2d: null  # one batch size each (map-style training)
 """
 
 from __future__ import annotations
@@ -100,6 +106,7 @@ logger = logging.getLogger(__name__)
 MODES = ("auto", "map", "streamed")
 CV_DITHER = ("wenet", "fixed", "off")
 BATCH_BY = ("wenet", "duration")
+MIX_BY = ("cut", "batch")
 
 
 _SIZE, _COUNT, _SECONDS = integer(1), integer(0), number(positive=True)
@@ -144,6 +151,12 @@ class LhotseConf:
     cv_dither: str = key("wenet", choice(*CV_DITHER))
     features_on: str = key("worker", choice(*FEATURES_ON))
     device: Optional[str] = key(None, optional(torch_device))
+    # -- mixing by batch: text / speech-only sources, 2D buckets (issue 22; loader.mixed)
+    mix_by: str = key("cut", choice(*MIX_BY))
+    max_tokens_in_batch: Optional[int] = key(None, optional(_SIZE))
+    reweight_temperature: Any = None
+    bucket_bins_2d: Optional[List[Any]] = key(None, optional(list_of(anything, 1)))
+    bucket_batch_sizes_2d: Optional[List[int]] = key(None, optional(list_of(_SIZE, 1)))
 
     @classmethod
     def from_dict(cls, conf: Optional[Mapping[str, Any]]) -> LhotseConf:

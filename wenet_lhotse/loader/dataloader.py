@@ -219,7 +219,9 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
         """The map-style train sampler (``None`` for cv plans and streamed loading)."""
         s = self.sampler
         s = getattr(s, "sampler", s)
-        return s if isinstance(s, ResumableBucketingSampler) else None
+        # (issue 22) or any sampler with the same state protocol (loader.batch_mux)
+        return s if isinstance(s, ResumableBucketingSampler) or getattr(
+            s, "resumable", False) else None
 
     def _count(self, it: Iterator[Any]) -> Iterator[Any]:
         for item in it:
