@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from wenet_lhotse.cli.main import main
+from wenet_lhotse.cli.main import main, refuse_output_is_input
 
 
 class InputPath(click.Path):
@@ -119,6 +119,8 @@ def import_cmd(data_list, out, data_type, shar_dir, shard_size, audio_format, wa
             data_type = detect_data_type(data_list)
         except WenetDataError as err:
             raise _fail(err) from None
+    refuse_output_is_input(out, data_list)
+    refuse_output_is_input(shar_dir, data_list, option="--shar")
     report = SkipReport()
     strict = not skip_errors
     try:
@@ -197,6 +199,7 @@ def export_cmd(source, out, shards_dir, shard_size, jobs, audio_dir, cluster, al
     from wenet_lhotse.convert.executor import ClusterError
     from wenet_lhotse.errors import WenetDataError
 
+    refuse_output_is_input(out, source)
     try:
         if shards_dir is not None:
             from wenet_lhotse.convert.export import export_shards

@@ -62,6 +62,21 @@ class WenetGroup(click.Group):
             raise CliError(input_error_message(err)) from None
 
 
+def refuse_output_is_input(out, *inputs, option: str = "-o") -> None:
+    """The one check of every command's output option: a ``click.UsageError`` (one
+    line) when ``out`` names one of ``inputs`` (links resolved; None entries ignored),
+    which writing would overwrite (``cmvn``, ``make-units`` and ``make-list`` did)."""
+    from wenet_lhotse.formats.remote import is_remote
+    from wenet_lhotse.formats.streams import same_file
+
+    if out is None or is_remote(str(out)):
+        return
+    for src in inputs:
+        if src is not None and not is_remote(str(src)) and same_file(src, out):
+            raise click.UsageError(f"{option} {out}: that is an input of this command "
+                                   f"({src}); writing it would overwrite it")
+
+
 def _exit_on_sigterm(signum, frame) -> None:
     # SystemExit unwinds the stack: atomic writers remove their temporary files and
     # process pools end their workers (formats.parallel) before the process exits.

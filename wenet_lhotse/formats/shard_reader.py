@@ -33,7 +33,7 @@ from lhotse import CutSet, SupervisionSegment
 from lhotse.lazy import Dillable
 from lhotse.utils import Pathlike
 
-from wenet_lhotse.errors import SkipReport, WenetDataError, short_error
+from wenet_lhotse.errors import SkipReport, WenetDataError, reraise_worker_death, short_error
 from wenet_lhotse.formats.audio import recording_from_bytes
 from wenet_lhotse.formats.checks import key_problem, max_member_bytes, member_problem
 from wenet_lhotse.formats.keyset import KeySet
@@ -276,6 +276,7 @@ class LazyWenetShardIterator(Dillable):
         try:
             recording = recording_from_bytes(audio_bytes, recording_id=key)
         except Exception as e:
+            reraise_worker_death(e)
             why = short_error(e, audio=audio_bytes)
             raise WenetDataError(f"cannot read audio: {why}", tar, member=audio_member,
                                  kind="bad_audio") from None

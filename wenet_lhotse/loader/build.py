@@ -72,7 +72,6 @@ from wenet_lhotse.loader.streamed import INITIAL_FILL, StreamedEpochDataset
 from wenet_lhotse.loader.wenet_dataset import CutTransform, make_wenet_dataset
 from wenet_lhotse.sources import SourceSpec, mux_sources, open_source, parse_sources
 from wenet_lhotse.sources.groups import flatten_sources
-from wenet_lhotse.sources.manifest import LazyCheckedManifest
 
 logger = logging.getLogger(__name__)
 
@@ -106,9 +105,7 @@ def _map_reader(spec: SourceSpec, cfg: LoaderConfig, seed: int, strict: bool,
             probed = probed_raw_list(spec.paths, strict=strict, skip_report=skip_report,
                                      cache_dir=None if probe_cache is True else probe_cache)
             # the cache is a manifest: metadata only for training (a fraction of the memory)
-            cuts = (list(LazyCheckedManifest([probed.manifest], strict, skip_report,
-                                             metadata_only=True)) if light
-                    else list(CutSet.from_jsonl_lazy(probed.manifest)))
+            cuts = list(probed.cuts(strict, skip_report, metadata_only=light))
         else:
             cuts = list(open_source(spec, strict=strict, skip_report=skip_report))
         if spec.type == "shard":
@@ -355,7 +352,7 @@ def build_dataloader(
     >>> [tuple(batch["feats"].shape[::2]) for batch in loader]  # (utterances, 23 bins)
     [(2, 23), (2, 23)]
     """
-    rules = split_rules(split)  # ValueError for an unknown split
+    split_rules(split)  # ValueError for an unknown split
     # One report for every skip of this loader: readers here and in workers, features,
     # dataset (fault-tolerant mode); exposed as loader.skip_report.
     skip_report = skip_report if skip_report is not None else SkipReport()
@@ -376,10 +373,10 @@ def build_dataloader(
     if dataset is None:
         dataset = make_wenet_dataset(tokenizer, cfg.dataset_conf, split, seed=seed)
     transform = DeviceFeatures.for_dataset(dataset, lconf.features_on, lconf.device)
-    filter_conf = cfg.dataset_conf.get("filter_conf") or {}
-    use_filter = tokenizer is not None and rules.filter
-    transforms = [CutTransform(tokenizer if use_filter else None,
-                               filter_conf if use_filter else None, s.tags) for s in specs]
+    # WeNet's filter_conf where the split filters (not infer) and a tokenizer counts tokens
+    filters = cfg.filter_conf if tokenizer is not None else None
+    transforms = [CutTransform(tokenizer if filters is not None else None, filters, s.tags)
+                  for s in specs]
 
     loader_kw: Dict[str, Any] = {"num_workers": num_workers, "pin_memory": pin_memory,
                                  "batch_transform": transform}

@@ -82,6 +82,7 @@ import logging
 from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Mapping, Optional
 
+from wenet_lhotse.dataset.filters import FilterConf
 from wenet_lhotse.dataset.splits import SplitRules, split_rules
 from wenet_lhotse.errors import WenetConfigError
 from wenet_lhotse.features.device import FEATURES_ON
@@ -243,6 +244,8 @@ class LoaderConfig:
     extra: Dict[str, Any] = field(default_factory=dict)
     #: the split's rules (:func:`~wenet_lhotse.dataset.splits.split_rules`)
     rules: SplitRules = field(default_factory=lambda: split_rules("train"))
+    #: WeNet's ``filter_conf`` (its defaults filled in) where the split filters, else None
+    filter_conf: Optional[FilterConf] = None
 
     @property
     def split(self) -> str:
@@ -279,7 +282,9 @@ class LoaderConfig:
                    buffer_size=buffer_size, frame_shift_ms=shift, cycle=cycle,
                    list_shuffle=list_shuffle,
                    list_shuffle_size=int(list_size) if list_size is not None else None,
-                   rules=rules)
+                   rules=rules,
+                   filter_conf=FilterConf.from_dict(conf.get("filter_conf")) if rules.filter
+                   else None)
 
 
 def frame_shift_ms(dataset_conf: Mapping[str, Any]) -> float:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
 from wenet_lhotse.errors import WenetConfigError, WenetDataError
+from wenet_lhotse.formats.yaml_load import bounded_safe_load
 from wenet_lhotse.loader.config import LhotseConf
 from wenet_lhotse.loader.schema import (  # noqa: F401  (SCALARS, SECTIONS: public here)
     SCALARS,
@@ -114,7 +115,7 @@ def load_wenet_yaml(path: Pathlike) -> Dict[str, Any]:
 
     try:
         with open(path, encoding="utf-8") as f:
-            configs = yaml.safe_load(f)
+            configs = bounded_safe_load(f)  # an alias bomb is a yaml error
     except FileNotFoundError:
         raise WenetDataError("no such file", str(path), kind="missing_file") from None
     except yaml.YAMLError as err:

@@ -31,6 +31,7 @@ from wenet_lhotse.errors import (
 )
 from wenet_lhotse.loader.distributed import EqualStepsIterator
 from wenet_lhotse.loader.sampler import ResumableBucketingSampler
+from wenet_lhotse.loader.state_check import check_loader_state
 from wenet_lhotse.loader.streamed import SKIP_TURN, StreamedEpochDataset, WorkerBatch
 from wenet_lhotse.loader.transport import BatchRing
 
@@ -288,6 +289,7 @@ class MapDataLoader(LhotseDataLoader):
             raise ValueError("state was saved by a streamed loader; this one is not")
         if self.bucketing_sampler is None:
             raise ValueError("state was saved by a map-style train loader; this one is not")
+        check_loader_state(sd, "map")
         sampler = self.bucketing_sampler
         sampler.load_state_dict(sd["sampler"])
         self.consumed = int(sd["sampler"]["consumed"])
@@ -355,6 +357,7 @@ class StreamedDataLoader(LhotseDataLoader):
         if sd.get("num_workers", self.num_workers) != self.num_workers:
             raise ValueError(f"state saved with num_workers={sd['num_workers']}; this loader "
                              f"has {self.num_workers}: streamed resume needs the same count")
+        check_loader_state(sd, "streamed", self.num_workers)
         per_worker = {int(k): int(v) for k, v in (sd.get("per_worker") or {}).items()}
         last = int(sd.get("last_worker", -1))
         offset = (last + 1) % max(self.num_workers, 1) if last >= 0 else 0
