@@ -91,6 +91,10 @@ _EXPORTS = {
     "MaxFramesConstraint": "wenet_lhotse.loader",
     "BucketBatchConstraint": "wenet_lhotse.loader",
     "init_dataset_and_dataloader": "wenet_lhotse.wenet_compat",
+    # issue 20: the shard index
+    "index_shards": "wenet_lhotse.convert.index",
+    "IndexSummary": "wenet_lhotse.convert.index",
+    "ShardIndex": "wenet_lhotse.formats.shard_index",
     # issue 22: text / speech-only sources mixed by batch, groups, Parquet, 2D bins
     "read_text_source": "wenet_lhotse.sources.text",
     "flatten_sources": "wenet_lhotse.sources.groups",

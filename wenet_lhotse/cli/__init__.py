@@ -8,6 +8,7 @@ from wenet_lhotse.cli import (  # noqa: F401
     data,
     demo_cmd,
     estimate_bins_cmd,
+    index_cmd,
     kaldi_cmd,
     parquet_cmd,
 )

@@ -234,6 +234,15 @@ class TarMembers:
         self._tar = tarfile.open(fileobj=fileobj, mode="r|*" if offset == 0 else "r|")
         yield from self._tar
 
+    def data_offset(self, member: Member) -> Optional[int]:
+        """The stream offset (bytes) of ``member``'s data, asked before :meth:`read`;
+        None in a compressed stream (no offset in the file holds it)."""
+        if self._tar is None:
+            return self._stream.pos
+        if getattr(self._tar.fileobj, "comptype", "tar") != "tar":
+            return None
+        return (self._base or 0) + member.offset_data
+
     def read(self, member: Member) -> bytes:
         """The data of ``member``, the member just yielded (one read on the fast path)."""
         if self._tar is not None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from lhotse import CutSet
@@ -63,6 +63,7 @@ from wenet_lhotse.loader.dataloader import (
 )
 from wenet_lhotse.loader.distributed import gloo_group, plan_partition, world_info
 from wenet_lhotse.loader.in_order import in_order_batcher, plan_in_order, wants_in_order
+from wenet_lhotse.loader.index_reader import IndexReader, shard_indexes
 from wenet_lhotse.loader.mixed import build_mixed_loader, mixes_by_batch
 from wenet_lhotse.loader.mux import PositionedStream, ResumableMux
 from wenet_lhotse.loader.readers import JsonlReader, ListReader, shar_reader
@@ -78,16 +79,21 @@ logger = logging.getLogger(__name__)
 
 
 def _map_reader(spec: SourceSpec, cfg: LoaderConfig, seed: int, strict: bool,
-                skip_report: Optional[SkipReport], light: bool = False):
+                skip_report: Optional[SkipReport], light: bool = False,
+                index: Optional[List[Tuple[str, List[int]]]] = None):
     """The source as a positioned reader: WeNet's ``list_shuffle`` reorders its lines
-    (raw) or files (manifests, Shar) each pass; ``cycle`` > 1 reads it that many times
-    per epoch (:class:`~.cycle.CycledReader`)."""
+    (raw) or files (manifests, Shar) or tars (indexed shards: ``index``, the parts of
+    :func:`~.index_reader.open_shard_index`) each pass; ``cycle`` > 1 reads it that
+    many times per epoch (:class:`~.cycle.CycledReader`)."""
     shuffle = cfg.list_shuffle
     probe_cache = cfg.lhotse.probe_cache
     reader: Any
     kw = {"shuffle_files": shuffle, "seed": seed, "strict": strict, "skip_report": skip_report,
           "light": light}
-    if spec.type == "cuts":
+    if index is not None:
+        reader = IndexReader(index, shuffle=shuffle, seed=seed, strict=strict,
+                             skip_report=skip_report, light=light)
+    elif spec.type == "cuts":
         reader = JsonlReader(spec.paths, **kw)
     elif spec.type == "shar":
         reader = shar_reader(spec.paths[0], **kw)
@@ -123,15 +129,19 @@ def _metadata(spec: SourceSpec, strict: bool, transform: Any) -> CutSet:
     return open_source(spec, strict=strict, transform=transform, skip_report=quiet)
 
 
-def resolve_mode(mode: str, specs: Sequence[SourceSpec], split: str) -> str:
+def resolve_mode(mode: str, specs: Sequence[SourceSpec], split: str,
+                 indexed: Sequence[bool] = ()) -> str:
     """``"map"`` or ``"streamed"`` for ``lhotse_conf.mode`` (``auto``, ``map`` or
-    ``streamed``), the sources and the split; ValueError for an impossible pair."""
+    ``streamed``), the sources (``indexed[i]``: source ``i`` is a shard list with a
+    valid index) and the split; ValueError for an impossible pair."""
     streamable = all(s.type in ("shard", "shar") for s in specs)
     training = split_rules(split).training
+    indexed = list(indexed) + [False] * (len(specs) - len(indexed))
     if mode == "auto":
-        # Tar shards stream; cv/infer from shards stream too (each worker reads its own
-        # tars, so every cut is seen once without holding the set's audio in memory).
-        mode = ("streamed" if any(s.streamed for s in specs)
+        # Tar shards stream unless indexed (then sampled by offset, like map mode);
+        # cv/infer from shards stream too (each worker reads its own tars, so every cut
+        # is seen once without holding the set's audio in memory).
+        mode = ("streamed" if any(s.streamed and not ix for s, ix in zip(specs, indexed))
                 and (training or streamable) else "map")
     if mode == "streamed" and not training and not streamable:
         mode = "map"  # the train conf's mode also reaches cv: plan a raw/cuts cv set
@@ -160,6 +170,8 @@ class LoaderPlan:
     num_workers: int
     prefetch_factor: Optional[int]
     loader_kw: Dict[str, Any]
+    #: source number -> its shard index parts (:func:`~.index_reader.open_shard_index`)
+    indexes: Dict[int, Any] = field(default_factory=dict)
 
     @property
     def weights(self) -> List[float]:
@@ -177,8 +189,9 @@ def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
     def mux_and_constraint() -> Tuple[ResumableMux, List[float], Any]:
         # train: the sampler holds metadata and builds only its rank's emitted cuts
         streams = [PositionedStream(_map_reader(s, cfg, seed, plan.strict, plan.skip_report,
-                                                light=cfg.rules.training), tf)
-                   for s, tf in zip(specs, plan.transforms)]
+                                                light=cfg.rules.training,
+                                                index=plan.indexes.get(i)), tf)
+                   for i, (s, tf) in enumerate(zip(specs, plan.transforms))]
         mux = ResumableMux(streams, plan.weights, seed=seed, stop_early=lconf.mux_stop_early)
         mux.start(0)
         lengths = split_lengths(cfg, split, seed)
@@ -207,13 +220,15 @@ def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
             batches = reader_share(plan_partition(batches, ws), rk, ws)
         return batches
 
-    attach = SharAudioAttacher(plan.strict) if any(s.type == "shar" for s in specs) else None
+    attach = (SharAudioAttacher(plan.strict)
+              if any(s.type == "shar" for s in specs) or plan.indexes else None)
     dataset_for_loader = LoaderDataset(dataset, attach)
     in_order = wants_in_order(cfg.dataset_conf, split, len(specs), cfg.shuffle,
                               cfg.list_shuffle, cfg.batching.by)
     if in_order:  # WeNet's deterministic order: its batches, planned once per rank
         def in_order_plan() -> List[CutSet]:
-            reader = _map_reader(specs[0], cfg, seed, plan.strict, plan.skip_report)
+            reader = _map_reader(specs[0], cfg, seed, plan.strict, plan.skip_report,
+                                 index=plan.indexes.get(0))
             cuts, _ = PositionedStream(reader).open(0)
             return plan_in_order(cuts, plan.transforms[0], in_order_batcher(cfg, seed),
                                  ws, rk, num_workers)
@@ -387,11 +402,15 @@ def build_dataloader(
         from lhotse.dataset.dataloading import make_worker_init_fn
 
         loader_kw["worker_init_fn"] = make_worker_init_fn(rank=rk, world_size=ws, seed=seed)
+    indexes = (shard_indexes(specs, lconf, strict, skip_report, split)
+               if lconf.mode != "streamed" else {})
     plan = LoaderPlan(specs, transforms, cfg, split, seed, ws, rk, strict, skip_report,
-                      num_workers, prefetch_factor, loader_kw)
+                      num_workers, prefetch_factor, loader_kw, indexes)
     # (issue 22) text / speech-only sources or mix_by: batch -> one sampler per source
     if mixes_by_batch(specs, lconf.mix_by):
         return dataset, build_mixed_loader(plan, dataset, tokenizer, _map_reader)
-    mode = resolve_mode(lconf.mode, specs, split)
+    mode = resolve_mode(lconf.mode, specs, split, [i in indexes for i in range(len(specs))])
+    if mode != "map":
+        plan.indexes = {}
     build = build_map_loader if mode == "map" else build_streamed_loader
     return dataset, build(plan, dataset)

@@ -54,6 +54,9 @@ similar durations) and are ignored.
       return_pcm: false        # add pcm / pcm_length (the waveform) to each batch
       probe_cache: false       # raw lists: probe headers once across ranks, cache them
                                # beside the list (true) or in this directory
+      shard_index: auto        # shard lists: sample through the index `wenet-lhotse index`
+                               # wrote beside the list (auto: when there is one; true:
+                               # required), or in this directory; false: always stream
       features_on: worker      # worker | device: DataLoader workers send waveforms (int16
                                # for 16-bit audio), the training process computes dither,
                                # fbank/mfcc and spec_* batched on `device`
@@ -145,6 +148,7 @@ class LhotseConf:
     cv_partition: bool = True
     lang_from_data: bool = False
     probe_cache: Any = key(False, boolean_or_dir)
+    shard_index: Any = key("auto", boolean_or_dir)
     cv_dither: str = key("wenet", choice(*CV_DITHER))
     features_on: str = key("worker", choice(*FEATURES_ON))
     device: Optional[str] = key(None, optional(torch_device))
