@@ -98,7 +98,15 @@ def fail(message: str) -> NoReturn:
         except OSError:  # pragma: no cover - torchrun then prints the traceback
             pass
     line = " ".join(str(message).split("\n")[0].split())
-    print(f"error: {_rank_prefix()}{line}", file=sys.stderr, flush=True)
+    # one write(2) of the whole line: ranks share torchrun's stderr, and print() may
+    # write the text and its newline apart, interleaving two ranks' lines
+    text = f"error: {_rank_prefix()}{line}\n"
+    sys.stderr.flush()
+    try:
+        os.write(sys.stderr.fileno(), text.encode(errors="replace"))
+    except (AttributeError, OSError, ValueError):  # stderr replaced (no file descriptor)
+        sys.stderr.write(text)
+        sys.stderr.flush()
     sys.exit(1)
 
 
