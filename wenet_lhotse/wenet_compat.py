@@ -116,6 +116,22 @@ def wenet_dataset(tokenizer: Any, dataset_conf: Mapping[str, Any], split: str,
     return ds
 
 
+def wenet_equal_steps(args: Any, configs: Mapping[str, Any]) -> bool:
+    """``lhotse_conf.equal_steps`` under WeNet's ``train.py`` unless the yaml sets it.
+
+    ``False`` (every rank trains all of its data, uneven step counts) for
+    ``--train_engine torch_ddp`` in epoch mode: WeNet's executor wraps the epoch in
+    ``model.join()``, which absorbs uneven ranks, and so trains every utterance once,
+    as with WeNet's own loader. ``True`` (every rank stops at the step where the first
+    runs out; the rest is counted as left over in the epoch ledger) for ``deepspeed``
+    and ``torch_fsdp`` (no ``join``: WeNet's ``wenet_join`` breaks every rank out at a
+    ``monitored_barrier`` timeout once one rank is done, dropping the others' rest
+    unseen) and in step mode (``save_interval``: the executor calls ``dist.barrier()``
+    inside the loop, which uneven ranks would not all reach)."""
+    engine = getattr(args, "train_engine", None) or configs.get("train_engine", "torch_ddp")
+    return not (engine == "torch_ddp" and "save_interval" not in configs)
+
+
 def _loader_kw(args: Any, seed: int) -> Dict[str, Any]:
     num_workers = int(getattr(args, "num_workers", 0) or 0)
     return {
@@ -153,6 +169,7 @@ def init_dataset_and_dataloader(args: Any, configs: MutableMapping[str, Any], to
     configs["vocab_size"] = tokenizer.vocab_size()
     train_conf = dict(configs.get("dataset_conf") or {})
     lconf = wenet_lhotse_conf(train_conf)
+    lconf.setdefault("equal_steps", wenet_equal_steps(args, configs))
     train_conf["lhotse_conf"] = lconf
     data_type = getattr(args, "data_type", "raw") or "raw"
     train_sources = lconf.get("sources") or wenet_sources(args.train_data, data_type)

@@ -12,7 +12,10 @@ Two ways of loading, chosen per call (``lhotse_conf.mode``, default ``auto``):
   list): each DataLoader worker of each rank reads its own tars and runs its own
   sampler (:class:`~wenet_lhotse.loader.bucketing.BucketingSampler`, Lhotse's iterable
   mode); in training, ranks
-  stop together through :class:`~wenet_lhotse.loader.distributed.EqualStepsIterator`.
+  stop together through :class:`~wenet_lhotse.loader.distributed.EqualStepsIterator`
+  (the rest counted as left over in the epoch ledger), unless
+  ``lhotse_conf.equal_steps: false`` (each rank trains all of its tars; uneven steps
+  for a loop that joins, as WeNet's torch_ddp executor).
   A cv/infer shard list streams the same way, each utterance exactly once.
 
 Either way batches follow WeNet's ``batch_conf`` (a sampling constraint from
@@ -191,12 +194,14 @@ def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
 
     def planned() -> List[CutSet]:
         mux, bins, constraint = mux_and_constraint()
+        before = sum(tf.filtered for tf in plan.transforms)
         mux.start(0)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # an eager CutSet is fine for a one-off plan
             batches = list(BucketingSampler(
                 CutSet.from_cuts(list(mux)), constraint=constraint, duration_bins=bins,
                 shuffle=False, world_size=1, rank=0, buffer_size=cfg.buffer_size))
+        loader_sampler.plan_filtered = sum(tf.filtered for tf in plan.transforms) - before
         if lconf.cv_partition:
             batches = reader_share(plan_partition(batches, ws), rk, ws)
         return batches
@@ -216,8 +221,11 @@ def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
         for spec in specs:  # a wrong path fails now, not when the first cv pass starts
             spec.check_local_paths()
         loader_sampler = PlannedSampler(planned)
-    return MapDataLoader(dataset_for_loader, sampler=loader_sampler,
-                         skip_report=plan.skip_report, **plan.loader_kw)
+    loader = MapDataLoader(dataset_for_loader, sampler=loader_sampler,
+                           skip_report=plan.skip_report, **plan.loader_kw)
+    loader.local_transforms = plan.transforms  # the ledger's filtered count
+    loader.partitioned = split == "train" or lconf.cv_partition
+    return loader
 
 
 def build_streamed_loader(plan: LoaderPlan, dataset: Any) -> StreamedDataLoader:
@@ -272,8 +280,9 @@ def build_streamed_loader(plan: LoaderPlan, dataset: Any) -> StreamedDataLoader:
                               strict=strict, cycle=cfg.cycle)
     if need_mean:
         ds.defer(sampled)
-    group = gloo_group() if ws > 1 and train else None
-    if ws > 1 and train and group is None:
+    equal = train and lconf.equal_steps
+    group = gloo_group() if ws > 1 and equal else None
+    if ws > 1 and equal and group is None:
         logger.warning("world_size %d but torch.distributed is not initialized: ranks cannot "
                        "agree on the step count of streamed data", ws)
     return StreamedDataLoader(ds, equal_steps_group=group,

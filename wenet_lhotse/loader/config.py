@@ -50,6 +50,10 @@ similar durations) and are ignored.
       fault_tolerant: false    # skip (and count) unreadable items instead of raising
       allow_pipe: false        # run 'pipe:' lines / 'command' sources of the data (shell)
       steps_per_epoch: null    # streamed mode: fixed steps per epoch (else: first rank out)
+      equal_steps: true        # streamed train under DDP: every rank stops at the step the
+                               # first runs out (the rest counted as left over); false:
+                               # each rank trains all its data, uneven steps, for a loop
+                               # that joins (WeNet's torch_ddp; the drop-in's default there)
       snapshot_depth: 64       # batches of resume state kept (>= prefetch depth)
       return_pcm: false        # add pcm / pcm_length (the waveform) to each batch
       probe_cache: false       # raw lists: probe headers once across ranks, cache them
@@ -102,6 +106,7 @@ class LhotseConf:
     fault_tolerant: bool = False
     allow_pipe: bool = False
     steps_per_epoch: Optional[int] = None
+    equal_steps: bool = True
     snapshot_depth: int = 64
     return_pcm: bool = False
     cv_partition: bool = True

@@ -11,12 +11,15 @@ the training loop consumed so that its ``state_dict()`` says exactly what comes 
   and per DataLoader worker, the last worker, the worker count.
 
 Both are :class:`LhotseDataLoader` s (``batch_size=None``) and gather every item
-skipped in fault-tolerant mode, wherever it was skipped, into ``skip_report``.
+skipped in fault-tolerant mode, wherever it was skipped, into ``skip_report``. At the end
+of each epoch both log the epoch ledger (:mod:`~.ledger`: trained + skipped + filtered +
+left over = all utterances) and keep it as :meth:`LhotseDataLoader.epoch_ledger`.
 """
 
 from __future__ import annotations
 
 import logging
+from itertools import chain
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
@@ -29,9 +32,15 @@ from wenet_lhotse.errors import (
     WenetDataError,
     WorkerFailed,
 )
-from wenet_lhotse.loader.distributed import EqualStepsIterator
+from wenet_lhotse.loader.distributed import EqualStepsIterator, world_info
+from wenet_lhotse.loader.ledger import BatchCounts, EpochLedger, batch_size_of, log_ledger
 from wenet_lhotse.loader.sampler import ResumableBucketingSampler
-from wenet_lhotse.loader.streamed import SKIP_TURN, StreamedEpochDataset, WorkerBatch
+from wenet_lhotse.loader.streamed import (
+    SKIP_TURN,
+    LeftOver,
+    StreamedEpochDataset,
+    WorkerBatch,
+)
 from wenet_lhotse.loader.transport import BatchRing
 
 logger = logging.getLogger(__name__)
@@ -53,11 +62,16 @@ class LoaderDataset(torch.utils.data.Dataset):
         self._epoch: Optional[int] = None
 
     def __getitem__(self, item: Any) -> Any:
+        cuts = item[1] if isinstance(item, tuple) else item
+        drawn = len(cuts) if hasattr(cuts, "__len__") else 0
         try:
             if self.ring is None:
-                return self._batch(item)
+                out = self._batch(item)
+                return WorkerBatch(-1, out, BatchCounts(batch_size_of(out, drawn)))
             with self.ring.reserve():  # padded straight into shared memory
-                return self.ring.pack(self._batch(item))
+                out = self._batch(item)
+                counts = BatchCounts(batch_size_of(out, drawn))
+                return WorkerBatch(-1, self.ring.pack(out), counts)
         except WenetDataError as err:
             if torch.utils.data.get_worker_info() is None:
                 raise
@@ -123,6 +137,8 @@ class PlannedSampler(torch.utils.data.Sampler):
         self._plan = batches if callable(batches) else None
         self._batches: Optional[List[CutSet]] = None if callable(batches) else list(batches)
         self.passes = 0
+        #: cuts the filters removed when the plan was made (the ledger's, every pass)
+        self.plan_filtered: Optional[int] = None
         self._fresh: Optional[int] = None  # the pass of an iterator not yet drawn from
 
     @property
@@ -180,6 +196,17 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
         self._finished = False  # the current epoch's iterator is exhausted
         self._restored: Optional[Dict[str, Any]] = None
         self._reported = 0  # skip_report items already summarised at an epoch's end
+        #: the current epoch's ledger; the finished ones (see epoch_ledger())
+        self._ledger: Optional[EpochLedger] = None
+        self.ledgers: List[EpochLedger] = []
+        self._skips_at_start = 0
+        self._batch_skips = 0  # skips that came with batches this epoch (worker-side)
+        #: transforms whose ``filtered`` counts run in this process (map-style loading)
+        self.local_transforms: Sequence[Any] = ()
+        self._filtered_at_start = 0
+        #: map-style: each rank takes its share of one plan (false: a cv set evaluated
+        #: whole on every rank)
+        self.partitioned = True
 
     def _ring_possible(self) -> bool:
         if self.num_workers <= 0 or not self.persistent_workers:
@@ -193,13 +220,59 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
         return method == "fork"
 
     def __iter__(self) -> Iterator[Any]:
+        self._filtered_at_start = self._local_filtered()  # (before the sampler reads)
         inner = super().__iter__()
         self._pin = (bool(getattr(inner, "_pin_memory", False)),
                      getattr(inner, "_pin_memory_device", None))
         self._finished = False
         restored, self._restored = self._restored, None
         self._start_epoch(restored)
+        ws, rank = world_info()
+        self._ledger = EpochLedger(self.epoch, rank, ws, self.mode)
+        # the first epoch also accounts for what was skipped while the loader was built
+        self._skips_at_start = len(self.skip_report) if self.ledgers else self._reported
+        self._batch_skips = 0
         return self._count(self._batches(inner))
+
+    def epoch_ledger(self) -> Optional[EpochLedger]:
+        """The ledger of the last finished epoch on this rank (``None`` before one ends):
+        trained + skipped + filtered + left over = all utterances (see :mod:`~.ledger`)."""
+        return self.ledgers[-1] if self.ledgers else None
+
+    def _local_filtered(self) -> int:
+        return sum(getattr(tf, "filtered", 0) for tf in self.local_transforms)
+
+    def _finish_ledger(self) -> None:
+        led = self._ledger
+        if led is None:
+            return
+        self._ledger = None
+        skipped = len(self.skip_report) - self._skips_at_start
+        filtered = self._local_filtered() - self._filtered_at_start
+        planned = getattr(self.sampler, "plan_filtered", None)
+        if planned is not None:  # a cv plan: filtered once, when planned; every pass
+            filtered = planned
+        if self.mode == "map" and led.rank != 0 and self.partitioned:
+            # every rank reads every cut's metadata: its reader skips and filtered cuts
+            # are rank 0's to report (the ranks' ledgers sum to the epoch)
+            skipped, filtered = self._batch_skips, 0
+        led.skipped += skipped
+        led.filtered += filtered
+        self.ledgers = self.ledgers[-7:] + [led]
+        log_ledger(led)
+
+    def _receive(self, item: Any) -> Tuple[Any, BatchCounts]:
+        """A worker's item -> (batch in this process, its ledger counts); the skips it
+        carries go to ``skip_report``."""
+        counts = item.counts if isinstance(item, WorkerBatch) else BatchCounts()
+        batch = self._unwrap(item)
+        if self.ring is not None:
+            batch = self.ring.unpack(batch, *self._pin)
+        if isinstance(batch, dict) and BATCH_SKIPS_KEY in batch:
+            skips = batch.pop(BATCH_SKIPS_KEY)
+            self._batch_skips += len(skips)
+            self.skip_report.extend(skips)  # logged where skipped
+        return batch, counts
 
     def _start_epoch(self, restored: Optional[Dict[str, Any]]) -> None:
         if restored is not None:
@@ -212,7 +285,7 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
         return inner
 
     def _unwrap(self, item: Any) -> Any:
-        return item
+        return item.batch if isinstance(item, WorkerBatch) else item
 
     @property
     def bucketing_sampler(self) -> Optional[ResumableBucketingSampler]:
@@ -227,16 +300,21 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
             if isinstance(failed, WorkerFailed):
                 raise failed.error
             self.consumed += 1
-            batch = self._unwrap(item)
-            if self.ring is not None:
-                batch = self.ring.unpack(batch, *self._pin)
-            if isinstance(batch, dict) and BATCH_SKIPS_KEY in batch:
-                self.skip_report.extend(batch.pop(BATCH_SKIPS_KEY))  # logged where skipped
+            batch, counts = self._receive(item)
+            if self._ledger is not None:
+                self._ledger.steps += 1
+                self._ledger.trained += counts.trained
+                self._ledger.filtered += counts.filtered
             if self.batch_transform is not None:
                 batch = self.batch_transform(batch)
             yield batch
+        self._drain()
         self._finished = True
         self._report_skips()
+        self._finish_ledger()
+
+    def _drain(self) -> None:
+        """Count what the epoch leaves over after the last step (streamed loading)."""
 
     def _report_skips(self) -> None:
         """At an epoch's end, one WARNING listing the items skipped since the last one
@@ -322,20 +400,46 @@ class StreamedDataLoader(LhotseDataLoader):
     def _batches(self, inner: Iterator[Any]) -> Iterator[Any]:
         # drop the round-robin placeholders of a restored epoch
         it: Iterator[Any] = self._absorb(item for item in inner if item is not SKIP_TURN)
+        self._rest: Optional[Iterator[Any]] = None
+        self._equal: Optional[EqualStepsIterator] = None
         if self.equal_steps_group is not None or self.max_steps is not None:
-            it = EqualStepsIterator(it, self.equal_steps_group, self.max_steps)
+            self._rest = it
+            it = self._equal = EqualStepsIterator(it, self.equal_steps_group, self.max_steps)
         return it
 
     def _absorb(self, it: Iterator[Any]) -> Iterator[Any]:
-        """Take the skips a worker forwards without a batch; they are not steps."""
+        """Take the skips (and filtered counts) a worker forwards without a batch, and
+        the left-over counts of a drained epoch; they are not steps."""
         for item in it:
-            if isinstance(item, (tuple, list)) and isinstance(item[-1], SkipsOnly):
-                self.skip_report.extend(item[-1].items)
+            if isinstance(item, WorkerBatch) and isinstance(item.batch, (SkipsOnly, LeftOver)):
+                if isinstance(item.batch, SkipsOnly):
+                    self.skip_report.extend(item.batch.items)
+                if self._ledger is not None:
+                    self._ledger.filtered += item.counts.filtered
+                    if isinstance(item.batch, LeftOver):
+                        self._ledger.left_over += item.batch.cuts
                 continue
             yield item
 
+    def _drain(self) -> None:
+        """Every rank stopped at the same step (or at ``steps_per_epoch``): read the
+        rest of this rank's epoch without decoding it and count it as left over."""
+        rest, self._rest = getattr(self, "_rest", None), None
+        if rest is None:
+            return
+        self.dataset.count_only()  # (batches already in flight arrive decoded)
+        held = self._equal.dropped if self._equal is not None else None
+        for item in chain([held] if held is not None else [], rest):
+            failed = item.batch if isinstance(item, WorkerBatch) else item
+            if isinstance(failed, WorkerFailed):
+                raise failed.error
+            _, counts = self._receive(item)
+            if self._ledger is not None:
+                self._ledger.left_over += counts.trained
+                self._ledger.filtered += counts.filtered
+
     def _unwrap(self, item: WorkerBatch) -> Any:
-        wid, batch = item
+        wid, batch = item.worker, item.batch
         self.per_worker[wid] = self.per_worker.get(wid, 0) + 1
         self.last_worker = wid
         return batch
