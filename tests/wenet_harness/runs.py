@@ -15,6 +15,7 @@ Always ``--device cpu --ddp.dist_backend gloo --num_workers 1``.
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import subprocess
@@ -128,9 +129,12 @@ def swapped_train_py(out_dir: Path) -> Path:
 
 def run_train(how: str, config: Path, train_data: Sequence[Path], cv_data: Path,
               model_dir: Path, *, data_type: str = "raw", nproc: int = 1,
-              extra: Sequence[str] = (), timeout: int = 600) -> subprocess.CompletedProcess:
+              extra: Sequence[str] = (), timeout: int = 600,
+              record_keys: Optional[Path] = None) -> subprocess.CompletedProcess:
     """WeNet's train.py with the loader picked by ``how`` (see the module docstring).
-    Returns the finished process (stdout and stderr together in ``.stdout``)."""
+    Returns the finished process (stdout and stderr together in ``.stdout``).
+    ``record_keys``: a directory where :mod:`wenet_harness.record_keys` writes the keys
+    of every batch WeNet's executor trains (``how`` "wenet" or "module")."""
     model_dir.mkdir(parents=True, exist_ok=True)
     if how == "wenet":
         target = ["-m", "wenet.bin.train"]
@@ -140,6 +144,8 @@ def run_train(how: str, config: Path, train_data: Sequence[Path], cv_data: Path,
         target = [str(swapped_train_py(model_dir))]
     else:
         raise ValueError(how)
+    if record_keys is not None:
+        target = ["-m", "wenet_harness.record_keys", str(record_keys), target[1]]
     args = ["--config", str(config), "--data_type", data_type,
             "--train_data", *map(str, train_data), "--cv_data", str(cv_data),
             "--model_dir", str(model_dir), "--tensorboard_dir", str(model_dir / "tb"),
@@ -156,6 +162,8 @@ def run_train(how: str, config: Path, train_data: Sequence[Path], cv_data: Path,
                     f"--rdzv-endpoint=127.0.0.1:{port}"]
         cmd = [*launcher, *target, *args]
         env = wenet_env()
+    if record_keys is not None:  # wenet_harness importable
+        env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(Path(__file__).parents[1])])
     return subprocess.run(cmd, env=env, cwd=model_dir, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=timeout)
 

@@ -371,4 +371,6 @@ def build_dataloader(
     plan = LoaderPlan(specs, transforms, cfg, split, seed, ws, rk, strict, skip_report,
                       num_workers, prefetch_factor, loader_kw)
     build = build_map_loader if mode == "map" else build_streamed_loader
-    return dataset, build(plan, dataset)
+    loader = build(plan, dataset)
+    loader.split = split
+    return dataset, loader

@@ -170,6 +170,8 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
     means for their ``state_dict()``."""
 
     mode = ""
+    #: the split the builder made it for (``train``, ``cv``, ``infer``): in the ledger line
+    split = "train"
 
     def __init__(self, dataset: Any, *, skip_report: Optional[SkipReport] = None,
                  batch_transform: Optional[Callable[[Any], Any]] = None,
@@ -228,7 +230,7 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
         restored, self._restored = self._restored, None
         self._start_epoch(restored)
         ws, rank = world_info()
-        self._ledger = EpochLedger(self.epoch, rank, ws, self.mode)
+        self._ledger = EpochLedger(self.epoch, rank, ws, self.mode, self.split)
         # the first epoch also accounts for what was skipped while the loader was built
         self._skips_at_start = len(self.skip_report) if self.ledgers else self._reported
         self._batch_skips = 0

@@ -59,6 +59,7 @@ class EpochLedger:
     rank: int
     world_size: int
     mode: str
+    split: str = "train"
     steps: int = 0
     trained: int = 0
     skipped: int = 0
@@ -72,7 +73,8 @@ class EpochLedger:
 
     def line(self) -> str:
         """The one log line."""
-        return (f"epoch {self.epoch} rank {self.rank}/{self.world_size} ({self.mode}): "
+        return (f"{self.split} epoch {self.epoch} rank {self.rank}/{self.world_size} "
+                f"({self.mode}): "
                 f"{self.total} utterances = {self.trained} trained in {self.steps} steps "
                 f"+ {self.skipped} skipped + {self.filtered} filtered "
                 f"+ {self.left_over} left over")
