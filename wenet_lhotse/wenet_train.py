@@ -13,7 +13,9 @@ Every argument is WeNet's. Before WeNet's ``train.py`` is imported, this replace
 :func:`wenet_lhotse.wenet_compat.init_dataset_and_dataloader` (same signature,
 return value and side effect), so ``train.py``'s own
 ``from wenet.utils.train_utils import init_dataset_and_dataloader`` picks ours.
-This is the one-import change, done for you.
+This is the one-import change, done for you. It also saves the loader's position
+beside WeNet's checkpoints and restores it on ``--checkpoint`` (mid-epoch resume; see
+:mod:`wenet_lhotse.wenet_resume`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import importlib
 import runpy
 import sys
 from typing import Any, Callable, List, Optional
+
+from wenet_lhotse.wenet_resume import install as install_resume
 
 
 def import_wenet_module(name: str) -> Any:
@@ -41,6 +45,7 @@ def patch_wenet() -> None:
 
     train_utils = import_wenet_module("wenet.utils.train_utils")
     train_utils.init_dataset_and_dataloader = init_dataset_and_dataloader
+    install_resume()  # loader state beside WeNet's checkpoints (see wenet_resume)
 
 
 def run_patched(patch: Callable[[], None], module: str, argv: Optional[List[str]]) -> None:

@@ -55,6 +55,9 @@ similar durations) and are ignored.
                                # each rank trains all its data, uneven steps, for a loop
                                # that joins (WeNet's torch_ddp; the drop-in's default there)
       snapshot_depth: 64       # batches of resume state kept (>= prefetch depth)
+      resume_loader: true      # python -m wenet_lhotse.wenet_train: loader state saved
+                               # beside each checkpoint, restored by --checkpoint (false:
+                               # WeNet's replay of the epoch)
       return_pcm: false        # add pcm / pcm_length (the waveform) to each batch
       probe_cache: false       # raw lists: probe headers once across ranks, cache them
                                # beside the list (true) or in this directory
@@ -107,6 +110,7 @@ class LhotseConf:
     allow_pipe: bool = False
     steps_per_epoch: Optional[int] = None
     equal_steps: bool = True
+    resume_loader: bool = True
     snapshot_depth: int = 64
     return_pcm: bool = False
     cv_partition: bool = True
