@@ -309,6 +309,7 @@ class StreamedEpochDataset(torch.utils.data.IterableDataset):
     def _batches(self, sampler: WarmStartSampler, wid: int, skip: int) -> Iterator[Any]:
         for i, batch in enumerate(sampler):
             if i < skip:
+                self._filtered()  # a restored epoch's ledger starts at the resume point
                 continue  # sampled from metadata; no audio decoded, no features computed
             if self._count_only is not None and self._count_only.value:
                 skipped = self.skip_report.take_new()
