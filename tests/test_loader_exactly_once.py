@@ -187,15 +187,31 @@ def test_ledger_streamed_one_process_logs_one_line(shards, caplog):
     assert f"{led.total} utterances = {len(expected)} trained" in lines[0]
 
 
-def test_ledger_steps_per_epoch_counts_the_rest_as_left_over(shards):
+class _KeysLogged(_Keys):
+    """Appends one line per batch it makes (in whichever worker process)."""
+
+    def __init__(self, log):
+        self.log = log
+
+    def __getitem__(self, cuts):
+        with open(self.log, "a") as f:
+            f.write("batch\n")
+        return super().__getitem__(cuts)
+
+
+def test_ledger_steps_per_epoch_counts_the_rest_as_left_over(shards, tmp_path):
     path, expected, readable = shards["clean"]
+    log = tmp_path / "made.txt"
     _, loader = build_dataloader(str(path), _Letters(), _conf(steps_per_epoch=3), "train",
-                                 dataset=_Keys(), seed=1, num_workers=1)
+                                 dataset=_KeysLogged(log), seed=1, num_workers=1)
     keys = [k for b in loader for k in b["keys"]]
     led = loader.epoch_ledger()
     assert led.steps == 3 and led.trained == len(keys) > 0
-    assert led.trained + led.left_over == len(expected)  # read on, not decoded, counted
+    assert led.trained + led.left_over == len(expected)  # read on and counted
     assert led.filtered == readable - len(expected)
+    # the rest was counted without the dataset (no decoding): only the 3 steps and the
+    # batches already in flight (prefetch 2) were made, of the ~37 the tars hold
+    assert len(log.read_text().splitlines()) <= 3 + 2 + 1 < len(expected) // 5
 
 
 def test_ledger_map_mode_and_cv(shards):

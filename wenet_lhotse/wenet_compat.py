@@ -20,9 +20,9 @@ WeNet's own loader): bad or missing audio is skipped, logged and counted (never 
 at start-up), every rank evaluates the whole cv set, batches carry ``pcm`` /
 ``pcm_length``, and under ``--train_engine torch_ddp`` (epoch mode) streamed shards give
 each rank all of its tars, with uneven step counts that WeNet's ``model.join()`` absorbs
-(:func:`wenet_equal_steps`). Every improvement of ours is an opt-in ``dataset_conf.lhotse_conf`` key;
-:data:`WENET_LHOTSE_DEFAULTS` are the ``lhotse_conf`` values this drop-in uses where the
-yaml does not set them.
+(:func:`wenet_equal_steps`). Every improvement of ours is an opt-in
+``dataset_conf.lhotse_conf`` key; :data:`WENET_LHOTSE_DEFAULTS` are the ``lhotse_conf``
+values this drop-in uses where the yaml does not set them.
 """
 
 from __future__ import annotations
