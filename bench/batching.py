@@ -1,7 +1,7 @@
 """Batching and resume figures for docs/performance.md.
 
 1. Steps per epoch on a real generated corpus: WeNet's own ``wenet.dataset.dataset.Dataset``
-   (from ``$WENET_ROOT``, through tests/wenet_harness) vs our ``build_dataloader`` on the
+   (from ``$WENET_ROOT``, through wenet_harness) vs our ``build_dataloader`` on the
    same raw list and ``dataset_conf``: ``static`` (batch 16), ``dynamic``
    (``max_frames_in_batch`` 4000, speed perturbation on) and ``bucket``, one process and
    2 ranks (WeNet: its sharding for rank r of 2; ours: ``world_size=2, rank=r``). For
@@ -32,26 +32,25 @@ import argparse
 import copy
 import logging
 import math
-import sys
 import tempfile
 import time
 import warnings
 from pathlib import Path
 
+import _paths  # noqa: F401  (the repository root on sys.path: wenet_harness)
 import numpy as np
 from lhotse import CutSet, Recording
 from lhotse.audio import AudioSource
 from lhotse.dataset.sampling.dynamic_bucketing import DynamicBucketingSampler
 
+from wenet_harness import import_wenet, wenet_char_tokenizer, wenet_missing
+from wenet_harness.runs import speaker_table
 from wenet_lhotse.corpus import _sample_duration, generate_corpus
 from wenet_lhotse.formats import read_raw_list
 from wenet_lhotse.loader.build import build_dataloader, estimate_bins, make_wenet_dataset
 from wenet_lhotse.text import CharTokenizer
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-from wenet_harness import import_wenet, wenet_char_tokenizer, wenet_missing  # noqa: E402
-from wenet_harness.runs import speaker_table  # noqa: E402
 
 SR = 16000
 REPEATS = 3  # restore timings: best of 3 fresh restores each (the machine is shared)

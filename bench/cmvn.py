@@ -31,11 +31,11 @@ import tempfile
 import time
 from pathlib import Path
 
+import _paths  # noqa: F401  (the repository root on sys.path: wenet_harness)
 import numpy as np
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ WeNet's executor steps) on the corpus of ``bench/wenet_baseline.py`` (AISHELL-li
 augmentation: speed perturbation, fbank 80, dither 0.1, spec_aug; static batch 16) and:
 
 * **WeNet**: ``wenet.utils.train_utils.init_dataset_and_dataloader`` (the stand-ins of
-  ``tests/wenet_harness`` for torchaudio's IO, sox's speed chain and deepspeed);
+  ``wenet_harness`` for torchaudio's IO, sox's speed chain and deepspeed);
 * **ours**: the drop-in ``wenet_lhotse.wenet_compat.init_dataset_and_dataloader``;
 * **ours, device**: the same with ``lhotse_conf: {features_on: device}`` (the GPU).
 
@@ -45,10 +45,10 @@ import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+import _paths  # noqa: F401  (the repository root on sys.path: wenet_harness)
+
 warnings.filterwarnings("ignore")
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(REPO / "bench"))
 
 from wenet_baseline import corpus_dir, drop_in_args, make_corpus, preload_langid  # noqa: E402
 

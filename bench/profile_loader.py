@@ -44,7 +44,6 @@ from typing import Any, Callable, Dict, List
 
 warnings.filterwarnings("ignore")
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))
 
 from wenet_baseline import (  # noqa: E402
     corpus_dir,

@@ -18,7 +18,7 @@ repeating lengths would flatter it).
   of sox's ``rate`` effect, which WeNet's ``torchaudio.sox_effects`` chain ends in; the
   closest to WeNet's sox path that runs without libsox (sox itself also converts the
   tensor to 32-bit integer samples and back, which is not counted here);
-* torchaudio's ``functional.resample`` (as WeNet's stand-in in ``tests/wenet_harness``
+* torchaudio's ``functional.resample`` (as WeNet's stand-in in ``wenet_harness``
   runs it, when the harness is present): it rebuilds the kernel on every call.
 
 Printed: audio seconds per CPU second and the ratio to ours; the output length of each
@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Callable, Dict
 
+import _paths  # noqa: F401  (the repository root on sys.path: wenet_harness)
 import numpy as np
 import torch
 
@@ -44,7 +45,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def harness_resample():
     """torchaudio's ``functional.resample`` from the WeNet harness's verbatim copy."""
-    path = REPO / "tests" / "wenet_harness" / "stubs" / "torchaudio" / "functional.py"
+    path = REPO / "wenet_harness" / "stubs" / "torchaudio" / "functional.py"
     if not path.is_file():
         return None
     spec = importlib.util.spec_from_file_location("_ta_functional", path)
@@ -59,18 +60,12 @@ def harness_resample():
 def harness_sox_effects():
     """The WeNet harness's ``torchaudio.sox_effects`` (libsox where soxbindings is
     installed), or None without the harness."""
-    harness = REPO / "tests"
-    if not (harness / "wenet_harness").is_dir():
-        return None
-    sys.path.insert(0, str(harness))
     try:
         from wenet_harness import sox_effects
 
         return sox_effects()
     except Exception:  # noqa: BLE001 -- optional candidate
         return None
-    finally:
-        sys.path.remove(str(harness))
 
 
 def main() -> None:
@@ -122,7 +117,7 @@ def main() -> None:
 
         cands["torchaudio resample (WeNet harness stand-in)"] = ta
     else:
-        print("torchaudio resample: tests/wenet_harness not present, row skipped")
+        print("torchaudio resample: wenet_harness not present, row skipped")
 
     def run_all(fn, waves):
         return [fn(w, f) for w in waves for f in factors]

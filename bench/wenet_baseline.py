@@ -9,7 +9,7 @@ loader is iterated):
 
 * **WeNet**: ``wenet.utils.train_utils.init_dataset_and_dataloader`` from the snapshot
   at ``$WENET_ROOT`` (default ``../shared/wenet``), run with the stand-ins of
-  ``tests/wenet_harness`` for what cannot install here (torchaudio's IO, deepspeed).
+  ``wenet_harness`` for what cannot install here (torchaudio's IO, deepspeed).
   WeNet's ``speed_perturb`` calls ``torchaudio.sox_effects``: where libsox and
   ``soxbindings`` are installed (``apt-get install libsox-dev; pip install
   soxbindings``) the harness runs WeNet's effect chain through libsox itself, and the
@@ -50,9 +50,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
+import _paths  # noqa: F401  (the repository root on sys.path: wenet_harness)
+
 warnings.filterwarnings("ignore")
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
 
 def aishell_conf() -> Dict[str, Any]:
     """WeNet's aishell train ``dataset_conf`` (examples/aishell/s0/conf), as the

@@ -24,16 +24,16 @@ import sys
 import tempfile
 from pathlib import Path
 
+import _paths  # noqa: F401  (the repository root on sys.path: wenet_harness)
 import torch
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+from wenet_harness import import_wenet, wenet_missing
+from wenet_harness.runs import speaker_table, write_config
+from wenet_lhotse.corpus import generate_corpus
+from wenet_lhotse.wenet_compat import init_dataset_and_dataloader
 
-from wenet_harness import import_wenet, wenet_missing  # noqa: E402
-from wenet_harness.runs import speaker_table, write_config  # noqa: E402
-from wenet_lhotse.corpus import generate_corpus  # noqa: E402
-from wenet_lhotse.wenet_compat import init_dataset_and_dataloader  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _rows(loader):

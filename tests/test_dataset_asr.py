@@ -16,6 +16,9 @@ from lhotse.utils import fastcopy
 from wenet_lhotse.dataset import WenetAsrDataset
 from wenet_lhotse.dataset.asr import _match_kept
 from wenet_lhotse.errors import WenetDataError
+from wenet_lhotse.features.fbank import WenetFbank, WenetFbankConfig
+from wenet_lhotse.features.strategy import PooledFeatures
+from wenet_lhotse.formats.raw_list import read_raw_list
 from wenet_lhotse.text import CharTokenizer
 
 
@@ -249,14 +252,13 @@ def test_with_dataloader_and_sampler(cuts, tok):
 
 def test_cuts_from_wenet_raw_list(corpus, tok, texts):
     """The formats reader's cut layout (text, speaker, language, custom extras) -> batch."""
-    raw_list = pytest.importorskip("wenet_lhotse.formats.raw_list")
     lines = corpus.data_list.read_text(encoding="utf-8").splitlines()[:4]
     items = [json.loads(ln) for ln in lines]
     items[0]["lang"] = "en"
     items[1]["task"] = "translate"
     path = corpus.root / "tagged.list"
     path.write_text("".join(json.dumps(it) + "\n" for it in items), encoding="utf-8")
-    cuts = raw_list.read_raw_list(path)
+    cuts = read_raw_list(path)
     b = WenetAsrDataset(tok, LhotseFbankInput(), split="cv")[cuts]
     row = {k: i for i, k in enumerate(b["keys"])}
     assert sorted(b["keys"]) == sorted(it["key"] for it in items)
@@ -281,12 +283,10 @@ def test_lang_auto(cuts, tok):
 
 def test_with_pooled_features(cuts, tok, texts):
     """The package's own input strategy (WeNet fbank, dither, spec_aug, a worker pool)."""
-    pool = pytest.importorskip("wenet_lhotse.features.strategy")
-    fbank = pytest.importorskip("wenet_lhotse.features.fbank")
-    extractor = fbank.WenetFbank(fbank.WenetFbankConfig(num_mel_bins=80, dither=0.1))
+    extractor = WenetFbank(WenetFbankConfig(num_mel_bins=80, dither=0.1))
     batch_cuts = batch_of(cuts, 5)
     by_id = {c.id: c for c in batch_cuts}
-    with pool.PooledFeatures(extractor, num_workers=1, spec_aug=True, seed=3,
+    with PooledFeatures(extractor, num_workers=1, spec_aug=True, seed=3,
                              return_audio=True) as feats:
         train = WenetAsrDataset(tok, feats, split="train", return_pcm=True)
         cv = WenetAsrDataset(tok, feats, split="cv", return_pcm=True)

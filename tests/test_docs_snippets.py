@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from guards import guarded_import
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
@@ -71,7 +72,7 @@ def test_docs_pages_exist():
 
 def test_mkdocs_builds_strict(tmp_path):
     """`mkdocs build --strict` fails on broken links and pages missing from the nav."""
-    pytest.importorskip("mkdocs")
+    guarded_import("mkdocs", extra="docs")
     res = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q",
                           "-d", str(tmp_path / "site")], cwd=ROOT, capture_output=True,
                          text=True, timeout=120)

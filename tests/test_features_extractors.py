@@ -30,7 +30,6 @@ from wenet_lhotse.features import (
     kaldi,
 )
 from wenet_lhotse.features.kaldi import FrameOptions, num_frames
-from wenet_lhotse.features.reference import load_torchaudio_kaldi
 from wenet_lhotse.features.whisper import slaney_mel_filters
 
 REF = np.load(Path(__file__).parent / "data" / "features_reference.npz")
@@ -41,13 +40,11 @@ STORED_TOL = 1e-2  # against the stored arrays, computed on another CPU (see abo
 
 @pytest.fixture(scope="module")
 def ta_kaldi():
-    """torchaudio's ``compliance.kaldi``, run on this machine."""
-    kaldi, _ = load_torchaudio_kaldi()
-    if kaldi is None:
-        from wenet_harness import torchaudio_kaldi
+    """torchaudio's ``compliance.kaldi``, run on this machine (the reference
+    ``bench/features.py`` uses too)."""
+    from wenet_harness import kaldi_reference
 
-        kaldi = torchaudio_kaldi()
-    return kaldi
+    return kaldi_reference()[0]
 
 
 def wenet_fbank(kaldi, wave: np.ndarray, sr: int) -> np.ndarray:

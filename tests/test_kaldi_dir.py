@@ -2,6 +2,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from guards import guarded_import
 
 from wenet_lhotse.cli import main
 from wenet_lhotse.errors import WenetDataError
@@ -54,7 +55,7 @@ def test_make_units_wenet_layout(tmp_path, corpus):
 
 
 def test_make_units_bpe_encodes_every_transcript(tmp_path, corpus):
-    pytest.importorskip("sentencepiece")
+    guarded_import("sentencepiece")
     from wenet_lhotse.text import BpeTokenizer
 
     out = tmp_path / "units.txt"

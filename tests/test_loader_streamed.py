@@ -81,7 +81,7 @@ def test_shar_on_object_storage_streams_over_http(tmp_path, http_serve):
     from wenet_lhotse.text import CharTokenizer
 
     if shutil.which("curl") is None:
-        pytest.skip("curl is not installed")
+        pytest.skip("curl is not installed")  # a system tool, not of the test extra: a plain skip
     c = generate_corpus(tmp_path / "c", num_utterances=9, max_duration=2.0, seed=7)
     shar = wenet_to_shar(c.data_list, tmp_path / "shar", shard_size=3).out_dir
     base = http_serve(shar)

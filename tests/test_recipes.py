@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from guards import guarded_import
 from lhotse import CutSet
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,7 +53,7 @@ def test_aishell_recipe_stages(tmp_path):
 
 @pytest.mark.slow
 def test_librispeech_recipe_stages(tmp_path):
-    pytest.importorskip("sentencepiece")
+    guarded_import("sentencepiece")
     d = run_recipe(tmp_path, "librispeech", "--fake_data", "true", "--stage", "0",
                    "--stop_stage", "4", "--nj", "2")
     run_recipe(tmp_path, "librispeech", "--fake_data", "true", "--stage", "6",

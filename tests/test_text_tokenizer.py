@@ -6,6 +6,7 @@ import logging
 import pickle
 
 import pytest
+from guards import guarded_import
 
 from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.text import (
@@ -166,7 +167,7 @@ def test_factory_errors(tables):
 
 @pytest.fixture(scope="module")
 def bpe(tmp_path_factory, corpus):
-    spm = pytest.importorskip("sentencepiece", reason="sentencepiece not installed (extra 'bpe')")
+    spm = guarded_import("sentencepiece", extra="bpe")
     d = tmp_path_factory.mktemp("bpe")
     text = d / "train.txt"
     lines = corpus.text.read_text(encoding="utf-8").splitlines()
@@ -217,6 +218,6 @@ def test_bpe_factory(bpe):
 
 
 def test_bpe_missing_model(tmp_path, tables):
-    pytest.importorskip("sentencepiece", reason="sentencepiece not installed (extra 'bpe')")
+    guarded_import("sentencepiece", extra="bpe")
     with pytest.raises(FileNotFoundError, match="nope.model"):
         BpeTokenizer(tmp_path / "nope.model", tables[0])

@@ -9,8 +9,8 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
 from click.testing import CliRunner
+from guards import guarded_import
 
 from wenet_lhotse.cli import main
 
@@ -116,7 +116,7 @@ def test_char_table_loads_in_wenet_as_the_aishell_yaml_expects(tmp_path, wenet_r
 
 
 def test_bpe_table_equals_wenet_librispeech_recipe_and_loads(tmp_path, wenet_root):
-    pytest.importorskip("sentencepiece")
+    guarded_import("sentencepiece")
     from wenet_lhotse.text import BpeTokenizer
 
     words = ["THE QUICK BROWN FOX", "JUMPS OVER THE LAZY DOG", "A TALE OF TWO CITIES",

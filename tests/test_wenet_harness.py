@@ -1,7 +1,7 @@
 """The WeNet harness itself: WeNet's own data pipeline and tokenizer run here.
 
 Everything below is WeNet's code from ``$WENET_ROOT`` (torchaudio I/O and deepspeed
-stood in, see tests/wenet_harness/README.md); nothing of wenet-lhotse is involved
+stood in, see wenet_harness/README.md); nothing of wenet-lhotse is involved
 except the generated corpus.
 """
 
@@ -103,3 +103,26 @@ def test_sox_effects_have_sox_length_and_pitch_as_ours(wenet_root):
                  for x in (theirs, ours)]
         assert all(abs(p - 440 * float(s)) < 2 for p in peaks), (s, peaks)
         assert torch.corrcoef(torch.stack((theirs, ours)))[0, 1] > 0.99, s
+
+
+def test_harness_is_shared_but_not_shipped():
+    """The harness is importable from the repository root (tests: pytest's ``pythonpath``;
+    bench: ``bench/_paths.py``), and pyproject's package list leaves it out of the wheel."""
+    import ast
+    import re
+    from pathlib import Path
+
+    import setuptools
+
+    import wenet_harness
+
+    repo = Path(__file__).resolve().parents[1]
+    assert Path(wenet_harness.__file__).resolve().parent == repo / "wenet_harness"
+    pyproject = (repo / "pyproject.toml").read_text(encoding="utf-8")  # no tomllib on 3.9
+    find = pyproject.split("[tool.setuptools.packages.find]", 1)[1]
+    include = ast.literal_eval(re.search(r"^include = (\[.*\])$", find, re.M).group(1))
+    shipped = setuptools.find_packages(str(repo), include=include)
+    assert "wenet_lhotse" in shipped and not [p for p in shipped if "harness" in p], shipped
+    assert re.search(r'^pythonpath = \["\."\]$', pyproject, re.M)
+    assert not [f.name for f in (repo / "bench").glob("*.py")
+                if "sys.path.insert" in f.read_text(encoding="utf-8")]

@@ -32,6 +32,7 @@ import os
 from typing import Any, Dict, List, Mapping, MutableMapping, Optional, Sequence, Tuple, Union
 
 from wenet_lhotse.loader.build import build_dataloader
+from wenet_lhotse.loader.config import LhotseConf
 from wenet_lhotse.loader.config_check import check_wenet_configs
 from wenet_lhotse.loader.distributed import world_info
 from wenet_lhotse.loader.wenet_dataset import CutTransform, make_wenet_dataset
@@ -86,17 +87,17 @@ def wenet_sources(data: DataArg, data_type: str, arg: str = "--train_data") -> L
     return [SourceSpec(path=paths if len(paths) > 1 else paths[0], type="cuts")]
 
 
-def wenet_lhotse_conf(dataset_conf: Mapping[str, Any]) -> Dict[str, Any]:
-    """The yaml's ``lhotse_conf`` over :data:`WENET_LHOTSE_DEFAULTS`."""
-    return {**WENET_LHOTSE_DEFAULTS, **dict(dataset_conf.get("lhotse_conf") or {})}
+def wenet_lhotse_conf(dataset_conf: Mapping[str, Any]) -> LhotseConf:
+    """The yaml's ``lhotse_conf`` over :data:`WENET_LHOTSE_DEFAULTS`, typed (and checked)."""
+    return LhotseConf.from_dict({**WENET_LHOTSE_DEFAULTS,
+                                 **dict(dataset_conf.get("lhotse_conf") or {})})
 
 
-def cv_dataset_conf(train_conf: Mapping[str, Any]) -> Dict[str, Any]:
-    """WeNet's cv conf (``wenet.utils.init_dataset.init_dataset`` for ``split != 'train'``):
-    the train conf without augmentation, shuffling and cycling; dither stays."""
-    conf = dict(train_conf)
-    conf.update({"cycle": 1, "speed_perturb": False, "spec_aug": False, "spec_sub": False,
-                 "spec_trim": False, "shuffle": False, "list_shuffle": False})
+def with_wenet_defaults(dataset_conf: Mapping[str, Any]) -> Dict[str, Any]:
+    """``dataset_conf`` whose ``lhotse_conf`` holds :data:`WENET_LHOTSE_DEFAULTS` where
+    the yaml does not set them (what every builder of this drop-in reads)."""
+    conf = dict(dataset_conf)
+    conf["lhotse_conf"] = {**WENET_LHOTSE_DEFAULTS, **dict(conf.get("lhotse_conf") or {})}
     return conf
 
 
@@ -107,15 +108,9 @@ def wenet_dataset(tokenizer: Any, dataset_conf: Mapping[str, Any], split: str,
     every batch, bad audio skipped (unless ``lhotse_conf`` says otherwise)."""
     from wenet_lhotse.dataset.langid import WenetLangId
 
-    lconf = wenet_lhotse_conf(dataset_conf)
-    ds = make_wenet_dataset(tokenizer, dataset_conf, split,
-                            pool_workers=int(lconf.get("pool_workers", 0)), seed=seed,
-                            fault_tolerant=bool(lconf["fault_tolerant"]),
-                            return_pcm=bool(lconf["return_pcm"]),
-                            features_on=str(lconf.get("features_on", "worker")))
-    ds.lang_id = WenetLangId.from_wenet_conf(dataset_conf.get("language_conf")).preload()
-    ds.lang_from_data = bool(lconf.get("lang_from_data", False))
-    return ds
+    return make_wenet_dataset(
+        tokenizer, with_wenet_defaults(dataset_conf), split, seed=seed,
+        lang_id=WenetLangId.from_wenet_conf(dataset_conf.get("language_conf")).preload())
 
 
 def wenet_equal_steps(args: Any, configs: Mapping[str, Any]) -> bool:
@@ -169,13 +164,12 @@ def init_dataset_and_dataloader(args: Any, configs: MutableMapping[str, Any], to
     # (WeNet would train on with a default, or an ordinary unit as <sos>/<eos>).
     check_wenet_configs(configs)
     configs["vocab_size"] = tokenizer.vocab_size()
-    train_conf = dict(configs.get("dataset_conf") or {})
+    train_conf = with_wenet_defaults(configs.get("dataset_conf") or {})
+    train_conf["lhotse_conf"].setdefault("equal_steps", wenet_equal_steps(args, configs))
     lconf = wenet_lhotse_conf(train_conf)
-    lconf.setdefault("equal_steps", wenet_equal_steps(args, configs))
-    train_conf["lhotse_conf"] = lconf
     data_type = getattr(args, "data_type", "raw") or "raw"
-    train_sources = lconf.get("sources") or wenet_sources(args.train_data, data_type)
-    cv_sources = lconf.get("cv_sources") or wenet_sources(args.cv_data, data_type, "--cv_data")
+    train_sources = lconf.sources or wenet_sources(args.train_data, data_type)
+    cv_sources = lconf.cv_sources or wenet_sources(args.cv_data, data_type, "--cv_data")
     kw = _loader_kw(args, seed)
     train_dataset, train_loader = build_dataloader(
         train_sources, tokenizer, train_conf, "train",
@@ -183,11 +177,12 @@ def init_dataset_and_dataloader(args: Any, configs: MutableMapping[str, Any], to
     # WeNet's executor.cv reports the loss of what its rank read and does not combine
     # ranks, so every rank evaluates the whole cv set, as in WeNet, unless
     # lhotse_conf.cv_partition is set (then combine with reduce_cv_loss).
-    cv_conf = cv_dataset_conf(train_conf)
+    # WeNet's cv conf (init_dataset for split != 'train': no augmentation, shuffling or
+    # cycling; dither stays) is the train conf read for split "cv" (dataset.splits).
     cv_dataset, cv_loader = build_dataloader(
-        cv_sources, tokenizer, cv_conf, "cv", dataset=wenet_dataset(tokenizer, cv_conf, "cv",
-                                                                    seed), **kw)
-    if lconf["cv_partition"] and world_info()[0] > 1:
+        cv_sources, tokenizer, train_conf, "cv",
+        dataset=wenet_dataset(tokenizer, train_conf, "cv", seed), **kw)
+    if lconf.cv_partition and world_info()[0] > 1:
         logger.info("the cv set is split across ranks: combine each rank's loss sum and "
                     "count with wenet_lhotse.loader.reduce_cv_loss")
     return train_dataset, cv_dataset, train_loader, cv_loader
@@ -221,4 +216,4 @@ def Dataset(data_type: str, data_list_file: DataArg, tokenizer: Any = None,  # n
                  if tokenizer is not None else None)
     return OrderedBatches(wenet_sources(data_list_file, data_type, "--test_data"), dataset,
                           int(batch_conf.get("batch_size", 16)), transform=transform,
-                          strict=not lconf["fault_tolerant"])
+                          strict=not lconf.fault_tolerant)

@@ -39,13 +39,13 @@ from lhotse.dataset.collation import collate_vectors
 from wenet_lhotse.dataset.cut_fields import cut_lang, cut_speaker, cut_task
 from wenet_lhotse.dataset.langid import custom_lang
 from wenet_lhotse.dataset.padding import pad_rows
+from wenet_lhotse.dataset.splits import SPLITS, split_rules  # noqa: F401  (SPLITS: public)
 from wenet_lhotse.errors import BATCH_SKIPS_KEY, SkipReport, WenetDataError
 from wenet_lhotse.formats.layout import cut_text
 from wenet_lhotse.text.tokenizer import CJK_PATTERN, read_symbol_table
 
 logger = logging.getLogger(__name__)
 
-SPLITS = ("train", "cv", "infer")
 #: WeNet's IGNORE_ID, the padding value of ``target``.
 IGNORE_ID = -1
 
@@ -82,6 +82,8 @@ class WenetAsrDataset(torch.utils.data.Dataset):
         recorded in :attr:`skip_report` and left out, instead of raising
         :class:`~wenet_lhotse.errors.WenetDataError`.
     :param return_cuts: add the batch's cuts under ``cuts`` (for debugging and statistics).
+    :param freeze_epoch: keep the features' epoch (and so every seeded draw, e.g. cv
+        dither) fixed: :meth:`set_epoch` does nothing (``lhotse_conf.cv_dither: fixed``).
     """
 
     def __init__(
@@ -97,11 +99,11 @@ class WenetAsrDataset(torch.utils.data.Dataset):
         speaker_table: Optional[Union[str, os.PathLike, Mapping[str, int]]] = None,
         fault_tolerant: bool = False,
         return_cuts: bool = False,
+        freeze_epoch: bool = False,
     ) -> None:
         super().__init__()
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-        if tokenizer is None and split != "infer":
+        self.rules = split_rules(split)
+        if tokenizer is None and self.rules.needs_text:
             raise ValueError(f"split={split!r} needs a tokenizer (only 'infer' works without)")
         if tokenizer is not None and not callable(getattr(tokenizer, "tokenize", None)):
             raise TypeError("tokenizer must have WeNet's tokenize(line) -> (tokens, ids)")
@@ -120,6 +122,7 @@ class WenetAsrDataset(torch.utils.data.Dataset):
         self.speaker_table = _load_speaker_table(speaker_table)
         self.fault_tolerant = fault_tolerant
         self.return_cuts = return_cuts
+        self.freeze_epoch = freeze_epoch
         self.skip_report = SkipReport()
 
     def _lang(self, cut: Cut, text: Optional[str]) -> str:
@@ -140,10 +143,7 @@ class WenetAsrDataset(torch.utils.data.Dataset):
     @property
     def augment(self) -> bool:
         """Whether ``features`` is asked to augment (only for ``split="train"``)."""
-        return self.split == "train"
-
-    #: keep the features' epoch (and so every seeded draw, e.g. cv dither) fixed
-    freeze_epoch: bool = False
+        return self.rules.augment
 
     def set_epoch(self, epoch: int) -> None:
         """Forwarded to ``features.set_epoch`` when it has one (augmentation seeds),
@@ -161,7 +161,7 @@ class WenetAsrDataset(torch.utils.data.Dataset):
 
     def _texts(self, cuts: Sequence[Cut]) -> Tuple[List[Cut], List[Optional[str]]]:
         """Validate transcripts; in fault-tolerant mode leave out the bad cuts."""
-        required = self.split != "infer"
+        required = self.rules.needs_text
         kept: List[Cut] = []
         texts: List[Optional[str]] = []
         for cut in cuts:

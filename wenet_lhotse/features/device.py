@@ -26,8 +26,6 @@ log-mel stays on the worker path.
 
 from __future__ import annotations
 
-import random
-from dataclasses import dataclass, field
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -35,17 +33,13 @@ import torch
 
 from wenet_lhotse.features import kaldi
 from wenet_lhotse.features.augment import (
-    choose_speed,
     resample,
-    spec_aug_draws,
-    spec_sub_draws,
-    spec_trim_draw,
     speed_perturb,
-    speed_perturbed_length,
 )
 from wenet_lhotse.features.dither import dithered
 from wenet_lhotse.features.fbank import INT16_SCALE, WenetFbank, WenetMfcc
-from wenet_lhotse.formats.audio import load_samples, resampled_length
+from wenet_lhotse.features.recipe import CutDraws
+from wenet_lhotse.formats.audio import load_samples
 
 #: batch keys the worker fills in device mode (popped by :class:`DeviceFeatures`)
 WAV_KEY = "wav"
@@ -53,26 +47,6 @@ WAV_LENGTHS_KEY = "wav_lengths"
 DRAWS_KEY = "_feature_draws"
 
 FEATURES_ON = ("worker", "device")
-
-
-@dataclass
-class CutDraws:
-    """Everything random about one cut's features, drawn in the worker.
-
-    ``sampling_rate``: of the decoded waveform (Hz); ``frames``: feature frames before
-    spec_trim, ``keep`` after it; spans are ``[start, end)`` in frames / bins.
-    """
-
-    seed: int
-    sampling_rate: int
-    augment: bool
-    dither: bool = False  # add the extractor's dither (training; WeNet's cv too)
-    speed: float = 1.0
-    frames: int = 0
-    keep: int = 0
-    t_spans: List[Tuple[int, int]] = field(default_factory=list)
-    f_spans: List[Tuple[int, int]] = field(default_factory=list)
-    subs: List[Tuple[int, int, int]] = field(default_factory=list)
 
 
 def check_extractor(extractor: Any) -> None:
@@ -83,41 +57,16 @@ def check_extractor(extractor: Any) -> None:
             f"{type(extractor).__name__}; use features_on: worker")
 
 
-def _num_samples(n: int, sr: int, resample_to: Optional[int], speed: float) -> Tuple[int, int]:
-    """``(samples, sampling rate)`` after resampling and speed perturbation of ``n``
-    samples at ``sr`` Hz (the lengths :func:`resample` / :func:`speed_perturb` give)."""
-    if resample_to and sr != resample_to:
-        n = resampled_length(n, sr, resample_to)
-        sr = int(resample_to)
-    return speed_perturbed_length(n, speed), sr
-
-
 def plan_cut(recipe: Any, cut: Any, seed: int, augment: bool
              ) -> Tuple[np.ndarray, CutDraws]:
     """Worker side: the decoded samples (int16 or float32) and the cut's draws.
 
-    ``recipe`` has the worker path's fields (``extractor``, ``resample_to``, ``speeds``,
-    ``spec_aug``, ``spec_sub``, ``spec_trim``, ``channel``, ``eval_dither``); the draws
-    are made in the worker path's order with ``random.Random(seed)``.
+    ``recipe``: the worker path's :class:`~wenet_lhotse.features.recipe.FeatureRecipe`
+    (its pipeline), whose :meth:`~wenet_lhotse.features.recipe.FeatureRecipe.draws` are
+    made in the worker path's order with ``random.Random(seed)``.
     """
-    samples, sr = load_samples(cut, getattr(recipe, "channel", 0))
-    rng = random.Random(seed)
-    speed = choose_speed(rng, recipe.speeds) if augment and recipe.speeds else 1.0
-    n, out_sr = _num_samples(samples.shape[0], sr, recipe.resample_to, speed)
-    cfg = recipe.extractor.config
-    frames = kaldi.num_frames(n, cfg.frame_options(out_sr))
-    draws = CutDraws(seed=int(seed), sampling_rate=sr, augment=augment,
-                     dither=augment or bool(getattr(recipe, "eval_dither", False)),
-                     speed=float(speed), frames=frames, keep=frames)
-    if augment:
-        if recipe.spec_aug is not None:
-            bins = recipe.extractor.feature_dim(out_sr)
-            draws.t_spans, draws.f_spans = spec_aug_draws(frames, bins, rng, recipe.spec_aug)
-        if recipe.spec_sub is not None:
-            draws.subs = spec_sub_draws(frames, rng, recipe.spec_sub)
-        if recipe.spec_trim is not None:
-            draws.keep = spec_trim_draw(frames, rng, recipe.spec_trim)
-    return samples, draws
+    samples, sr = load_samples(cut, recipe.channel)
+    return samples, recipe.draws(samples.shape[0], sr, seed, augment)
 
 
 class WaveBatch(NamedTuple):

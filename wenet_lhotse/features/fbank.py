@@ -221,7 +221,13 @@ class _WenetExtractor(FeatureExtractor):
 
 @register_extractor
 class WenetFbank(_WenetExtractor):
-    """WeNet's ``compute_fbank`` (Kaldi fbank on ``waveform * 32768``), pure torch."""
+    """WeNet's ``compute_fbank`` (Kaldi fbank on ``waveform * 32768``), pure torch.
+
+    >>> import numpy as np
+    >>> fbank = WenetFbank(WenetFbankConfig(num_mel_bins=80))
+    >>> fbank.extract(np.zeros(16000, dtype=np.float32), 16000).shape  # 1 s: 98 frames
+    (98, 80)
+    """
 
     name = "wenet-fbank"
     config_type = WenetFbankConfig

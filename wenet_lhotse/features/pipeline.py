@@ -11,67 +11,42 @@ load_samples`: the same floats as ``cut.load_audio()``, measured ~4x less CPU).
 
 from __future__ import annotations
 
-import hashlib
 import random
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Tuple
 
 import numpy as np
 import torch
-from lhotse.features.base import FeatureExtractor
 
 from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.features.augment import (
-    SpecAugConfig,
-    SpecSubConfig,
-    SpecTrimConfig,
     choose_speed,
     spec_aug,
     spec_sub,
     spec_trim,
     speed_perturb,
 )
+from wenet_lhotse.features.recipe import (  # noqa: F401  (cut_seed & co.: public here)
+    WENET_SPEEDS,
+    FeatureRecipe,
+    cut_seed,
+    planned_speed,
+)
 from wenet_lhotse.formats.audio import as_float_samples, load_samples, resample
 from wenet_lhotse.formats.layout import cut_source
 
-#: WeNet's default speed perturbation factors.
-WENET_SPEEDS = (0.9, 1.0, 1.1)
-
-
-def cut_seed(seed: int, epoch: int, cut_id: str) -> int:
-    """A 64-bit seed from ``(seed, epoch, cut_id)``, stable across processes and runs
-    (unlike ``hash()``, which is salted per process)."""
-    digest = hashlib.blake2b(f"{seed}|{epoch}|{cut_id}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little")
-
-
-def planned_speed(seed: int, epoch: int, cut_id: str, speeds: Sequence[float]) -> float:
-    """The speed factor :meth:`CutPipeline.process` applies to ``cut_id`` in ``epoch``
-    (the first draw of the cut's ``random.Random(cut_seed(seed, epoch, cut_id))``), known
-    before any audio is read: the loader's batching constraints count frames with it."""
-    return choose_speed(random.Random(cut_seed(seed, epoch, cut_id)), speeds)
-
 
 @dataclass
-class CutPipeline:
-    """The per-cut work, picklable so it can be sent to worker processes once.
+class CutPipeline(FeatureRecipe):
+    """A :class:`~wenet_lhotse.features.recipe.FeatureRecipe` and how to run it, picklable
+    so it can be sent to worker processes once.
 
     Units: ``resample_to`` in Hz; ``speeds`` are tempo factors; dither is the
     extractor's (int16 units for the Kaldi-style extractors).
     """
 
-    extractor: FeatureExtractor
-    resample_to: Optional[int] = 16000
-    speeds: Optional[Tuple[float, ...]] = None
-    spec_aug: Optional[SpecAugConfig] = None
-    spec_sub: Optional[SpecSubConfig] = None
-    spec_trim: Optional[SpecTrimConfig] = None
     return_audio: bool = False
-    #: the channel read from multi-channel audio (WeNet's ``singal_channel_conf.channel``)
-    channel: int = 0
-    #: apply the extractor's dither also when not augmenting (WeNet's cv keeps it)
-    eval_dither: bool = False
     features_on: str = "worker"
 
     def process(self, cut: Any, seed: int, augment: bool):

@@ -20,10 +20,11 @@ from lhotse.dataset.collation import collate_matrices, collate_vectors
 from lhotse.features.base import FeatureExtractor
 
 from wenet_lhotse.errors import SkipReport, WenetDataError
-from wenet_lhotse.features.augment import SpecAugConfig, SpecSubConfig, SpecTrimConfig, as_config
+from wenet_lhotse.features.augment import SpecAugConfig, SpecSubConfig, SpecTrimConfig
 from wenet_lhotse.features.device import FEATURES_ON, WaveBatch, check_extractor
-from wenet_lhotse.features.pipeline import WENET_SPEEDS, CutPipeline, cut_seed, one_torch_thread
+from wenet_lhotse.features.pipeline import CutPipeline, cut_seed, one_torch_thread
 from wenet_lhotse.features.pool import WorkerPool
+from wenet_lhotse.features.recipe import FeatureRecipe
 
 
 class PooledBatch(NamedTuple):
@@ -90,34 +91,16 @@ class PooledFeatures:
         eval_dither: bool = False,
         features_on: str = "worker",
     ) -> None:
-        if extractor is None:
-            from wenet_lhotse.features.fbank import WenetFbank
-
-            extractor = WenetFbank()
-        if speed_perturb is True:
-            speeds: Optional[Tuple[float, ...]] = WENET_SPEEDS
-        elif not speed_perturb:
-            speeds = None
-        else:
-            speeds = tuple(float(s) for s in speed_perturb)
         if num_workers < 0:
             raise ValueError(f"num_workers must be >= 0, got {num_workers}")
         if features_on not in FEATURES_ON:
             raise ValueError(f"features_on must be one of {FEATURES_ON}, got {features_on!r}")
+        recipe = FeatureRecipe.build(extractor, speed_perturb, resample_to, spec_aug, spec_sub,
+                                     spec_trim, channel, eval_dither)
         if features_on == "device":
-            check_extractor(extractor)
-        self.pipeline = CutPipeline(
-            extractor=extractor,
-            resample_to=int(resample_to) if resample_to else None,
-            speeds=speeds,
-            spec_aug=as_config(spec_aug, SpecAugConfig),
-            spec_sub=as_config(spec_sub, SpecSubConfig),
-            spec_trim=as_config(spec_trim, SpecTrimConfig),
-            return_audio=return_audio,
-            channel=int(channel),
-            eval_dither=bool(eval_dither),
-            features_on=features_on,
-        )
+            check_extractor(recipe.extractor)
+        self.pipeline = CutPipeline(**vars(recipe), return_audio=return_audio,
+                                    features_on=features_on)
         self.num_workers = int(num_workers)
         self.seed = int(seed)
         self.epoch = 0
@@ -125,6 +108,20 @@ class PooledFeatures:
         self.start_method = start_method
         self.skip_report = SkipReport()
         self._pool: Optional[WorkerPool] = None
+
+    @classmethod
+    def from_recipe(cls, recipe: FeatureRecipe, **kwargs: Any) -> PooledFeatures:
+        """Features computed by ``recipe``; ``kwargs``: how (``num_workers``, ``seed``,
+        ``fault_tolerant``, ``return_audio``, ``features_on``, ...).
+
+        >>> from wenet_lhotse.features.fbank import WenetFbank
+        >>> f = PooledFeatures.from_recipe(FeatureRecipe.build(WenetFbank(), True), seed=3)
+        >>> f.pipeline.speeds, f.seed
+        ((0.9, 1.0, 1.1), 3)
+        """
+        return cls(recipe.extractor, speed_perturb=recipe.speeds, resample_to=recipe.resample_to,
+                   spec_aug=recipe.spec_aug, spec_sub=recipe.spec_sub, spec_trim=recipe.spec_trim,
+                   channel=recipe.channel, eval_dither=recipe.eval_dither, **kwargs)
 
     @property
     def extractor(self) -> FeatureExtractor:

@@ -334,7 +334,7 @@ def read_shard_list(
     :param max_member_bytes: largest tar member read (bytes); default
         ``$WENET_LHOTSE_MAX_MEMBER_BYTES`` or 1 GiB. Larger, sparse, link and device
         members are bad input (kind ``"bad_member"``) and never allocated.
-    :param limits: network deadlines (:class:`~wenet_lhotse.formats.streams.ReadLimits`;
+    :param limits: network deadlines (:class:`~wenet_lhotse.formats.read_limits.ReadLimits`;
         default from the environment).
     """
     report = skip_report if skip_report is not None else SkipReport()

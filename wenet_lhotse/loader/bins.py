@@ -27,6 +27,7 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 from lhotse.cut import Cut
 from lhotse.dataset.sampling.dynamic_bucketing import estimate_duration_buckets
 
+from wenet_lhotse.dataset.splits import split_rules
 from wenet_lhotse.loader.config import LoaderConfig
 from wenet_lhotse.loader.lengths import CutLengths, cut_lengths_from_wenet_conf
 from wenet_lhotse.sources import SourceSpec
@@ -146,4 +147,5 @@ class WorkerEdges:
 
 def split_lengths(cfg: LoaderConfig, split: str, seed: int) -> CutLengths:
     """The lengths the split's batching measures (speed perturbation in training)."""
-    return cut_lengths_from_wenet_conf(cfg.dataset_conf, train=split == "train", seed=seed)
+    return cut_lengths_from_wenet_conf(cfg.dataset_conf, train=split_rules(split).augment,
+                                       seed=seed)

@@ -15,7 +15,7 @@ batches, all of ``B`` cuts but the last -- WeNet's count.
 
 :class:`BucketingSampler` is Lhotse's ``DynamicBucketingSampler`` over it, for one
 process reading its own cuts (streamed training, cv plans). The map-style training
-sampler (:class:`~wenet_lhotse.loader.resume.ResumableBucketingSampler`) builds on
+sampler (:class:`~wenet_lhotse.loader.sampler.ResumableBucketingSampler`) builds on
 the same bucketer.
 """
 

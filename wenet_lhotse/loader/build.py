@@ -37,6 +37,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from lhotse import CutSet
 
+from wenet_lhotse.dataset.splits import SPLITS, split_rules  # noqa: F401  (SPLITS: public)
 from wenet_lhotse.errors import SkipReport
 from wenet_lhotse.features.device import DeviceFeatures
 from wenet_lhotse.formats.split import reader_share
@@ -74,7 +75,6 @@ from wenet_lhotse.sources.manifest import LazyCheckedManifest
 
 logger = logging.getLogger(__name__)
 
-SPLITS = ("train", "cv", "infer")
 
 
 def _map_reader(spec: SourceSpec, cfg: LoaderConfig, seed: int, strict: bool,
@@ -129,12 +129,13 @@ def resolve_mode(mode: str, specs: Sequence[SourceSpec], split: str) -> str:
     """``"map"`` or ``"streamed"`` for ``lhotse_conf.mode`` (``auto``, ``map`` or
     ``streamed``), the sources and the split; ValueError for an impossible pair."""
     streamable = all(s.type in ("shard", "shar") for s in specs)
+    training = split_rules(split).training
     if mode == "auto":
         # Tar shards stream; cv/infer from shards stream too (each worker reads its own
         # tars, so every cut is seen once without holding the set's audio in memory).
         mode = ("streamed" if any(s.streamed for s in specs)
-                and (split == "train" or streamable) else "map")
-    if mode == "streamed" and split != "train" and not streamable:
+                and (training or streamable) else "map")
+    if mode == "streamed" and not training and not streamable:
         mode = "map"  # the train conf's mode also reaches cv: plan a raw/cuts cv set
     if mode == "map" and any(s.fields is not None for s in specs):
         raise ValueError("a Shar source given by URLs ('fields') can only be streamed: "
@@ -178,7 +179,7 @@ def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
     def mux_and_constraint() -> Tuple[ResumableMux, List[float], Any]:
         # train: the sampler holds metadata and builds only its rank's emitted cuts
         streams = [PositionedStream(_map_reader(s, cfg, seed, plan.strict, plan.skip_report,
-                                                light=split == "train"), tf)
+                                                light=cfg.rules.training), tf)
                    for s, tf in zip(specs, plan.transforms)]
         mux = ResumableMux(streams, plan.weights, seed=seed, stop_early=lconf.mux_stop_early)
         mux.start(0)
@@ -208,7 +209,7 @@ def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
 
     attach = SharAudioAttacher(plan.strict) if any(s.type == "shar" for s in specs) else None
     dataset_for_loader = LoaderDataset(dataset, attach)
-    if split == "train":
+    if cfg.rules.training:
         mux, bins, constraint = mux_and_constraint()
         depth = max(lconf.snapshot_depth,
                     num_workers * (prefetch_factor or 2) + 4 if num_workers else 4)
@@ -236,7 +237,7 @@ def build_streamed_loader(plan: LoaderPlan, dataset: Any) -> StreamedDataLoader:
     cfg, lconf, split = plan.cfg, plan.cfg.lhotse, plan.split
     specs, seed, ws, rk = plan.specs, plan.seed, plan.world_size, plan.rank
     strict, weights, transforms = plan.strict, plan.weights, plan.transforms
-    train = split == "train"
+    train = cfg.rules.training
     lengths = split_lengths(cfg, split, seed)
     need_edges, need_mean = needs_sample(cfg)
     for spec in specs:  # the lists are read in the workers: a wrong path fails here
@@ -328,9 +329,18 @@ def build_dataloader(
     :return: the map-style dataset (``dataset[cuts]``) and the loader.
     :raises WenetConfigError: at start-up, for an unknown key or a bad value in
         ``dataset_conf`` or a symbol table that disagrees with ``special_tokens``.
+
+    >>> import tempfile
+    >>> from wenet_lhotse.corpus import generate_corpus
+    >>> from wenet_lhotse.text import CharTokenizer
+    >>> corpus = generate_corpus(tempfile.mkdtemp(), num_utterances=4, max_duration=1.5)
+    >>> conf = {"batch_conf": {"batch_type": "static", "batch_size": 2}}
+    >>> dataset, loader = build_dataloader(str(corpus.data_list), CharTokenizer(corpus.units),
+    ...                                    conf, "cv")
+    >>> [tuple(batch["feats"].shape[::2]) for batch in loader]  # (utterances, 23 bins)
+    [(2, 23), (2, 23)]
     """
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    rules = split_rules(split)  # ValueError for an unknown split
     # One report for every skip of this loader: readers here and in workers, features,
     # dataset (fault-tolerant mode); exposed as loader.skip_report.
     skip_report = skip_report if skip_report is not None else SkipReport()
@@ -347,14 +357,10 @@ def build_dataloader(
     ws, rk = world_info(world_size, rank)
     strict = not lconf.fault_tolerant
     if dataset is None:
-        dataset = make_wenet_dataset(tokenizer, cfg.dataset_conf, split,
-                                     pool_workers=lconf.pool_workers, seed=seed,
-                                     fault_tolerant=lconf.fault_tolerant,
-                                     return_pcm=lconf.return_pcm,
-                                     features_on=lconf.features_on)
+        dataset = make_wenet_dataset(tokenizer, cfg.dataset_conf, split, seed=seed)
     transform = DeviceFeatures.for_dataset(dataset, lconf.features_on, lconf.device)
     filter_conf = cfg.dataset_conf.get("filter_conf") or {}
-    use_filter = tokenizer is not None and split != "infer"
+    use_filter = tokenizer is not None and rules.filter
     transforms = [CutTransform(tokenizer if use_filter else None,
                                filter_conf if use_filter else None, s.tags) for s in specs]
 

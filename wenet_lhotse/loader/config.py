@@ -80,7 +80,24 @@ import logging
 from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Mapping, Optional
 
+from wenet_lhotse.dataset.splits import SplitRules, split_rules
+from wenet_lhotse.errors import WenetConfigError
 from wenet_lhotse.features.device import FEATURES_ON
+from wenet_lhotse.loader.schema import (
+    BATCH_TYPES,
+    WENET_BATCH_CONF,
+    anything,
+    boolean_or_dir,
+    choice,
+    field_rules,
+    integer,
+    key,
+    list_of,
+    number,
+    optional,
+    problem,
+    torch_device,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -89,66 +106,66 @@ CV_DITHER = ("wenet", "fixed", "off")
 BATCH_BY = ("wenet", "duration")
 
 
+_SIZE, _COUNT, _SECONDS = integer(1), integer(0), number(positive=True)
+
+
 @dataclass
 class LhotseConf:
-    """The ``lhotse_conf`` section (see the module docstring for each key)."""
+    """The ``lhotse_conf`` section (see the module docstring for each key): each key's
+    type, default and (where its type says too little) check, declared once; adding a
+    key is one line here (and its row in docs/migration.md).
 
-    sources: Optional[List[Any]] = None
-    cv_sources: Optional[List[Any]] = None
-    batch_by: str = "wenet"
-    max_duration: Optional[float] = None
-    max_cuts: Optional[int] = None
-    num_buckets: int = 30
-    duration_bins: Optional[List[float]] = None
-    num_cuts_for_bins_estimate: int = 5000
-    quadratic_duration: Optional[float] = None
-    buffer_size: int = 20000
-    mode: str = "auto"
+    >>> LhotseConf.from_dict({"max_duration": 200}).max_duration
+    200
+    >>> LhotseConf.from_dict({"num_buckets": 0})
+    Traceback (most recent call last):
+    ...
+    wenet_lhotse.errors.WenetConfigError: lhotse_conf.num_buckets: expected an integer >= 1, got 0
+    """
+
+    sources: Optional[List[Any]] = key(None, optional(list_of(anything, 1)))
+    cv_sources: Optional[List[Any]] = key(None, optional(list_of(anything, 1)))
+    batch_by: str = key("wenet", choice(*BATCH_BY))
+    max_duration: Optional[float] = key(None, optional(_SECONDS))
+    max_cuts: Optional[int] = key(None, optional(_SIZE))
+    num_buckets: int = key(30, _SIZE)
+    duration_bins: Optional[List[float]] = key(None, optional(list_of(_SECONDS, 1)))
+    num_cuts_for_bins_estimate: int = key(5000, _SIZE)
+    quadratic_duration: Optional[float] = key(None, optional(_SECONDS))
+    buffer_size: int = key(20000, _SIZE)
+    mode: str = key("auto", choice(*MODES))
     mux_stop_early: bool = False
-    pool_workers: int = 0
+    pool_workers: int = key(0, _COUNT)
     fault_tolerant: bool = False
     allow_pipe: bool = False
-    steps_per_epoch: Optional[int] = None
+    steps_per_epoch: Optional[int] = key(None, optional(_SIZE))
     equal_steps: bool = True
     resume_loader: bool = True
-    snapshot_depth: int = 64
+    snapshot_depth: int = key(64, _SIZE)
     return_pcm: bool = False
     cv_partition: bool = True
     lang_from_data: bool = False
-    probe_cache: Any = False
-    cv_dither: str = "wenet"
-    features_on: str = "worker"
-    device: Optional[str] = None
+    probe_cache: Any = key(False, boolean_or_dir)
+    cv_dither: str = key("wenet", choice(*CV_DITHER))
+    features_on: str = key("worker", choice(*FEATURES_ON))
+    device: Optional[str] = key(None, optional(torch_device))
 
     @classmethod
     def from_dict(cls, conf: Optional[Mapping[str, Any]]) -> LhotseConf:
+        """The typed section; :class:`~wenet_lhotse.errors.WenetConfigError` (a
+        ``ValueError``) naming the key for an unknown key or a bad value."""
         conf = dict(conf or {})
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(conf) - known)
         if unknown:
-            raise ValueError(f"unknown lhotse_conf keys {unknown}; known: {sorted(known)}")
-        out = cls(**conf)
-        if out.mode not in MODES:
-            raise ValueError(f"lhotse_conf.mode must be one of {MODES}, got {out.mode!r}")
-        if out.cv_dither not in CV_DITHER:
-            raise ValueError(f"lhotse_conf.cv_dither must be one of {CV_DITHER}, "
-                             f"got {out.cv_dither!r}")
-        if out.batch_by not in BATCH_BY:
-            raise ValueError(f"lhotse_conf.batch_by must be one of {BATCH_BY}, "
-                             f"got {out.batch_by!r}")
-        if out.num_buckets < 1:
-            raise ValueError("lhotse_conf.num_buckets must be >= 1")
-        if out.features_on not in FEATURES_ON:
-            raise ValueError(f"lhotse_conf.features_on must be one of {FEATURES_ON}, got "
-                             f"{out.features_on!r}")
-        if out.device is not None:
-            try:
-                import torch
-
-                torch.device(out.device)
-            except (RuntimeError, TypeError) as err:
-                raise ValueError(f"lhotse_conf.device: {err}") from None
-        return out
+            raise WenetConfigError("lhotse_conf", f"unknown lhotse_conf keys {unknown}; "
+                                                  f"known: {sorted(known)}")
+        rules = field_rules(cls)
+        for name, value in conf.items():
+            bad = problem(rules, name, value)
+            if bad:
+                raise WenetConfigError(f"lhotse_conf.{name}", bad)
+        return cls(**conf)
 
 
 @dataclass
@@ -216,83 +233,109 @@ class LoaderConfig:
     list_shuffle: bool = False
     list_shuffle_size: Optional[int] = None
     extra: Dict[str, Any] = field(default_factory=dict)
+    #: the split's rules (:func:`~wenet_lhotse.dataset.splits.split_rules`)
+    rules: SplitRules = field(default_factory=lambda: split_rules("train"))
+
+    @property
+    def split(self) -> str:
+        return self.rules.name
+
+    def for_split(self, split: str) -> LoaderConfig:
+        """This ``dataset_conf`` read for ``split`` (``train``, ``cv`` or ``infer``): the one
+        place where splits differ (:class:`~wenet_lhotse.dataset.splits.SplitRules`)."""
+        return LoaderConfig.from_wenet(self.dataset_conf, split)
 
     @classmethod
     def from_wenet(cls, dataset_conf: Optional[Mapping[str, Any]], split: str = "train"
                    ) -> LoaderConfig:
         """Read WeNet's ``dataset_conf`` (plus ``lhotse_conf`` inside it, if any).
 
-        For ``split != "train"`` shuffling is off and ``cycle`` is 1 (WeNet's cv).
+        Outside training (``split`` cv or infer) shuffling is off and ``cycle`` is 1
+        (WeNet's cv): see :meth:`for_split`.
         """
+        rules = split_rules(split)
         conf = dict(dataset_conf or {})
         lconf = LhotseConf.from_dict(conf.get("lhotse_conf"))
         shift = frame_shift_ms(conf)
         batching = batching_from_wenet(conf.get("batch_conf"), lconf, shift)
-        shuffle = bool(conf.get("shuffle", True)) and split == "train"
+        shuffle = bool(conf.get("shuffle", True)) and rules.shuffle
         shuffle_size = int((conf.get("shuffle_conf") or {}).get("shuffle_size", 0) or 0)
         buffer_size = max(lconf.buffer_size, shuffle_size)
-        train = split == "train"
-        cycle = int(conf.get("cycle", 1) or 1) if train else 1
+        cycle = int(conf.get("cycle", 1) or 1)
         if cycle < 1:
             raise ValueError(f"dataset_conf.cycle must be >= 1, got {cycle}")
-        list_shuffle = bool(conf.get("list_shuffle", True)) and train
+        cycle = cycle if rules.shuffle else 1
+        list_shuffle = bool(conf.get("list_shuffle", True)) and rules.shuffle
         list_size = (conf.get("list_shuffle_conf") or {}).get("shuffle_size")
         return cls(dataset_conf=conf, lhotse=lconf, batching=batching, shuffle=shuffle,
                    buffer_size=buffer_size, frame_shift_ms=shift, cycle=cycle,
                    list_shuffle=list_shuffle,
-                   list_shuffle_size=int(list_size) if list_size is not None else None)
+                   list_shuffle_size=int(list_size) if list_size is not None else None,
+                   rules=rules)
 
 
 def frame_shift_ms(dataset_conf: Mapping[str, Any]) -> float:
     """Feature frame shift (ms) from ``fbank_conf``/``mfcc_conf`` (WeNet's default 10)."""
-    for key in ("fbank_conf", "mfcc_conf"):
-        sub = dataset_conf.get(key)
+    for section in ("fbank_conf", "mfcc_conf"):
+        sub = dataset_conf.get(section)
         if sub and "frame_shift" in sub:
             return float(sub["frame_shift"])
     return 10.0
 
 
-def _wenet_batch_conf(batch_conf: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
-    """WeNet's ``batch_conf`` with WeNet's defaults filled in and values checked; errors
-    name the key (``dataset_conf.batch_conf.<key>``)."""
-    bc = dict(batch_conf or {"batch_type": "static", "batch_size": 16})
-    key = "dataset_conf.batch_conf"
-    btype = bc.setdefault("batch_type", "static")
+def batch_value(name: str, value: Any) -> int:
+    """``value`` of ``batch_conf.<name>`` as a positive int (16.0 is 16); ValueError
+    naming the key otherwise. The one check of batch sizes and frame caps (the sampling
+    constraints use it too)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or int(value) != value or value < 1:
+        raise ValueError(f"dataset_conf.batch_conf.{name}: must be a positive integer, "
+                         f"got {value!r}")
+    return int(value)
 
-    def positive_int(name: str, value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or int(value) != value or value < 1:
-            raise ValueError(f"{key}.{name}: must be a positive integer, got {value!r}")
-        return int(value)
+
+def wenet_batch_conf(batch_conf: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+    """WeNet's ``batch_conf`` with WeNet's defaults
+    (:data:`~wenet_lhotse.loader.schema.WENET_BATCH_CONF`) filled in and values checked;
+    errors name the key (``dataset_conf.batch_conf.<key>``).
+
+    >>> wenet_batch_conf({"batch_type": "dynamic"})
+    {'batch_type': 'dynamic', 'max_frames_in_batch': 12000}
+    """
+    bc = dict(batch_conf or {})
+    btype = bc.setdefault("batch_type", WENET_BATCH_CONF["batch_type"][0])
+
+    def value(name: str) -> int:
+        return batch_value(name, bc.get(name, WENET_BATCH_CONF[name][0]))
 
     if btype == "static":
-        bc["batch_size"] = positive_int("batch_size", bc.get("batch_size", 16))
+        bc["batch_size"] = value("batch_size")
     elif btype == "dynamic":
-        bc["max_frames_in_batch"] = positive_int("max_frames_in_batch",
-                                                 bc.get("max_frames_in_batch", 12000))
+        bc["max_frames_in_batch"] = value("max_frames_in_batch")
     elif btype == "bucket":
+        where = "dataset_conf.batch_conf"
         bounds = bc.get("bucket_boundaries")
         sizes = bc.get("bucket_batch_sizes")
         if not isinstance(bounds, (list, tuple)) or not bounds:
-            raise ValueError(f"{key}.bucket_boundaries: a non-empty list of frame counts is "
-                             f"needed for batch_type bucket, got {bounds!r}")
+            raise ValueError(f"{where}.bucket_boundaries: a non-empty list of frame counts "
+                             f"is needed for batch_type bucket, got {bounds!r}")
         if not isinstance(sizes, (list, tuple)) or len(sizes) != len(bounds) + 1:
-            raise ValueError(f"{key}.bucket_batch_sizes: one more entry than "
+            raise ValueError(f"{where}.bucket_batch_sizes: one more entry than "
                              f"bucket_boundaries ({len(bounds) + 1}) is needed, got {sizes!r}")
-        bc["bucket_boundaries"] = [positive_int("bucket_boundaries", b) for b in bounds]
-        bc["bucket_batch_sizes"] = [positive_int("bucket_batch_sizes", b) for b in sizes]
+        bc["bucket_boundaries"] = [batch_value("bucket_boundaries", b) for b in bounds]
+        bc["bucket_batch_sizes"] = [batch_value("bucket_batch_sizes", b) for b in sizes]
         if bc["bucket_boundaries"] != sorted(bc["bucket_boundaries"]):
-            raise ValueError(f"{key}.bucket_boundaries: must be ascending, got {bounds!r}")
+            raise ValueError(f"{where}.bucket_boundaries: must be ascending, got {bounds!r}")
     else:
-        raise ValueError(f"{key}.batch_type: unknown value {btype!r}; "
-                         f"use static, dynamic or bucket")
+        raise ValueError(f"dataset_conf.batch_conf.batch_type: unknown value {btype!r}; "
+                         f"use {', '.join(BATCH_TYPES)}")
     return bc
 
 
 def batching_from_wenet(batch_conf: Optional[Mapping[str, Any]], lconf: LhotseConf,
                         frame_shift: float = 10.0) -> BatchingConfig:
     """Translate WeNet's ``batch_conf`` (see the module docstring)."""
-    bc = _wenet_batch_conf(batch_conf)
+    bc = wenet_batch_conf(batch_conf)
     if lconf.max_duration is not None:
         return BatchingConfig(by="duration", batch_conf=bc,
                               max_duration=float(lconf.max_duration), max_cuts=lconf.max_cuts,

@@ -10,7 +10,8 @@ Every problem is one :class:`WenetConfigError` whose message names the yaml key:
 The keys are those WeNet's ``wenet/dataset/dataset.py`` reads and the parameters of the
 ``wenet/dataset/processor.py`` functions each section is passed to (a test reads both
 from WeNet's source), plus ``syncbn``, which one of WeNet's own recipe yamls carries
-and WeNet ignores. ``lhotse_conf`` keys come from :class:`~.config.LhotseConf`.
+and WeNet ignores. ``lhotse_conf`` keys come from :class:`~.config.LhotseConf`. Every
+key's check is declared once, in :mod:`~wenet_lhotse.loader.schema`.
 
 Where it differs from WeNet: WeNet ignores unknown keys and fails late (or never) on
 bad values; a typo there silently falls back to a default. We stop at start-up. We are
@@ -20,198 +21,28 @@ missing ``shuffle_conf`` while ``shuffle`` is on).
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import os
-import typing
 from pathlib import Path
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
 from wenet_lhotse.errors import WenetConfigError, WenetDataError
+from wenet_lhotse.loader.config import LhotseConf
+from wenet_lhotse.loader.schema import (  # noqa: F401  (SCALARS, SECTIONS: public here)
+    SCALARS,
+    SECTIONS,
+    Check,
+    field_rules,
+    integer,
+)
+from wenet_lhotse.loader.schema import show as _show
 
 Pathlike = Union[str, os.PathLike]
 
 
-# -- value specs: a check returns None when the value is fine, else what was expected --
-
-Check = Callable[[Any], Optional[str]]
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, str) and len(value) > 60:
-        return repr(value[:57] + "...")
-    return repr(value)
-
-
-def boolean(v: Any) -> Optional[str]:
-    return None if isinstance(v, bool) else "expected a boolean"
-
-
-def integer(minimum: Optional[int] = None) -> Check:
-    def check(v: Any) -> Optional[str]:
-        if isinstance(v, bool) or not isinstance(v, int) or (minimum is not None and v < minimum):
-            return "expected an integer" + (f" >= {minimum}" if minimum is not None else "")
-        return None
-    return check
-
-
-def number(minimum: Optional[float] = None, positive: bool = False) -> Check:
-    def check(v: Any) -> Optional[str]:
-        ok = isinstance(v, (int, float)) and not isinstance(v, bool)
-        if ok and positive and not v > 0:
-            return "expected a number > 0"
-        if not ok or (minimum is not None and v < minimum):
-            return "expected a number" + (f" >= {minimum:g}" if minimum is not None else "")
-        return None
-    return check
-
-
-def string(v: Any) -> Optional[str]:
-    return None if isinstance(v, str) else "expected a string"
-
-
-def choice(*values: str) -> Check:
-    def check(v: Any) -> Optional[str]:
-        return None if v in values else "expected one of " + ", ".join(values)
-    return check
-
-
-def list_of(item: Check, min_len: int = 0) -> Check:
-    def check(v: Any) -> Optional[str]:
-        if not isinstance(v, (list, tuple)) or len(v) < min_len:
-            return "expected a list" + (f" of at least {min_len}" if min_len else "")
-        bad = next((x for x in v if item(x)), None)
-        if bad is not None:
-            return f"expected a list whose items are: {item(bad).replace('expected ', '')}"
-        return None
-    return check
-
-
-def optional(inner: Check) -> Check:
-    return lambda v: None if v is None else inner(v)
-
-
-def anything(v: Any) -> Optional[str]:
-    return None
-
-
-#: yaml words that a user meant as a boolean, never as a directory name.
-_BOOL_WORDS = {"true", "false", "yes", "no", "on", "off", "0", "1", ""}
-
-
-def boolean_or_dir(v: Any) -> Optional[str]:
-    """``true``/``false``, or a directory path (``probe_cache``)."""
-    if isinstance(v, bool) or (isinstance(v, str) and v.strip().lower() not in _BOOL_WORDS):
-        return None
-    return "expected a boolean (or a cache directory)"
-
-
-def mapping(v: Any) -> Optional[str]:
-    return None if isinstance(v, Mapping) else "expected a mapping (key: value)"
-
-
-def boolean_or_list(v: Any) -> Optional[str]:
-    if isinstance(v, bool) or not list_of(number(positive=True), 1)(v):
-        return None
-    return "expected a boolean or a list of speed factors"
-
-
-_MS = number(positive=True)
-_COUNT = integer(0)
-_SIZE = integer(1)
-
-#: dataset_conf sections (mappings) and their keys: WeNet's processor parameters.
-SECTIONS: Dict[str, Dict[str, Check]] = {
-    "filter_conf": {k: number(0) for k in (
-        "max_length", "min_length", "token_max_length", "token_min_length",
-        "min_output_input_ratio", "max_output_input_ratio")},
-    "resample_conf": {"resample_rate": _SIZE},
-    "singal_channel_conf": {"channel": _COUNT},
-    "speaker_conf": {"speaker_table_path": string},
-    "fbank_conf": {"num_mel_bins": _SIZE, "frame_length": _MS, "frame_shift": _MS,
-                   "dither": number(0),
-                   "window_type": choice("povey", "hamming", "hanning", "rectangular",
-                                         "blackman")},
-    "mfcc_conf": {"num_mel_bins": _SIZE, "frame_length": _MS, "frame_shift": _MS,
-                  "dither": number(0), "num_ceps": _SIZE, "high_freq": number(),
-                  "low_freq": number(0)},
-    "log_mel_spectrogram_conf": {"n_fft": _SIZE, "hop_length": _SIZE, "num_mel_bins": _SIZE,
-                                 "padding": _COUNT, "pad_or_trim": boolean,
-                                 "max_duration": number(positive=True)},
-    "spec_aug_conf": {k: _COUNT for k in ("num_t_mask", "num_f_mask", "max_t", "max_f",
-                                          "max_w")},
-    "spec_sub_conf": {"max_t": _COUNT, "num_t_sub": _COUNT},
-    "spec_trim_conf": {"max_t": _SIZE},
-    "language_conf": {"limited_langs": list_of(string, 1)},
-    "shuffle_conf": {"shuffle_size": _SIZE},
-    "sort_conf": {"sort_size": _SIZE},
-    "list_shuffle_conf": {"shuffle_size": _SIZE},
-    "batch_conf": {"batch_type": choice("static", "bucket", "dynamic"),
-                   "batch_size": _SIZE, "max_frames_in_batch": _SIZE,
-                   "bucket_boundaries": list_of(_SIZE, 1),
-                   "bucket_batch_sizes": list_of(_SIZE, 1)},
-}
-#: dataset_conf keys holding a plain value.
-SCALARS: Dict[str, Check] = {
-    "cycle": _SIZE, "list_shuffle": boolean, "speed_perturb": boolean_or_list,
-    "feats_type": choice("fbank", "mfcc", "log_mel_spectrogram"),
-    "spec_aug": boolean, "spec_sub": boolean, "spec_trim": boolean,
-    "shuffle": boolean, "sort": boolean,
-    "syncbn": boolean,  # in WeNet's librispeech squeezeformer yaml; WeNet ignores it
-}
-
-#: lhotse_conf keys with a tighter rule than their type annotation gives.
-LHOTSE_RULES: Dict[str, Check] = {
-    "max_duration": optional(number(positive=True)),
-    "max_cuts": optional(_SIZE),
-    "num_buckets": _SIZE,
-    "duration_bins": optional(list_of(number(positive=True), 1)),
-    "num_cuts_for_bins_estimate": _SIZE,
-    "quadratic_duration": optional(number(positive=True)),
-    "buffer_size": _SIZE,
-    "pool_workers": _COUNT,
-    "steps_per_epoch": optional(_SIZE),
-    "snapshot_depth": _SIZE,
-    "sources": optional(list_of(anything, 1)),
-    "cv_sources": optional(list_of(anything, 1)),
-    "probe_cache": boolean_or_dir,
-}
-
-
-def _from_annotation(tp: Any) -> Check:
-    """A check from a dataclass field's type (bool, int, float, str, List, Optional)."""
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin is Union:
-        rest = [a for a in args if a is not type(None)]
-        inner = _from_annotation(rest[0]) if len(rest) == 1 else anything
-        return optional(inner) if len(rest) < len(args) else inner
-    if tp is bool:
-        return boolean
-    if tp is int:
-        return integer()
-    if tp is float:
-        return number()
-    if tp is str:
-        return string
-    if origin in (list, tuple, Sequence):
-        return list_of(anything)
-    if origin in (dict, Mapping):
-        return mapping
-    return anything
-
-
 def lhotse_conf_rules() -> Dict[str, Check]:
-    """Each ``lhotse_conf`` key's check, from :class:`LhotseConf`'s fields."""
-    from wenet_lhotse.loader.config import BATCH_BY, CV_DITHER, MODES, LhotseConf
-
-    hints = typing.get_type_hints(LhotseConf)
-    rules = {f.name: _from_annotation(hints.get(f.name, Any))
-             for f in dataclasses.fields(LhotseConf)}
-    rules.update({k: v for k, v in LHOTSE_RULES.items() if k in rules})
-    rules["mode"] = choice(*MODES)
-    rules["cv_dither"] = choice(*CV_DITHER)
-    rules["batch_by"] = choice(*BATCH_BY)
-    return rules
+    """Each ``lhotse_conf`` key's check, declared on :class:`~.config.LhotseConf`'s fields."""
+    return field_rules(LhotseConf)
 
 
 def _unknown(key: str, known: Sequence[str], where: str, source: Optional[str]

@@ -15,7 +15,7 @@ Each class implements Lhotse 1.33's ``SamplingConstraint`` interface
   whose boundary is ``> L``) and ``bucket_batch_sizes``.
 
 Lengths are the ones the feature pipeline will produce, after its resampling and speed
-perturbation (:class:`~wenet_lhotse.loader.lengths.CutLengths`, its own module), so a
+perturbation (:class:`~wenet_lhotse.features.recipe.CutLengths`, its own module), so a
 cap holds exactly on the features of every batch.
 
 Where this differs from Lhotse's ``TimeConstraint``/``FixedBucketBatchSizeConstraint``
@@ -41,7 +41,10 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from lhotse.cut import Cut
 from lhotse.dataset.sampling.base import SamplingConstraint
 
+from wenet_lhotse.dataset.splits import split_rules
+from wenet_lhotse.loader.config import batch_value, wenet_batch_conf
 from wenet_lhotse.loader.lengths import CutLengths, cut_lengths_from_wenet_conf
+from wenet_lhotse.loader.schema import WENET_BATCH_CONF
 
 # ---------------------------------------------------------------------------- constraints
 
@@ -136,11 +139,10 @@ class _WenetConstraint(SamplingConstraint):
 class StaticBatchConstraint(_WenetConstraint):
     """Exactly ``batch_size`` utterances per batch (WeNet's ``batch_type: static``)."""
 
-    batch_size: int = 16
+    batch_size: int = WENET_BATCH_CONF["batch_size"][0]
 
     def __post_init__(self) -> None:
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        self.batch_size = batch_value("batch_size", self.batch_size)
 
     def exceeded(self) -> bool:
         return self.num_cuts > self.batch_size or self._over_max_cuts(self.num_cuts)
@@ -156,11 +158,10 @@ class MaxFramesConstraint(_WenetConstraint):
     ``batch_type: dynamic``, ``max_frames_in_batch``); a single longer utterance still
     forms a batch of its own, as in WeNet."""
 
-    max_frames: int = 12000
+    max_frames: int = WENET_BATCH_CONF["max_frames_in_batch"][0]
 
     def __post_init__(self) -> None:
-        if self.max_frames < 1:
-            raise ValueError(f"max_frames_in_batch must be >= 1, got {self.max_frames}")
+        self.max_frames = batch_value("max_frames_in_batch", self.max_frames)
 
     def exceeded(self) -> bool:
         return (self.num_cuts * self.longest > self.max_frames
@@ -187,8 +188,7 @@ class BucketBatchConstraint(_WenetConstraint):
                              "len(bucket_batch_sizes) == len(bucket_boundaries) + 1")
         if list(self.boundaries) != sorted(self.boundaries):
             raise ValueError(f"bucket_boundaries must be ascending, got {self.boundaries}")
-        if min(self.batch_sizes) < 1:
-            raise ValueError(f"bucket_batch_sizes must be >= 1, got {self.batch_sizes}")
+        self.batch_sizes = [batch_value("bucket_batch_sizes", b) for b in self.batch_sizes]
 
     def wenet_bucket(self, frames: int) -> int:
         """WeNet's ``_element_to_bucket_id``: first ``i`` with ``frames < boundaries[i]``."""
@@ -227,21 +227,14 @@ def wenet_constraint(batch_conf: Optional[Mapping[str, Any]], lengths: CutLength
                      max_cuts: Optional[int] = None) -> _WenetConstraint:
     """The constraint for WeNet's ``batch_conf`` (``static`` with ``batch_size`` 16 when
     absent, WeNet's defaults otherwise). Errors name the ``batch_conf`` key."""
-    bc = dict(batch_conf or {})
-    btype = bc.get("batch_type", "static")
+    bc = wenet_batch_conf(batch_conf)  # WeNet's defaults, checked (errors name the key)
+    btype = bc["batch_type"]
     if btype == "static":
-        return StaticBatchConstraint(lengths, max_cuts, batch_size=int(bc.get("batch_size", 16)))
+        return StaticBatchConstraint(lengths, max_cuts, batch_size=bc["batch_size"])
     if btype == "dynamic":
-        return MaxFramesConstraint(lengths, max_cuts,
-                                   max_frames=int(bc.get("max_frames_in_batch", 12000)))
-    if btype == "bucket":
-        return BucketBatchConstraint(lengths, max_cuts,
-                                     boundaries=[int(b) for b in bc.get("bucket_boundaries")
-                                                 or []],
-                                     batch_sizes=[int(s) for s in bc.get("bucket_batch_sizes")
-                                                  or []])
-    raise ValueError(f"dataset_conf.batch_conf.batch_type: unknown value {btype!r}; "
-                     f"use static, dynamic or bucket")
+        return MaxFramesConstraint(lengths, max_cuts, max_frames=bc["max_frames_in_batch"])
+    return BucketBatchConstraint(lengths, max_cuts, boundaries=bc["bucket_boundaries"],
+                                 batch_sizes=bc["bucket_batch_sizes"])
 
 
 def batch_constraint(batching: Any, dataset_conf: Mapping[str, Any], *, split: str, seed: int,
@@ -254,7 +247,7 @@ def batch_constraint(batching: Any, dataset_conf: Mapping[str, Any], *, split: s
     ``TimeConstraint`` with the ``max_duration`` budget (seconds)."""
     if batching.by == "wenet":
         if lengths is None:
-            lengths = cut_lengths_from_wenet_conf(dataset_conf, train=split == "train",
+            lengths = cut_lengths_from_wenet_conf(dataset_conf, train=split_rules(split).augment,
                                                   seed=seed)
         return wenet_constraint(batching.batch_conf, lengths, batching.max_cuts)
     from lhotse.dataset.sampling.base import TimeConstraint

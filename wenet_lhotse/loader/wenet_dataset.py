@@ -8,6 +8,7 @@ from typing import Any, Mapping, Optional
 
 from lhotse import CutSet
 
+from wenet_lhotse.features.recipe import FeatureRecipe
 from wenet_lhotse.sources import TagCuts
 
 
@@ -43,41 +44,34 @@ class CutTransform:
 
 
 def make_wenet_dataset(tokenizer: Any, dataset_conf: Mapping[str, Any], split: str, *,
-                       pool_workers: int = 0, seed: int = 0, fault_tolerant: bool = False,
-                       return_pcm: bool = False, features_on: str = "worker") -> Any:
+                       pool_workers: Optional[int] = None, seed: int = 0,
+                       fault_tolerant: Optional[bool] = None, return_pcm: Optional[bool] = None,
+                       features_on: Optional[str] = None, lang_id: Any = None) -> Any:
     """Our ``WenetAsrDataset`` with features configured from WeNet's ``dataset_conf``
-    (fbank/mfcc/log-mel, speed perturb, resample, spec_aug/sub/trim). With
-    ``features_on="device"`` its batches carry waveforms; ``DeviceFeatures.for_dataset``
-    turns them into features in the training process."""
+    (the split's :class:`~wenet_lhotse.features.recipe.FeatureRecipe`: fbank/mfcc/log-mel,
+    speed perturb, resample, spec_aug/sub/trim). ``pool_workers``, ``fault_tolerant``,
+    ``return_pcm``, ``features_on`` default to ``dataset_conf.lhotse_conf``'s; its
+    ``lang_from_data`` and ``cv_dither`` apply too. ``lang_id``: ``text -> language`` (WeNet's
+    langid). With ``features_on="device"`` its batches carry waveforms;
+    ``DeviceFeatures.for_dataset`` turns them into features in the training process."""
     from wenet_lhotse.dataset import WenetAsrDataset
-    from wenet_lhotse.features.fbank import extractor_from_wenet_conf
     from wenet_lhotse.features.strategy import PooledFeatures
+    from wenet_lhotse.loader.config import LhotseConf, split_rules
 
-    conf = dict(dataset_conf)
-    train = split == "train"
-
-    def aug(name: str, default: bool = False) -> Any:
-        # WeNet: a boolean switch plus an optional *_conf dict of the function's arguments.
-        on = conf.get(name, default)
-        return (conf.get(f"{name}_conf") or True) if train and on else None
-
-    lconf = conf.get("lhotse_conf") or {}
-    cv_dither = lconf.get("cv_dither", "wenet")
-    features = PooledFeatures(
-        extractor_from_wenet_conf(conf), num_workers=pool_workers,
-        # WeNet's singal_channel_conf; WeNet's cv keeps the yaml's dither (cv_dither)
-        channel=int((conf.get("singal_channel_conf") or {}).get("channel", 0)),
-        eval_dither=split == "cv" and cv_dither != "off",
-        speed_perturb=bool(conf.get("speed_perturb", False)) and train,
-        # WeNet's defaults: resample to 16 kHz and spec_aug on unless the yaml says otherwise
-        resample_to=(conf.get("resample_conf") or {}).get("resample_rate", 16000),
-        spec_aug=aug("spec_aug", default=True), spec_sub=aug("spec_sub"),
-        spec_trim=aug("spec_trim"),
-        seed=seed, fault_tolerant=fault_tolerant, return_audio=return_pcm,
-        features_on=features_on)
-    speaker_conf = conf.get("speaker_conf") or {}
-    dataset = WenetAsrDataset(tokenizer, features, split=split, return_pcm=return_pcm,
-                              fault_tolerant=fault_tolerant,
-                              speaker_table=speaker_conf.get("speaker_table_path"))
-    dataset.freeze_epoch = split == "cv" and cv_dither == "fixed"
-    return dataset
+    rules = split_rules(split)
+    lconf = LhotseConf.from_dict(dataset_conf.get("lhotse_conf"))
+    # WeNet's cv keeps the yaml's dither (lhotse_conf.cv_dither: off drops it, fixed freezes it)
+    eval_dither = rules.eval_dither and lconf.cv_dither != "off"
+    recipe = FeatureRecipe.from_wenet_conf(dataset_conf, rules.augment, eval_dither)
+    return_pcm = lconf.return_pcm if return_pcm is None else return_pcm
+    fault_tolerant = lconf.fault_tolerant if fault_tolerant is None else fault_tolerant
+    features = PooledFeatures.from_recipe(
+        recipe, seed=seed, return_audio=return_pcm, fault_tolerant=fault_tolerant,
+        num_workers=lconf.pool_workers if pool_workers is None else pool_workers,
+        features_on=lconf.features_on if features_on is None else features_on)
+    speaker_conf = dataset_conf.get("speaker_conf") or {}
+    return WenetAsrDataset(tokenizer, features, split=split, return_pcm=return_pcm,
+                           fault_tolerant=fault_tolerant,
+                           speaker_table=speaker_conf.get("speaker_table_path"),
+                           lang_id=lang_id, lang_from_data=lconf.lang_from_data,
+                           freeze_epoch=eval_dither and lconf.cv_dither == "fixed")

@@ -135,6 +135,10 @@ class CharTokenizer(BaseTokenizer):
     :param split_with_space: tokens are space-separated words instead of characters.
     :param connect_symbol: joins tokens in :meth:`tokens2text`.
     :param unk: the unknown token; unknown tokens map to its id when the table has it.
+
+    >>> tok = CharTokenizer({"<blank>": 0, "<unk>": 1, "你": 2, "好": 3, "<sos/eos>": 4})
+    >>> tok.tokenize("你好"), tok.vocab_size()
+    ((['你', '好'], [2, 3]), 5)
     """
 
     def __init__(

@@ -1,7 +1,7 @@
 """Rebuild ``stubs/torchaudio``'s verbatim parts from a torchaudio wheel.
 
     pip download --no-deps torchaudio==2.11.0 -d /tmp/ta
-    python tests/wenet_harness/tools/extract_torchaudio.py /tmp/ta/torchaudio-2.11.0-*.whl
+    python wenet_harness/tools/extract_torchaudio.py /tmp/ta/torchaudio-2.11.0-*.whl
 
 Writes ``compliance/kaldi.py`` (the whole file, unchanged) and ``functional.py`` /
 ``transforms.py`` (whole functions / classes copied line for line: ``create_dct`` and

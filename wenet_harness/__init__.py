@@ -11,12 +11,16 @@ stands in for them, minimally -- see ``README.md`` in this folder.
 * :func:`import_wenet` -- import WeNet modules into this process without leaving the
   stand-ins visible to anything imported later (see its docstring).
 * :func:`torchaudio_kaldi` -- torchaudio's own Kaldi fbank/mfcc (the verbatim copy), for
-  comparisons computed on the machine that runs the test.
+  comparisons computed on the machine that runs the test; :func:`kaldi_reference` --
+  the reference the feature tests and ``bench/features.py`` use (an installed
+  torchaudio, else that copy).
 * :func:`wenet_missing` -- why WeNet cannot be used here (None when it can); the
   ``wenet_root`` fixture in ``tests/conftest.py`` skips with it.
 
-Bench scripts use it too: ``sys.path.insert(0, str(REPO / "tests"))`` then
-``from wenet_harness import ...``.
+Shared by the tests and ``bench/``, at the repository's top level and not part of the
+wheel (``pyproject.toml`` packages only ``wenet_lhotse*``): pytest imports it through its
+``pythonpath = ["."]`` option, bench scripts through ``import _paths``
+(``bench/_paths.py``, which appends the repository root to ``sys.path``).
 """
 
 from __future__ import annotations
@@ -26,12 +30,14 @@ import os
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Dict, Iterable, List, Mapping, Optional
+from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 STUBS = Path(__file__).resolve().parent / "stubs"
 #: the modules ``stubs/`` provides
 STUBBED = ("torchaudio", "deepspeed")
+#: the torchaudio release whose files ``stubs/torchaudio`` copies unchanged
+TORCHAUDIO_VERSION = "2.11.0"
 
 
 def wenet_root() -> Path:
@@ -96,6 +102,20 @@ def torchaudio_kaldi() -> ModuleType:
     its kernels per CPU), which moves low-energy log-mel values by up to ~3e-3 against
     a reference computed elsewhere."""
     return _import_with_stubs(("torchaudio.compliance.kaldi",))[0]
+
+
+def kaldi_reference() -> Tuple[ModuleType, str]:
+    """``(module, origin)``: the torchaudio ``compliance.kaldi`` that the feature tests and
+    ``bench/features.py`` compare with -- an importable torchaudio (or the file named by
+    ``$WENET_LHOTSE_KALDI_PY``, see :mod:`wenet_lhotse.features.reference`), else the
+    harness's verbatim copy (:func:`torchaudio_kaldi`). Needs no set-up."""
+    from wenet_lhotse.features.reference import load_torchaudio_kaldi
+
+    kaldi, origin = load_torchaudio_kaldi()
+    if kaldi is not None:
+        return kaldi, origin
+    return torchaudio_kaldi(), (f"torchaudio {TORCHAUDIO_VERSION}'s compliance/kaldi.py "
+                                "(verbatim copy in wenet_harness/stubs)")
 
 
 def sox_effects() -> ModuleType:

@@ -15,7 +15,6 @@ Always ``--device cpu --ddp.dist_backend gloo --num_workers 1``.
 
 from __future__ import annotations
 
-import os
 import re
 import socket
 import subprocess
@@ -162,8 +161,6 @@ def run_train(how: str, config: Path, train_data: Sequence[Path], cv_data: Path,
                     f"--rdzv-endpoint=127.0.0.1:{port}"]
         cmd = [*launcher, *target, *args]
         env = wenet_env()
-    if record_keys is not None:  # wenet_harness importable
-        env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(Path(__file__).parents[1])])
     return subprocess.run(cmd, env=env, cwd=model_dir, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=timeout)
 

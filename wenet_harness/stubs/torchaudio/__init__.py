@@ -1,6 +1,6 @@
 """Stand-in for ``torchaudio`` (its wheels need another torch build than 2.13 CPU).
 
-What is stood in, and why, is listed in ``tests/wenet_harness/README.md``. In short:
+What is stood in, and why, is listed in ``wenet_harness/README.md``. In short:
 
 * ``load`` / ``info`` / ``save``: audio I/O served by soundfile, with torchaudio's
   contract (``load`` gives float32 in [-1, 1], shape ``(channels, samples)``,
