@@ -230,3 +230,17 @@ def test_ledger_map_mode_and_cv(shards):
         led = cv.epoch_ledger()
         assert led.trained == n == len(expected)
         assert led.total == readable
+
+
+@pytest.mark.parametrize("engine,top,equal", [
+    ("torch_ddp", {}, False),                     # WeNet's executor joins uneven ranks
+    ("torch_ddp", {"save_interval": 100}, True),  # dist.barrier() inside the loop
+    ("deepspeed", {}, True),                      # wenet_join: monitored_barrier, no join
+    ("torch_fsdp", {}, True),
+])
+def test_drop_in_equal_steps_follow_wenets_engine(engine, top, equal):
+    from types import SimpleNamespace
+
+    from wenet_lhotse.wenet_compat import wenet_equal_steps
+
+    assert wenet_equal_steps(SimpleNamespace(train_engine=engine), top) is equal
