@@ -16,7 +16,8 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from pathlib import Path
+from typing import Any, Dict, List, Optional
 
 import pytest
 
@@ -275,6 +276,21 @@ class DaskCluster:
     address: str
     workers: List[subprocess.Popen]
     scheduler: subprocess.Popen
+    env: Dict[str, str] = field(default_factory=dict)
+    log: Any = None
+    local_dir: Optional[Path] = None
+
+    def add_worker(self, name: str, nthreads: int = 1) -> subprocess.Popen:
+        """Start one more worker process (as a SLURM job that leaves the queue late
+        would); it is stopped with the cluster."""
+        proc = subprocess.Popen(
+            _dask_cmd("dask_worker", self.address, "--nthreads", str(nthreads),
+                      "--nworkers", "1", "--host", "127.0.0.1", "--no-dashboard",
+                      "--name", name, "--local-directory", str(self.local_dir / name),
+                      "--no-nanny"),
+            stdout=self.log, stderr=self.log, env=self.env)
+        self.workers.append(proc)
+        return proc
 
 
 def _dask_cmd(*args: str) -> List[str]:
@@ -282,11 +298,13 @@ def _dask_cmd(*args: str) -> List[str]:
 
 
 @pytest.fixture
-def dask_cluster(tmp_path, moto_endpoint):
+def dask_cluster(request, tmp_path, moto_endpoint):
     """A ``dask scheduler`` and two ``dask worker --nthreads 1`` processes on
     127.0.0.1 (separate processes, not in-process threads); stopped afterwards. The
     workers' environment reaches the session's S3 server (``moto_endpoint``), as a
-    real cluster's would reach its object store."""
+    real cluster's would reach its object store. Indirect parametrization sets the
+    number of workers it starts with (``DaskCluster.add_worker`` adds more)."""
+    num_workers = getattr(request, "param", 2)
     port = free_port()
     here = os.path.dirname(os.path.abspath(__file__))
     # Workers import this checkout's wenet_lhotse and the tests' task functions.
@@ -298,23 +316,18 @@ def dask_cluster(tmp_path, moto_endpoint):
         _dask_cmd("dask_scheduler", "--host", "127.0.0.1", "--port", str(port),
                   "--dashboard-address", ":0", "--no-show"),
         stdout=log, stderr=log, env=env)
-    procs = []
+    cluster = DaskCluster(f"tcp://127.0.0.1:{port}", [], sched, env, log, tmp_path)
     try:
         wait_for_port(port, sched)
-        address = f"tcp://127.0.0.1:{port}"
-        for i in range(2):
-            procs.append(subprocess.Popen(
-                _dask_cmd("dask_worker", address, "--nthreads", "1", "--nworkers", "1",
-                          "--host", "127.0.0.1", "--no-dashboard", "--name", f"w{i}",
-                          "--local-directory", str(tmp_path / f"w{i}"), "--no-nanny"),
-                stdout=log, stderr=log, env=env))
+        for i in range(num_workers):
+            cluster.add_worker(f"w{i}")
         from distributed import Client
 
-        with Client(address, timeout=60) as client:
-            client.wait_for_workers(2, timeout=120)
-        yield DaskCluster(address, procs, sched)
+        with Client(cluster.address, timeout=60) as client:
+            client.wait_for_workers(num_workers, timeout=120)
+        yield cluster
     finally:
-        for p in procs:
+        for p in cluster.workers:
             stop(p)
         stop(sched)
         log.close()

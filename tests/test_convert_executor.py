@@ -5,6 +5,7 @@ process pool, or inline."""
 from __future__ import annotations
 
 import os
+import re
 import time
 
 import pytest
@@ -42,3 +43,114 @@ def test_unreachable_scheduler_is_one_line():
         list(map_tasks(square_pid, range(2), cluster=f"tcp://127.0.0.1:{free_port()}",
                        timeout=2))
     assert "\n" not in str(e.value)
+
+
+def timed_task(x: int):
+    """Half a second of work; where and when it ran."""
+    start = time.time()
+    time.sleep(0.5)
+    return x, os.getpid(), start, time.time()
+
+
+def most_at_once(spans) -> int:
+    """The most ``(start, end)`` spans that overlap at one instant."""
+    events = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+    now = best = 0
+    for _, step in events:
+        now += step
+        best = max(best, now)
+    return best
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dask_cluster", [1], indirect=True)
+@pytest.mark.parametrize("ordered", [False, True])
+def test_tasks_in_flight_follow_workers_that_join(dask_cluster, ordered):
+    """The cluster starts with one 1-thread worker (2 tasks in flight); a 3-thread worker
+    joins mid-job (as SLURMCluster.scale's jobs do): it gets tasks, and more than the
+    2 tasks fixed at connect time run at once."""
+    from distributed import Client
+
+    got = []
+    joined = None
+    for _job, res in map_tasks(timed_task, range(40), cluster=dask_cluster.address,
+                              ordered=ordered):
+        got.append(res)
+        if len(got) == 2:
+            joined = dask_cluster.add_worker("late", nthreads=3)
+            with Client(dask_cluster.address, timeout=60) as client:
+                client.wait_for_workers(2, timeout=120)
+    assert sorted(r[0] for r in got) == list(range(40))
+    late = [r for r in got if r[1] == joined.pid]
+    assert len(late) >= 4, "the worker that joined late ran (almost) nothing"
+    assert most_at_once([(r[2], r[3]) for r in got]) >= 3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dask_cluster", [1], indirect=True)
+def test_scheduler_lost_mid_job_is_one_line_and_rerun_finishes(dask_cluster, tmp_path):
+    """``import --shar --cluster``: the scheduler is killed while shards are written ->
+    one ``error:`` line on stderr, no traceback; against a new scheduler the same command
+    writes only the shards still missing."""
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    from servers import DaskCluster, free_port, stop, wait_for_port
+
+    from wenet_lhotse.corpus import generate_corpus
+
+    corpus = generate_corpus(tmp_path / "c", num_utterances=30, min_duration=1.0,
+                             max_duration=2.0, shard_size=1, seed=9)
+    out = tmp_path / "shar"
+    env = dict(dask_cluster.env)
+    cmd = [sys.executable, "-m", "wenet_lhotse", "import", str(corpus.shards_list),
+           "--shar", str(out)]
+
+    def kill_when_started():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(list(out.glob("cuts.*.jsonl.gz"))) < 2:
+            time.sleep(0.05)
+        dask_cluster.scheduler.kill()
+
+    killer = threading.Thread(target=kill_when_started)
+    killer.start()
+    env["PYTHONFAULTHANDLER"] = "1"  # a hang shows where it is (SIGABRT below)
+    proc = subprocess.Popen([*cmd, "--cluster", dask_cluster.address], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        res_out, res_err = proc.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        res_out, res_err = proc.communicate()
+        pytest.fail(f"the command hung after the scheduler was lost:\n{res_err[-5000:]}")
+    finally:
+        killer.join()
+    res = subprocess.CompletedProcess(cmd, proc.returncode, res_out, res_err)
+    written = len(list(out.glob("cuts.*.jsonl.gz")))
+    assert res.returncode == 1 and 2 <= written < 30, (written, res.stderr[-2000:])
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: lost the Dask scheduler at "), \
+        res.stderr[-3000:]
+
+    # a new scheduler and worker; the rerun finishes the job
+    port = free_port()
+    again = DaskCluster(f"tcp://127.0.0.1:{port}", [], None, env, dask_cluster.log, tmp_path)
+    again.scheduler = subprocess.Popen(
+        [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
+         "--port", str(port), "--dashboard-address", ":0", "--no-show"],
+        stdout=dask_cluster.log, stderr=dask_cluster.log, env=env)
+    try:
+        wait_for_port(port, again.scheduler)
+        again.add_worker("w-again")
+        res = subprocess.run([*cmd, "--cluster", again.address], env=env,
+                             capture_output=True, text=True, timeout=300)
+    finally:
+        for p in [*again.workers, again.scheduler]:
+            stop(p)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert len(list(out.glob("cuts.*.jsonl.gz"))) == 30
+    # (a worker may finish the shard it was writing after the scheduler died)
+    done_before = re.search(r"(\d+) already complete", res.stdout + res.stderr)
+    assert done_before and int(done_before.group(1)) >= written, res.stdout + res.stderr

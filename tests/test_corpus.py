@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import soundfile as sf
 
@@ -25,3 +26,23 @@ def test_corpus_layout_and_determinism(tmp_path, corpus):
     a, _ = sf.read(json.loads(lines[3])["wav"], dtype="int16")
     b, _ = sf.read(str(again.root / "wav" / f"{corpus.keys[3]}.wav"), dtype="int16")
     assert (a == b).all()
+
+
+def test_units_equal_make_units_of_the_same_text(tmp_path):
+    """``corpus`` and ``make-units`` write one symbol table for the same data (the same
+    function): byte for byte, ``▁`` in code-point order after the letters."""
+    import os
+    import subprocess
+    import sys
+
+    paths = generate_corpus(tmp_path / "c", num_utterances=6, seed=2)
+    out = tmp_path / "lang_char.txt"
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    res = subprocess.run([sys.executable, "-m", "wenet_lhotse", "make-units", str(paths.text),
+                          "-o", str(out)], env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert out.read_bytes() == paths.units.read_bytes()
+    units = [line.split()[0] for line in paths.units.read_text(encoding="utf-8").splitlines()]
+    assert units[:3] == ["<blank>", "<unk>", "<sos/eos>"] and units[-1] == "▁"
+    assert units[3:-1] == sorted(set("".join(
+        line.split(maxsplit=1)[1] for line in paths.text.read_text().splitlines())) - {" "})

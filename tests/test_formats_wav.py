@@ -89,7 +89,7 @@ def test_decoding_a_cut_uses_it_and_equals_libsndfile(tmp_path):
 def test_raw_list_probe_gives_lhotses_manifest(tmp_path, subtype):
     from lhotse import Recording
 
-    from wenet_lhotse.formats.raw_list import _probe
+    from wenet_lhotse.formats.audio import probe_recording as _probe
 
     path = tmp_path / "p.wav"
     path.write_bytes(_wav(_pcm(12345, 2).astype(np.float32) / 32768, 22050, subtype=subtype))

@@ -71,3 +71,12 @@ def test_a_missing_test_extra_fails_under_ci_and_skips_locally(tmp_path, ci):
     else:
         assert res.returncode == 0 and "2 skipped" in out, out
         assert "not checked: wenet_lhotse_no_such_package is not importable" in out, out
+
+
+@pytest.mark.parametrize("value, ci", [("true", True), ("1", True), ("yes", True),
+                                       ("", False), ("0", False), ("false", False)])
+def test_what_counts_as_ci(monkeypatch, value, ci):
+    from guards import in_ci
+
+    monkeypatch.setenv("CI", value)
+    assert in_ci() is ci

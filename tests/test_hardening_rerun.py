@@ -186,3 +186,96 @@ def test_output_equal_to_input_is_refused(corpus12, tmp_path):
 def test_read_shard_list_unchanged_for_clean_input(corpus12):
     """The checks above cost nothing on valid data: a clean list reads as before."""
     assert [c.id for c in read_shard_list(corpus12.shards_list)] == corpus12.keys
+
+
+# ---------------------------------------------------------------- -o naming an input (issue 23)
+
+
+@pytest.mark.parametrize("command", ["cmvn", "make-units", "make-list", "import", "export"])
+def test_no_command_overwrites_its_input(corpus12, tmp_path, command):
+    """The issue: cmvn, make-units and make-list overwrote their input when -o named it."""
+    shutil.copytree(corpus12.root, tmp_path / "c")
+    d = tmp_path / "c"
+    target, args = {
+        "cmvn": (d / "data.list", ["cmvn", d / "data.list", "-o", d / "data.list"]),
+        "make-units": (d / "text", ["make-units", d / "text", "-o", d / "text"]),
+        "make-list": (d / "text", ["make-list", d, "-o", d / "text"]),
+        "import": (d / "data.list", ["import", d / "data.list", "-o", d / "data.list"]),
+        "export": (d / "data.list", ["export", d / "data.list", "-o", d / "data.list"]),
+    }[command]
+    before = target.read_bytes()
+    res = cli(*args)
+    assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr
+    assert "would overwrite it" in res.stderr or "input itself" in res.stderr, res.stderr
+    assert target.read_bytes() == before
+
+
+def test_a_second_writer_of_one_shar_dir_fails_fast(corpus12, tmp_path):
+    """The issue: two concurrent `import --shar` into one directory deleted each other's
+    live temporary files, and the victim's error read like bad data."""
+    import subprocess
+    import sys
+
+    from adversarial import REPO
+    out = tmp_path / "shar"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\n"
+         "from wenet_lhotse.formats.tempfiles import output_lock\n"
+         f"with output_lock({str(out)!r}):\n    print('held', flush=True)\n"
+         "    time.sleep(120)\n"],
+        stdout=subprocess.PIPE, text=True, env={**__import__("os").environ,
+                                                "PYTHONPATH": str(REPO)})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        res = cli("import", corpus12.shards_list, "--shar", out, "-j", "1")
+        assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr
+        assert "another writer" in res.stderr and f"pid {holder.pid}" in res.stderr
+        assert not list(out.glob("*.tar")) if out.exists() else True
+    finally:
+        holder.kill()
+        holder.wait()
+    cli("import", corpus12.shards_list, "--shar", out, "-j", "1", check=0)  # lock released
+    assert sorted(shar_ids(out)) == sorted(corpus12.keys)
+    assert not [p for p in out.iterdir() if "lock" in p.name]
+
+
+# ---------------------------------------------------------------- reruns tied to their input
+
+
+def test_a_rerun_with_other_input_rewrites_the_shards(tmp_path):
+    """The issue: `import A --shar out` then `import B --shar out` said "0 utterances
+    written" and out/ held none of B's data."""
+    a = generate_corpus(tmp_path / "a", num_utterances=6, min_duration=0.3, max_duration=0.5,
+                        shard_size=3, seed=1, prefix="A")
+    b = generate_corpus(tmp_path / "b", num_utterances=6, min_duration=0.3, max_duration=0.5,
+                        shard_size=3, seed=2, prefix="B")
+    out = tmp_path / "out"
+    for corpus in (a, b):
+        res = wenet_to_shar(corpus.shards_list, out)
+        assert res.num_cuts_written == 6 and sorted(shar_ids(out)) == sorted(corpus.keys)
+    again = wenet_to_shar(b.shards_list, out)
+    assert again.num_cuts_written == 0 and len(again.skipped_shards) == 2
+    for corpus in (a, b):  # raw lists too
+        res = wenet_to_shar(corpus.data_list, tmp_path / "raw", shard_size=4)
+        assert sorted(shar_ids(tmp_path / "raw")) == sorted(corpus.keys)
+
+
+def test_a_tar_or_line_edited_in_place_is_picked_up(corpus12, tmp_path):
+    lst, tars = copy_list(corpus12, tmp_path)
+    out = tmp_path / "out"
+    wenet_to_shar(lst, out)
+    tars[1].write_bytes(tar_of(utt("new-0") + utt("new-1", 1)))  # same path, new content
+    res = wenet_to_shar(lst, out)
+    assert res.written_shards == [1] and res.num_cuts_written == 2
+    assert "new-0" in shar_ids(out) and corpus12.keys[3] not in shar_ids(out)
+    lines = corpus12.data_list.read_text().splitlines()
+    raw = tmp_path / "data.list"
+    raw.write_text("\n".join(lines) + "\n")
+    wenet_to_shar(raw, tmp_path / "rawout", shard_size=4)
+    obj = json.loads(lines[5])
+    lines[5] = json.dumps({**obj, "txt": "changed text"})
+    raw.write_text("\n".join(lines) + "\n")
+    res = wenet_to_shar(raw, tmp_path / "rawout", shard_size=4)
+    assert res.written_shards == [1]
+    cuts = {c.id: c for c in CutSet.from_shar(in_dir=tmp_path / "rawout")}
+    assert cuts[obj["key"]].supervisions[0].text == "changed text"

@@ -163,3 +163,61 @@ def test_ddp_rank_with_nothing_is_an_error(corpus12, tmp_path):
         assert r["error"] and "no batch" in r["error"] and r["steps"] == 0
     assert [k for k, _ in results[1]["skips"]] == ["bad_tar"]
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("features_on", ["worker", "device"])
+def test_non_finite_audio_is_a_bad_cut_not_features(corpus12, tmp_path, features_on):
+    """The issue: NaN/Inf audio reached training as non-finite features, no error and no
+    skip even in fault-tolerant mode (only validate reported it)."""
+    import numpy as np
+    import soundfile as sf
+
+    lines = [json.loads(x) for x in corpus12.data_list.read_text().splitlines()]
+    bad = tmp_path / "nan.wav"
+    pcm = np.zeros(8000, dtype=np.float32)
+    pcm[100], pcm[200] = np.nan, np.inf
+    sf.write(bad, pcm, 16000, subtype="FLOAT")
+    lines[4] = {**lines[4], "wav": str(bad)}
+    lst = tmp_path / "data.list"
+    lst.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    tok = CharTokenizer(corpus12.units)
+    c = conf(fault_tolerant=True, features_on=features_on)
+    _, loader = build_dataloader(lst, tok, c, "train")
+    assert keys_of(loader) == sorted(set(corpus12.keys) - {lines[4]["key"]})
+    (item,) = loader.skip_report.items
+    assert item.kind == "bad_audio" and "non-finite" in item.message
+    assert str(bad) in item.source
+    _, strict = build_dataloader(lst, tok, conf(features_on=features_on), "train")
+    with pytest.raises(WenetDataError, match="non-finite samples"):
+        keys_of(strict)
+
+
+@pytest.mark.parametrize("message", [
+    "DataLoader worker (pid 4242) is killed by signal: Killed. ",
+    "DataLoader worker (pid(s) 4242) exited unexpectedly"])
+def test_a_killed_worker_is_never_a_data_error(corpus12, monkeypatch, message):
+    """The issue: torch's SIGCHLD handler raises its RuntimeError inside whatever the main
+    process runs; parsing a manifest line caught it as a bad line (2 of 51 strict runs)."""
+    from wenet_lhotse.errors import is_worker_death
+    from wenet_lhotse.formats import read_raw_list
+    from wenet_lhotse.sources import manifest, meta_cut
+
+    cut = next(iter(read_raw_list(corpus12.data_list)))
+    line = json.dumps(cut.to_dict())
+    meta = manifest.parse_manifest_meta(line, "m.jsonl", 1)
+
+    def dies(*a, **k):
+        raise RuntimeError(message)
+
+    monkeypatch.setattr(manifest, "deserialize_item", dies)
+    monkeypatch.setattr(meta_cut, "deserialize_item", dies)
+    with pytest.raises(RuntimeError) as e:
+        manifest.parse_manifest_line(line, "m.jsonl", 1)
+    assert not isinstance(e.value, WenetDataError) and is_worker_death(e.value)
+    with pytest.raises(RuntimeError) as e:
+        meta.materialize()
+    assert not isinstance(e.value, WenetDataError)
+    monkeypatch.setattr(manifest, "deserialize_item", lambda *a: (_ for _ in ()).throw(
+        RuntimeError("something else")))
+    with pytest.raises(WenetDataError):  # any other failure stays a bad line
+        manifest.parse_manifest_line(line, "m.jsonl", 1)

@@ -101,3 +101,86 @@ def test_loader_with_probe_cache_gives_the_same_batches(corpus, tmp_path):
     assert batches(cached) == plain  # the first run writes the cache ...
     assert len(list(tmp_path.glob("data.list.probe-*.jsonl.gz"))) == 1
     assert batches(cached) == plain  # ... the second reads it
+
+
+# ---------------------------------------------------------------- caches tied to their list
+
+
+def _cuts_of(corpus, cache_dir, split="train", strict=True, report=None):
+    from wenet_lhotse.loader.build import build_dataloader
+
+    class Keys:
+        def __getitem__(self, cuts):
+            return [c.id for c in cuts]
+
+    conf = {"batch_conf": {"batch_type": "static", "batch_size": 100},
+            "lhotse_conf": {"probe_cache": str(cache_dir), "fault_tolerant": not strict}}
+    _, loader = build_dataloader(str(corpus.data_list), None, conf, split, dataset=Keys(),
+                                 seed=3)
+    keys = sorted(k for b in loader for k in b)
+    if report is not None:
+        report.merge(loader.skip_report)
+    return keys
+
+
+def _rewrite_manifest(manifest: Path, lines) -> None:
+    import gzip
+    with gzip.open(manifest, "wt") as f:
+        f.writelines(lines)
+
+
+def test_a_cache_shorter_than_its_list_is_rebuilt(corpus, tmp_path):
+    """The issue: a cache holding 3 of the list's cuts was trusted (3 used, 0 skips)."""
+    import gzip
+    res = probed_raw_list(corpus.data_list, cache_dir=tmp_path)
+    lines = gzip.open(res.manifest, "rt").readlines()
+    assert len(lines) == len(corpus.keys) > 3
+    _rewrite_manifest(res.manifest, lines[:3])
+    again = probed_raw_list(corpus.data_list, cache_dir=tmp_path)
+    assert not again.from_cache and again.manifest == res.manifest
+    assert len(gzip.open(res.manifest, "rt").readlines()) == len(corpus.keys)
+    assert _cuts_of(corpus, tmp_path) == sorted(corpus.keys)
+
+
+def test_a_cut_short_cache_is_rebuilt_not_an_eoferror(corpus, tmp_path):
+    res = probed_raw_list(corpus.data_list, cache_dir=tmp_path)
+    data = res.manifest.read_bytes()
+    res.manifest.write_bytes(data[: len(data) // 2])
+    assert not probed_raw_list(corpus.data_list, cache_dir=tmp_path).from_cache
+    assert probed_raw_list(corpus.data_list, cache_dir=tmp_path).from_cache
+    assert _cuts_of(corpus, tmp_path, split="cv") == sorted(corpus.keys)
+
+
+def _plant_command(corpus, cache_dir: Path, marker: Path, forge_sidecar: bool):
+    """A cache under the list's predictable name whose first cut's audio is a shell
+    command (touching ``marker``); ``forge_sidecar``: with a matching sidecar too."""
+    import gzip
+
+    from wenet_lhotse.sources import probe_cache as pc
+    res = probed_raw_list(corpus.data_list, cache_dir=cache_dir)
+    lines = [json.loads(x) for x in gzip.open(res.manifest, "rt")]
+    lines[0]["recording"]["sources"] = [{"type": "command", "channels": [0],
+                                         "source": f"touch {marker}; cat {corpus.root}/x"}]
+    _rewrite_manifest(res.manifest, [json.dumps(x) + "\n" for x in lines])
+    if forge_sidecar:
+        size, sha = pc._digest(res.manifest)
+        res.skips.write_text(json.dumps({"version": pc.CACHE_VERSION, "manifest_bytes": size,
+                                         "manifest_sha256": sha, "skips": []}))
+    return res
+
+
+@pytest.mark.parametrize("split", ["train", "cv"])
+def test_a_planted_cache_runs_no_command(corpus, tmp_path, split):
+    """The issue: a planted cache with a `command` source ran on the cv split."""
+    marker = tmp_path / "PWNED"
+    _plant_command(corpus, tmp_path / "c1", marker, forge_sidecar=False)
+    assert _cuts_of(corpus, tmp_path / "c1", split) == sorted(corpus.keys)  # rebuilt
+    res = _plant_command(corpus, tmp_path / "c2", marker, forge_sidecar=True)
+    with pytest.raises(WenetDataError) as e:
+        _cuts_of(corpus, tmp_path / "c2", split)
+    assert (e.value.source, e.value.line, e.value.kind) == (str(res.manifest), 1, "refused")
+    report = SkipReport()
+    assert _cuts_of(corpus, tmp_path / "c2", split, strict=False,
+                    report=report) == sorted(corpus.keys[1:])
+    assert report.counts() == {"refused": 1}
+    assert not marker.exists()

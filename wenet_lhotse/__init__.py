@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+#: The one place the version is set (pyproject.toml reads it; `wenet-lhotse --version`).
 __version__ = "0.1.0"
 
 # public name -> module that defines it
@@ -91,6 +92,24 @@ _EXPORTS = {
     "MaxFramesConstraint": "wenet_lhotse.loader",
     "BucketBatchConstraint": "wenet_lhotse.loader",
     "init_dataset_and_dataloader": "wenet_lhotse.wenet_compat",
+    # issue 20: the shard index
+    "index_shards": "wenet_lhotse.convert.index",
+    "IndexSummary": "wenet_lhotse.convert.index",
+    "ShardIndex": "wenet_lhotse.formats.shard_index",
+    # issue 22: text / speech-only sources mixed by batch, groups, Parquet, 2D bins
+    "read_text_source": "wenet_lhotse.sources.text",
+    "flatten_sources": "wenet_lhotse.sources.groups",
+    "temperature_reweighting": "wenet_lhotse.sources.groups",
+    "LazyParquetCuts": "wenet_lhotse.sources.parquet",
+    "ParquetColumns": "wenet_lhotse.sources.parquet",
+    "import_parquet": "wenet_lhotse.convert.parquet",
+    "export_parquet": "wenet_lhotse.convert.parquet",
+    "KindDataset": "wenet_lhotse.dataset.text_batch",
+    "BatchMuxSampler": "wenet_lhotse.loader.batch_mux",
+    "TextBatchSampler": "wenet_lhotse.loader.text_sampler",
+    "source_shares": "wenet_lhotse.loader.mixed",
+    "Bucket2DConstraint": "wenet_lhotse.loader.bins2d",
+    "estimate_bins_2d": "wenet_lhotse.loader.bins2d",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

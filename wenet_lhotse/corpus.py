@@ -110,14 +110,14 @@ def random_text(rng: np.random.Generator, duration: float) -> str:
     return " ".join(words)
 
 
-def write_units(path: Pathlike) -> Path:
-    """WeNet char symbol table for :data:`ALPHABET` in WeNet's current layout (what
-    ``make-units`` writes): ``<blank> 0``, ``<unk> 1``, ``<sos/eos> 2``, then ``▁``
-    (space) and the characters."""
-    units = ["<blank>", "<unk>", "<sos/eos>", "▁", *ALPHABET]
-    path = Path(path)
-    path.write_text("".join(f"{u} {i}\n" for i, u in enumerate(units)), encoding="utf-8")
-    return path
+def write_units(text: Pathlike, path: Pathlike) -> Path:
+    """WeNet char symbol table for the transcripts of the Kaldi ``text`` file: the table
+    ``wenet-lhotse make-units`` writes for the same data (the same function,
+    :func:`~wenet_lhotse.text.units.write_char_units`): ``<blank> 0``, ``<unk> 1``,
+    ``<sos/eos> 2``, then the characters and ``▁`` (space) in code-point order."""
+    from wenet_lhotse.text.units import write_char_units
+
+    return write_char_units(text, path)[0]
 
 
 def generate_corpus(
@@ -177,7 +177,7 @@ def generate_corpus(
         data_list=root / "data.list",
         text=root / "text",
         wav_scp=root / "wav.scp",
-        units=write_units(root / "units.txt"),
+        units=root / "units.txt",
         shards_list=None,
         keys=keys,
         total_duration=total,
@@ -185,6 +185,7 @@ def generate_corpus(
     paths.data_list.write_text("\n".join(lines) + "\n", encoding="utf-8")
     paths.text.write_text("\n".join(text_lines) + "\n", encoding="utf-8")
     paths.wav_scp.write_text("\n".join(scp_lines) + "\n", encoding="utf-8")
+    write_units(paths.text, paths.units)
     if shard_size:
         paths.shards_list = _write_shards(paths, shard_size)
     logger.info("generated %d utterances (%.1f s) under %s", num_utterances, total, root)

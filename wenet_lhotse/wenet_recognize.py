@@ -18,14 +18,14 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-from wenet_lhotse.wenet_train import import_wenet_module, run_patched
+from wenet_lhotse.wenet_launch import import_wenet_module, log_stand_ins_once, run_patched
 
 
 def patch_wenet() -> None:
     """Point WeNet's ``Dataset`` at ours. Raises ImportError without WeNet."""
     from wenet_lhotse.wenet_compat import Dataset
 
-    import_wenet_module("wenet.dataset.dataset").Dataset = Dataset
+    import_wenet_module("wenet.dataset.dataset").Dataset = log_stand_ins_once(Dataset)
 
 
 def main(argv: Optional[List[str]] = None, module: str = "wenet.bin.recognize") -> None:

@@ -16,27 +16,22 @@ return value and side effect), so ``train.py``'s own
 This is the one-import change, done for you. It also saves the loader's position
 beside WeNet's checkpoints and restores it on ``--checkpoint`` (mid-epoch resume; see
 :mod:`wenet_lhotse.wenet_resume`).
+
+Neither torchaudio nor deepspeed needs to be installed (WeNet imports them but does not
+call them with the drop-in serving data: :mod:`wenet_lhotse.wenet_shims`), and errors are
+one line, per rank under torchrun (:mod:`wenet_lhotse.wenet_launch`).
 """
 
 from __future__ import annotations
 
-import importlib
-import runpy
-import sys
-from typing import Any, Callable, List, Optional
+from typing import List, Optional
 
+from wenet_lhotse.wenet_launch import (  # noqa: F401 - import_wenet_module re-exported
+    import_wenet_module,
+    log_stand_ins_once,
+    run_patched,
+)
 from wenet_lhotse.wenet_resume import install as install_resume
-
-
-def import_wenet_module(name: str) -> Any:
-    """``importlib.import_module(name)`` for a WeNet module; an ImportError that says how
-    to make WeNet importable."""
-    try:
-        return importlib.import_module(name)
-    except ImportError as e:
-        raise ImportError(
-            "WeNet is not importable: put a WeNet checkout on PYTHONPATH "
-            "(export PYTHONPATH=/path/to/wenet:$PYTHONPATH)") from e
 
 
 def patch_wenet() -> None:
@@ -44,20 +39,8 @@ def patch_wenet() -> None:
     from wenet_lhotse.wenet_compat import init_dataset_and_dataloader
 
     train_utils = import_wenet_module("wenet.utils.train_utils")
-    train_utils.init_dataset_and_dataloader = init_dataset_and_dataloader
+    train_utils.init_dataset_and_dataloader = log_stand_ins_once(init_dataset_and_dataloader)
     install_resume()  # loader state beside WeNet's checkpoints (see wenet_resume)
-
-
-def run_patched(patch: Callable[[], None], module: str, argv: Optional[List[str]]) -> None:
-    """``patch()`` WeNet, then run ``module`` as ``__main__`` with ``argv`` (default: this
-    process's own arguments). Exits with a one-line message when WeNet is missing."""
-    try:
-        patch()
-    except ImportError as e:
-        sys.exit(str(e))
-    if argv is not None:
-        sys.argv = [module] + list(argv)
-    runpy.run_module(module, run_name="__main__", alter_sys=True)
 
 
 def main(argv: Optional[List[str]] = None, module: str = "wenet.bin.train") -> None:

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # LibriSpeech with WeNet models on wenet-lhotse (BPE units), in WeNet's stage style:
-#   bash run.sh --stage 0 --stop_stage 6 [--datadir /path/to/LibriSpeech] [--wenet_dir ...]
+#   bash run.sh --stage 0 --stop_stage 7 [--datadir /path/to/LibriSpeech] [--wenet_dir ...]
 # `--fake_data true` replaces WeNet's data prep by a small generated corpus (the tests).
+# Stages 5-6 (WeNet's train.py, recognize.py) on CPU, a tiny model (docs/recipes.md):
+#   bash run.sh --stage 5 --stop_stage 6 --wenet_dir ~/wenet --device cpu \
+#     --dist_backend gloo --train_config conf/train_conformer_bpe_tiny.yaml --dir exp/tiny
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -18,7 +21,14 @@ dev_set=dev
 train_config=conf/train_conformer_bpe.yaml
 tiny_config=conf/train_tiny_bpe.yaml
 dir=exp/conformer_bpe
-max_epoch=""
+max_epoch=""                             # override the yaml's max_epoch (stages 5, 7)
+device=cuda                              # WeNet's --device (cpu for a CPU trial)
+dist_backend=nccl                        # WeNet's --ddp.dist_backend (gloo on CPU)
+num_workers=4                            # DataLoader workers per rank (stage 5)
+recog_set=$dev_set                       # stage 6 decodes data/$recog_set
+decode_checkpoint=""                     # stage 6; default: $dir's last epoch_N.pt
+decode_modes="ctc_greedy_search ctc_prefix_beam_search attention attention_rescoring"
+decode_batch_size=16
 . ../parse_options.sh
 
 bpemodel=data/lang_char/${train_set}_unigram${nbpe}
@@ -74,14 +84,36 @@ if [ ${stage} -le 5 ] && [ ${stop_stage} -ge 5 ]; then
   echo "stage 5: WeNet's own train.py with wenet-lhotse's loader"
   [ -n "$wenet_dir" ] || { echo "stage 5 needs --wenet_dir"; exit 1; }
   export PYTHONPATH=$wenet_dir:${PYTHONPATH:-}
-  torchrun --standalone --nnodes=1 --nproc_per_node=$num_gpus \
+  mkdir -p $dir  # WeNet's train.py writes $dir/train.yaml before creating $dir
+  extra=""; [ -z "$max_epoch" ] || extra="--override_config 'max_epoch $max_epoch'"
+  [ "$device" != cuda ] || extra="$extra --pin_memory"
+  eval torchrun --standalone --nnodes=1 --nproc_per_node=$num_gpus \
     -m wenet_lhotse.wenet_train --config $train_config --data_type raw \
       --train_data data/$train_set/shar --cv_data data/$dev_set/cuts.jsonl.gz \
-      --model_dir $dir --num_workers 4 --pin_memory
+      --model_dir $dir --tensorboard_dir $dir/tensorboard --device $device \
+      --ddp.dist_backend $dist_backend --num_workers $num_workers $extra
 fi
 
 if [ ${stage} -le 6 ] && [ ${stop_stage} -ge 6 ]; then
-  echo "stage 6: our recipe trainer (small CTC model, BPE targets)"
+  echo "stage 6: WeNet's own recognize.py on data/$recog_set, with wenet-lhotse's reading; WER"
+  [ -n "$wenet_dir" ] || { echo "stage 6 needs --wenet_dir"; exit 1; }
+  export PYTHONPATH=$wenet_dir:${PYTHONPATH:-}
+  # (WeNet's final.pt links to "N.pt", a name train.py never writes: the last epoch_N.pt)
+  checkpoint=${decode_checkpoint:-$(ls -v $dir/epoch_*.pt | tail -n 1)}
+  gpu=0; [ "$device" = cuda ] || gpu=-1
+  python -m wenet_lhotse.wenet_recognize --gpu $gpu --device $device \
+    --config $dir/train.yaml --data_type raw --test_data data/$recog_set/data.list \
+    --checkpoint $checkpoint --batch_size $decode_batch_size --result_dir $dir \
+    --modes $decode_modes
+  for mode in $decode_modes; do
+    python $wenet_dir/tools/compute-wer.py --char=1 --v=1 \
+      data/$recog_set/text $dir/$mode/text > $dir/$mode/wer
+    echo "$mode: $(grep -m1 '^Overall' $dir/$mode/wer)"
+  done
+fi
+
+if [ ${stage} -le 7 ] && [ ${stop_stage} -ge 7 ]; then
+  echo "stage 7: our recipe trainer (small CTC model, BPE targets)"
   extra=""; [ -z "$max_epoch" ] || extra="--max_epoch $max_epoch"
   sed -e "s#BPE_MODEL#$bpemodel.model#" -e "s#UNITS#$dict#" $tiny_config > data/train_tiny_bpe.yaml
   torchrun --standalone --nnodes=1 --nproc_per_node=$num_gpus \

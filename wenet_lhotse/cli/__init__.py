@@ -7,7 +7,10 @@ from wenet_lhotse.cli import (  # noqa: F401
     corpus_cmd,
     data,
     demo_cmd,
+    estimate_bins_cmd,
+    index_cmd,
     kaldi_cmd,
+    parquet_cmd,
 )
 from wenet_lhotse.cli.main import main
 

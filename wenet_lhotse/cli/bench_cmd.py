@@ -7,7 +7,7 @@ import time
 import click
 
 from wenet_lhotse.cli.data import allow_pipe_option
-from wenet_lhotse.cli.main import main
+from wenet_lhotse.cli.main import main, show_progress
 
 #: ``dataset_conf`` used without CONFIG: WeNet's aishell recipe (train.yaml) settings.
 AISHELL_DATASET_CONF = {
@@ -88,7 +88,7 @@ def bench(config, data, data_type, units, num_batches, num_workers, prefetch, se
     shift = frame_shift_ms(dataset_conf) / 1000.0
     first = None
     batches = cuts = frames = padded = 0
-    with tqdm(total=num_batches, unit="batch", disable=None) as bar:
+    with tqdm(total=num_batches, unit="batch", disable=not show_progress()) as bar:
         for batch in loader:
             if first is None:
                 first = time.perf_counter() - t0

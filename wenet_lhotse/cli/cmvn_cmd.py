@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from wenet_lhotse.cli.data import CLUSTER_HELP, InputPath, _default_jobs, _print_skips
-from wenet_lhotse.cli.main import main
+from wenet_lhotse.cli.main import main, refuse_output_is_input, show_progress
 
 #: The features without a yaml: WeNet's aishell and librispeech recipes' dataset_conf.
 RECIPE_FEATURES = {"resample_conf": {"resample_rate": 16000},
@@ -51,6 +51,7 @@ def cmvn_cmd(source, config_path, out, jobs, chunk_size, wav_root, skip_errors, 
     from wenet_lhotse.errors import SkipReport
     from wenet_lhotse.loader.config_check import load_wenet_yaml
 
+    refuse_output_is_input(out, source, config_path)
     if config_path is not None:
         dataset_conf = load_wenet_yaml(config_path).get("dataset_conf")
     else:
@@ -60,7 +61,7 @@ def cmvn_cmd(source, config_path, out, jobs, chunk_size, wav_root, skip_errors, 
     try:
         stats = compute_cmvn(source, config=config, num_jobs=max(1, jobs),
                              chunk_size=chunk_size, strict=not skip_errors, skip_report=report,
-                             wav_root=wav_root, progress=True, cluster=cluster)
+                             wav_root=wav_root, progress=show_progress(), cluster=cluster)
     except ClusterError as err:
         raise click.ClickException(str(err)) from None
     path = write_cmvn(stats, out)

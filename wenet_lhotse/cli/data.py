@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from wenet_lhotse.cli.main import main
+from wenet_lhotse.cli.main import main, refuse_output_is_input, show_progress
 
 
 class InputPath(click.Path):
@@ -119,6 +119,8 @@ def import_cmd(data_list, out, data_type, shar_dir, shard_size, audio_format, wa
             data_type = detect_data_type(data_list)
         except WenetDataError as err:
             raise _fail(err) from None
+    refuse_output_is_input(out, data_list)
+    refuse_output_is_input(shar_dir, data_list, option="--shar")
     report = SkipReport()
     strict = not skip_errors
     try:
@@ -136,7 +138,7 @@ def import_cmd(data_list, out, data_type, shar_dir, shard_size, audio_format, wa
 
             res = wenet_to_shar(data_list, shar_dir, data_type=data_type, shard_size=shard_size,
                                 num_jobs=jobs, audio_format=audio_format, strict=strict,
-                                skip_report=report, wav_root=wav_root, progress=True,
+                                skip_report=report, wav_root=wav_root, progress=show_progress(),
                                 cluster=cluster, allow_pipe=allow_pipe)
             _print_skips(report)
             click.echo(f"Shar: {res.out_dir} ({res.num_shards} shards: {len(res.written_shards)} "
@@ -154,7 +156,7 @@ def import_cmd(data_list, out, data_type, shar_dir, shard_size, audio_format, wa
                        else os.path.join(os.path.dirname(os.path.abspath(data_list)),
                                          "cuts.jsonl.gz"))
             res = import_raw(data_list, out, wav_root=wav_root, strict=strict,
-                             skip_report=report, num_workers=jobs, progress=True,
+                             skip_report=report, num_workers=jobs, progress=show_progress(),
                              cluster=cluster)
             _print_skips(report)
             click.echo(f"cuts: {res.out_path} ({res.num_cuts} utterances, "
@@ -197,12 +199,13 @@ def export_cmd(source, out, shards_dir, shard_size, jobs, audio_dir, cluster, al
     from wenet_lhotse.convert.executor import ClusterError
     from wenet_lhotse.errors import WenetDataError
 
+    refuse_output_is_input(out, source)
     try:
         if shards_dir is not None:
             from wenet_lhotse.convert.export import export_shards
 
             lst = export_shards(source, shards_dir, shard_size=shard_size, list_path=out,
-                                num_workers=jobs, progress=True, cluster=cluster,
+                                num_workers=jobs, progress=show_progress(), cluster=cluster,
                                 allow_pipe=allow_pipe)
             click.echo(f"shards: {shards_dir}, list: {lst}")
         else:
@@ -210,7 +213,7 @@ def export_cmd(source, out, shards_dir, shard_size, jobs, audio_dir, cluster, al
                 raise click.UsageError("pass -o data.list (or --shards DIR for tar shards)")
             from wenet_lhotse.convert.export import export_raw_list
 
-            lst = export_raw_list(source, out, audio_dir=audio_dir, progress=True,
+            lst = export_raw_list(source, out, audio_dir=audio_dir, progress=show_progress(),
                                   allow_pipe=allow_pipe, num_workers=jobs, cluster=cluster)
             click.echo(f"raw list: {lst}")
     except (WenetDataError, ValueError, ClusterError) as err:
@@ -240,7 +243,7 @@ def validate_cmd(path, max_report, jobs, cluster, allow_pipe):
     from wenet_lhotse.convert.executor import ClusterError
 
     try:
-        res = validate(path, progress=True, num_jobs=jobs, cluster=cluster,
+        res = validate(path, progress=show_progress(), num_jobs=jobs, cluster=cluster,
                        allow_pipe=allow_pipe)
     except ClusterError as err:
         raise click.ClickException(str(err)) from None
@@ -282,8 +285,8 @@ def stats_cmd(path, plot, as_json, jobs, cluster, allow_pipe):
     from wenet_lhotse.convert.stats import corpus_stats, plot_stats
 
     try:
-        st = corpus_stats(path, progress=not as_json, num_jobs=jobs, cluster=cluster,
-                          allow_pipe=allow_pipe)
+        st = corpus_stats(path, progress=not as_json and show_progress(), num_jobs=jobs,
+                          cluster=cluster, allow_pipe=allow_pipe)
     except ClusterError as err:
         raise click.ClickException(str(err)) from None
     click.echo(json.dumps(st.summary(), indent=2) if as_json else st.format())

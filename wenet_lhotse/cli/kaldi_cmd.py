@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from wenet_lhotse.cli.main import main
+from wenet_lhotse.cli.main import main, refuse_output_is_input
 
 
 @main.command("make-list")
@@ -20,6 +20,7 @@ def make_list(data_dir, out):
 
     d = Path(data_dir)
     segments = d / "segments"
+    refuse_output_is_input(out or d / "data.list", d / "wav.scp", d / "text", segments)
     path, n = kaldi_dir_to_raw_list(d / "wav.scp", d / "text", out or d / "data.list",
                                     segments=segments if segments.exists() else None)
     click.echo(f"wrote {n} lines to {path}")
@@ -50,6 +51,7 @@ def make_units(text, out, non_lang_syms, bpe_vocab_size, bpe_model_prefix, sos_e
     With --sos-eos-last: <blank> 0, <unk> 1, units from 2, <sos/eos> last."""
     from wenet_lhotse.text.units import train_bpe_units, write_char_units
 
+    refuse_output_is_input(out, text, non_lang_syms)
     if bpe_vocab_size:
         prefix = bpe_model_prefix or str(Path(out).with_suffix("")) + f"_unigram{bpe_vocab_size}"
         path, n = train_bpe_units(text, prefix, out, vocab_size=bpe_vocab_size,

@@ -62,13 +62,67 @@ class WenetGroup(click.Group):
             raise CliError(input_error_message(err)) from None
 
 
+def refuse_output_is_input(out, *inputs, option: str = "-o") -> None:
+    """The one check of every command's output option: a ``click.UsageError`` (one
+    line) when ``out`` names one of ``inputs`` (links resolved; None entries ignored),
+    which writing would overwrite (``cmvn``, ``make-units`` and ``make-list`` did)."""
+    from wenet_lhotse.formats.remote import is_remote
+    from wenet_lhotse.formats.streams import same_file
+
+    if out is None or is_remote(str(out)):
+        return
+    for src in inputs:
+        if src is not None and not is_remote(str(src)) and same_file(src, out):
+            raise click.UsageError(f"{option} {out}: that is an input of this command "
+                                   f"({src}); writing it would overwrite it")
+
+
+def show_progress() -> bool:
+    """Whether commands draw tqdm progress bars: only when stderr is a terminal (in a
+    log file or a pipe, each redraw would be one more line). The one place that decides."""
+    import sys
+
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced or closed stderr
+        return False
+
+
 def _exit_on_sigterm(signum, frame) -> None:
     # SystemExit unwinds the stack: atomic writers remove their temporary files and
     # process pools end their workers (formats.parallel) before the process exits.
     raise SystemExit(128 + signum)
 
 
+def _version_message() -> str:
+    """``wenet-lhotse, version X (lhotse Y, torch Z, python V)``: the installed
+    distribution's version (importlib.metadata), or the package's own when run from a
+    clone that is not installed; the versions next to it are what bug reports need."""
+    import sys
+    from importlib import metadata
+
+    import wenet_lhotse
+
+    def dist_version(name: str, default: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return default
+
+    own = dist_version("wenet-lhotse", wenet_lhotse.__version__)
+    deps = ", ".join(f"{name} {dist_version(name, 'missing')}" for name in ("lhotse", "torch"))
+    return f"wenet-lhotse, version {own} ({deps}, python {sys.version.split()[0]})"
+
+
+def _print_version(ctx: click.Context, _param, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(_version_message())
+        ctx.exit()
+
+
 @click.group(cls=WenetGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True,
+              callback=_print_version, help="Show the version and exit.")
 @click.option("-v", "--verbose", count=True,
               help="More log output (-v info, -vv debug, and tracebacks for errors).")
 @click.pass_context

@@ -79,7 +79,7 @@ class _LineFinder:
                 for no, line in enumerate(f, 1):
                     try:
                         k = json.loads(line).get("key")
-                    except (json.JSONDecodeError, AttributeError):
+                    except (json.JSONDecodeError, AttributeError, RecursionError):
                         continue
                     self._index.setdefault(k, no)
         return self._index.get(key)

@@ -28,7 +28,7 @@ from lhotse import AudioSource, fastcopy
 from lhotse.cut import Cut
 from lhotse.utils import Pathlike
 
-from wenet_lhotse.convert.executor import cluster_slots, map_tasks, open_cluster
+from wenet_lhotse.convert.executor import LiveSlots, map_tasks, open_cluster, scheduler_loss
 from wenet_lhotse.convert.lossless import encode_lossless
 from wenet_lhotse.formats.layout import is_file_or_remote, is_whole_recording
 from wenet_lhotse.formats.raw_list import raw_list_line
@@ -232,8 +232,8 @@ def export_shards(
     cuts, _ = open_cuts(src, allow_pipe=allow_pipe)
     it = tqdm(cuts, desc="export", unit="utt", disable=not progress)
     if cluster:
-        with open_cluster(cluster) as executor:
+        with open_cluster(cluster) as executor, scheduler_loss(executor, cluster):
             return write_wenet_shards(it, out_dir, shard_size=shard_size, list_path=list_path,
-                                      num_workers=cluster_slots(executor), executor=executor)
+                                      num_workers=LiveSlots(executor), executor=executor)
     return write_wenet_shards(it, out_dir, shard_size=shard_size, list_path=list_path,
                               num_workers=num_workers)

@@ -66,6 +66,9 @@ def encode_lossless(samples: np.ndarray, sampling_rate: int) -> Tuple[bytes, str
     samples = np.asarray(samples)
     if samples.ndim == 1:
         samples = samples[None, :]
+    if not np.isfinite(samples).all():  # readers refuse it (training, validate): so do we
+        bad = int(samples.size - np.count_nonzero(np.isfinite(samples)))
+        raise ValueError(f"audio has {bad} non-finite samples (NaN or Inf)")
     fmt, subtype, ext = choose_lossless_encoding(samples)
     if samples.shape[0] > 8 and fmt == "FLAC":  # FLAC holds at most 8 channels
         fmt, subtype, ext = "WAV", "FLOAT", "wav"

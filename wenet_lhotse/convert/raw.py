@@ -270,7 +270,10 @@ def import_raw(
         num_workers=num_workers, executor=executor, check_duplicates=check_duplicates,
         as_json=True, probe=probe, cluster=cluster)
     with atomic_output(out, "wb") as raw_f:
-        f = (gzip.GzipFile(fileobj=raw_f, mode="wb", mtime=0, compresslevel=GZIP_LEVEL)
+        # no time stamp, and the output's name (not the temporary file's) in the header:
+        # equal input gives equal bytes, locally, with -j or on a cluster
+        f = (gzip.GzipFile(filename=str(out).rsplit("/", 1)[-1], fileobj=raw_f, mode="wb",
+                           mtime=0, compresslevel=GZIP_LEVEL)
              if str(out).endswith(".gz") else raw_f)
         with tqdm(desc="import", unit="utt", disable=not progress) as bar:
             for (_, duration, line), _, _ in items:

@@ -14,7 +14,8 @@ then moves the tar and, last, the cuts manifest into ``OUT`` with ``os.replace``
 A shard is complete when both files exist, pass a cheap integrity check (gzip
 stream intact, tar holds two members per cut and is not cut short) and were written
 from a complete input; a rerun skips complete shards and rewrites the rest. One
-conversion at a time per output directory: a run starts by clearing ``.OUT.partial/``.
+conversion at a time per output directory: a run holds ``.OUT.lock`` (``flock``; a
+second run fails at once, naming the holder) and starts by clearing ``.OUT.partial/``.
 
 Nothing is lost on rerun (:mod:`.shar_state`): a shard written while items were
 skipped (fault-tolerant mode) records them in its manifest's gzip header and is
@@ -28,6 +29,7 @@ skipped and recorded.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -36,7 +38,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from lhotse.cut import Cut
 from lhotse.shar import SharWriter
@@ -51,8 +53,12 @@ from wenet_lhotse.convert.lossless import (
 from wenet_lhotse.convert.shar_state import (
     drop_duplicates,
     empty_shard,
+    file_identity,
+    input_fingerprint,
     make_record,
+    partial_dir,
     remote_shard_urls,
+    remove_partial_dir,
     shard_ids,
     shard_is_complete,
     write_record,
@@ -63,7 +69,7 @@ from wenet_lhotse.formats.keyset import KeySet
 from wenet_lhotse.formats.layout import json_value
 from wenet_lhotse.formats.remote import is_remote, remote_put
 from wenet_lhotse.formats.shard_reader import ShardEntry, read_one_tar, read_shard_entries
-from wenet_lhotse.formats.tempfiles import process_running
+from wenet_lhotse.formats.tempfiles import output_lock
 from wenet_lhotse.sources.detect import detect_data_type
 from wenet_lhotse.sources.open import read_shar  # noqa: F401 - kept importable from here
 from wenet_lhotse.sources.shar_dir import shar_files, shard_paths
@@ -85,12 +91,6 @@ class SharConversion:
     seconds: float = 0.0  # wall-clock time of the conversion
 
 
-def partial_dir(out_dir: Pathlike) -> Path:
-    """Where shards are written before they are moved into ``out_dir``."""
-    out_dir = Path(out_dir).absolute()
-    return out_dir.parent / f".{out_dir.name}.partial"
-
-
 @dataclass
 class _Job:
     index: int
@@ -98,6 +98,16 @@ class _Job:
     cuts: Optional[List[Cut]] = None  # raw-list input: this shard's cuts (metadata only)
     lines: Optional[List[Tuple[str, int]]] = None  # raw-list input: (list file, line) per cut
     skipped: List[SkippedItem] = field(default_factory=list)  # input items already left out
+    input_id: Optional[str] = None  # the fingerprint of what it is written from
+
+    def fingerprint(self, options: Sequence[Any]) -> str:
+        """What this shard is written from: the tar (path, size, mtime) or the cuts of
+        its lines with their audio files', the skipped items, and ``options``."""
+        if self.tar is not None:
+            return input_fingerprint([*options, file_identity(self.tar.url)])
+        return input_fingerprint([*options, *[str(i) for i in self.skipped], *(
+            [c.to_dict(), [file_identity(s.source) for s in c.recording.sources]]
+            for c in self.cuts or [])])
 
 
 @dataclass
@@ -149,6 +159,9 @@ def _write_shard(job: _Job, out_dir: str, audio_format: str, strict: bool,
                 before = audio_writer.tar_writer.num_items_total
                 try:
                     check_key(cut.id, **where)  # becomes a tar member name
+                    if cut.has_recording and cut.num_samples < 1:  # readers refuse it too
+                        raise WenetDataError("segment holds no sample (0-sample audio)",
+                                             **where, kind="bad_segment")
                     for name, value in (cut.custom or {}).items():
                         json_value(cut.id, name, value)  # the cuts manifest is JSON
                     writer.write(cut)
@@ -166,7 +179,7 @@ def _write_shard(job: _Job, out_dir: str, audio_format: str, strict: bool,
         if not (cuts_tmp.exists() and tar_tmp.exists()):
             empty_shard(cuts_tmp, tar_tmp)  # nothing readable: the shard exists, empty
         skipped = job.skipped + report.items
-        write_record(cuts_tmp, make_record(skipped) if skipped else None)
+        write_record(cuts_tmp, make_record(skipped) if skipped else None, job.input_id)
         # Audio first, manifest last: a manifest in OUT means its tar is complete.
         if remote:
             cuts_url, tar_url = remote_shard_urls(out_dir, job.index)
@@ -279,9 +292,10 @@ def wenet_to_shar(
     :param allow_pipe: run ``pipe:CMD`` lines of a shard list (shell commands).
     :return: a :class:`SharConversion` summary.
 
-    Restartable: shards already complete in ``out_dir`` are skipped (rerun with the
-    same input and ``shard_size``); damaged, missing, and those written while items
-    were skipped are rewritten.
+    Restartable: shards already complete in ``out_dir`` and written from the same
+    input (their fingerprint: input files' sizes and mtimes, the lines' cuts, the
+    options) are skipped; damaged, missing, those written while items were skipped and
+    those written from another or a changed input are rewritten.
     """
     if audio_format not in AUDIO_FORMATS:
         raise ValueError(f"audio_format must be one of {AUDIO_FORMATS}, got {audio_format!r}")
@@ -296,14 +310,27 @@ def wenet_to_shar(
     report = skip_report if skip_report is not None else SkipReport()
     remote = is_remote(str(out_dir))
     out: Union[Path, str] = str(out_dir).rstrip("/") if remote else Path(out_dir)
+    lock = contextlib.ExitStack()
     if not remote:
         out.mkdir(parents=True, exist_ok=True)  # Lhotse's to_shar would not create it
+        lock.enter_context(output_lock(str(out)))  # one writer: a second fails at once
         # Leftovers of an interrupted run are never complete shards: start clean.
         shutil.rmtree(partial_dir(out), ignore_errors=True)
+    with lock:
+        return _convert(out, lists, data_type, shard_size, num_jobs, audio_format, strict,
+                        report, wav_root, progress, cluster, allow_pipe, remote)
+
+
+def _convert(out: Union[Path, str], lists: List[Pathlike], data_type: str,
+             shard_size: Optional[int], num_jobs: int, audio_format: str, strict: bool,
+             report: SkipReport, wav_root: Optional[Pathlike], progress: bool,
+             cluster: Optional[str], allow_pipe: bool, remote: bool) -> SharConversion:
+    """:func:`wenet_to_shar` once its output directory is ready (and locked)."""
     result = SharConversion(out_dir=out, skip_report=report)
     start = time.perf_counter()
     jobs, total = _iter_jobs(lists, data_type, shard_size, strict, report, wav_root,
                              probe_workers=num_jobs, cluster=cluster, allow_pipe=allow_pipe)
+    options = [data_type, audio_format, shard_size]  # part of every shard's fingerprint
     # Raw lists are checked for repeated keys as they are read, tars one at a time by
     # their job: across tars, here, with the keys of the shards kept from a former run.
     seen: Optional[KeySet] = None
@@ -311,7 +338,8 @@ def wenet_to_shar(
     if data_type == "shard":
         seen, kept, job_list = KeySet(), set(), list(jobs)
         for job in job_list:
-            if shard_is_complete(out, job.index):
+            job.input_id = job.fingerprint(options)
+            if shard_is_complete(out, job.index, job.input_id):
                 kept.add(job.index)
                 for key in shard_ids(out, job.index):
                     seen.add(key)
@@ -345,7 +373,9 @@ def wenet_to_shar(
     def todo() -> Iterator[_Job]:
         for job in jobs:
             result.num_shards += 1
-            if job.index in kept if kept is not None else shard_is_complete(out, job.index):
+            job.input_id = job.input_id or job.fingerprint(options)
+            if job.index in kept if kept is not None else shard_is_complete(
+                    out, job.index, job.input_id):
                 result.skipped_shards.append(job.index)
                 bar.update(1)
                 continue
@@ -363,7 +393,7 @@ def wenet_to_shar(
     finally:
         bar.close()
         if not remote:
-            _remove_partial_dir(out)
+            remove_partial_dir(out)
     result.written_shards.sort()
     result.shards_with_skips.sort()
     result.seconds = time.perf_counter() - start
@@ -381,18 +411,3 @@ def wenet_to_shar(
                 out, result.num_shards, len(result.written_shards), len(result.skipped_shards),
                 result.num_cuts_written, report.summary())
     return result
-
-
-def _remove_partial_dir(out_dir: Path) -> None:
-    """Remove what dead writers left in ``.OUT.partial/`` (``shard-<i>-<pid>``), then the
-    directory itself when empty: another run may still be writing there."""
-    tmp = partial_dir(out_dir)
-    for sub in tmp.glob("shard-*-*"):
-        pid = sub.name.rsplit("-", 1)[1]
-        if pid.isdigit() and not process_running(int(pid)):
-            shutil.rmtree(sub, ignore_errors=True)
-    try:
-        tmp.rmdir()
-    except OSError:
-        pass
-

@@ -8,11 +8,18 @@ a **skip record** in the gzip header of its ``cuts.<i>.jsonl.gz`` (the optional
 ignores it, it travels with the shard, and it is written in the same atomic rename
 as the manifest. A shard holding a record is *not* complete: a rerun writes it
 again (the input may have been fixed), and ``validate`` reports it.
+
+The same record carries the shard's **input fingerprint** (:func:`input_fingerprint`:
+the input tar's path, size and mtime, or the raw lines' cuts and their audio files'
+sizes and mtimes, plus the options): a rerun with another or a changed input rewrites
+the shards whose input differs instead of keeping them ("0 utterances written").
+Shards on object storage are checked for presence only.
 """
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import logging
 import os
@@ -28,12 +35,17 @@ from lhotse.utils import Pathlike
 from wenet_lhotse.errors import SkippedItem, WenetDataError
 from wenet_lhotse.formats.remote import is_remote, remote_exists, remote_put
 from wenet_lhotse.formats.streams import open_input
+from wenet_lhotse.formats.tempfiles import process_running
 from wenet_lhotse.sources.shar_dir import shard_paths
 
 logger = logging.getLogger(__name__)
 
 _TAG = b"wenet-lhotse-skips:"
+#: The key of the input fingerprint in the header's record.
+FINGERPRINT_KEY = "input"
 _FHCRC, _FEXTRA, _FNAME, _FCOMMENT = 0x02, 0x04, 0x08, 0x10
+#: a gzip header's MTIME field (bytes 4-8) when no time stamp is stored (RFC 1952)
+_NO_MTIME = b"\0\0\0\0"
 #: Skipped items listed in a record (all are counted).
 RECORD_ITEMS = 20
 
@@ -65,9 +77,15 @@ def _header_end(data: bytes) -> Optional[tuple]:
     return flags, name_end, pos
 
 
-def write_record(cuts_path: Pathlike, record: Optional[Dict[str, Any]]) -> None:
-    """Put ``record`` (None: none) into the gzip header of ``cuts_path`` (rewritten in
-    place: call it on a file not yet visible to readers)."""
+def write_record(cuts_path: Pathlike, record: Optional[Dict[str, Any]],
+                 fingerprint: Optional[str] = None) -> None:
+    """Put ``record`` (None: none) and the input's ``fingerprint`` into the gzip header
+    of ``cuts_path`` (rewritten in place: call it on a file not yet visible to readers),
+    and set the header's MTIME to 0: Lhotse's writer stamps the current time there, and
+    equal shards must be equal bytes whether written locally, with ``-j`` or on a
+    cluster, today or tomorrow."""
+    if fingerprint is not None:
+        record = {**(record or {}), FINGERPRINT_KEY: fingerprint}
     with open(cuts_path, "rb") as f:
         data = f.read()
     flags, name_end, end = _header_end(data)
@@ -78,11 +96,26 @@ def write_record(cuts_path: Pathlike, record: Optional[Dict[str, Any]]) -> None:
         text = json.dumps(record, ensure_ascii=True, separators=(",", ":"))
         comment = _TAG + text.encode("ascii").replace(b"\0", b"") + b"\0"
     with open(cuts_path, "wb") as f:
-        f.write(data[:3] + bytes([flags]) + data[4:name_end] + comment + data[end:])
+        f.write(data[:3] + bytes([flags]) + _NO_MTIME + data[8:name_end] + comment
+                + data[end:])
 
 
 def read_record(cuts_path: Pathlike) -> Optional[Dict[str, Any]]:
     """The skip record of a shard's manifest, or None (none, or not readable)."""
+    record = _read_comment(cuts_path)
+    if record is None or not record.get("skipped"):
+        return None
+    return {k: v for k, v in record.items() if k != FINGERPRINT_KEY}
+
+
+def read_fingerprint(cuts_path: Pathlike) -> Optional[str]:
+    """The input fingerprint a shard was written from (None: an older shard)."""
+    record = _read_comment(cuts_path)
+    value = record.get(FINGERPRINT_KEY) if record is not None else None
+    return value if isinstance(value, str) else None
+
+
+def _read_comment(cuts_path: Pathlike) -> Optional[Dict[str, Any]]:
     try:
         with open(cuts_path, "rb") as f:
             head = f.read(1 << 16)
@@ -95,9 +128,32 @@ def read_record(cuts_path: Pathlike) -> Optional[Dict[str, Any]]:
     if not comment.startswith(_TAG):
         return None
     try:
-        return json.loads(comment[len(_TAG):])
+        record = json.loads(comment[len(_TAG):])
     except ValueError:
         return None
+    return record if isinstance(record, dict) else None
+
+
+def input_fingerprint(parts: Sequence[Any]) -> str:
+    """16 hex digits of SHA-256 over ``parts`` (JSON-able: paths, sizes, mtimes, lines,
+    options) -- what a shard was written from."""
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(json.dumps(part, sort_keys=True, default=str, ensure_ascii=True).encode())
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def file_identity(path: str) -> List[Any]:
+    """``[path, size, mtime in ns]`` of a local file (``[path]`` for a URL or a file
+    that cannot be stat'ed: its errors come when it is read)."""
+    if is_remote(path) or "://" in path or path.startswith("pipe:"):
+        return [path]
+    try:
+        st = os.stat(path)
+    except OSError:
+        return [path]
+    return [path, st.st_size, st.st_mtime_ns]
 
 
 def remote_shard_urls(out_dir: str, index: int) -> Tuple[str, str]:
@@ -119,10 +175,13 @@ def shard_ids(out_dir: Union[Pathlike, str], index: int) -> List[str]:
         return [json.loads(line)["id"] for line in f if line.strip()]
 
 
-def shard_is_complete(out_dir: Union[Pathlike, str], index: int) -> bool:
+def shard_is_complete(out_dir: Union[Pathlike, str], index: int,
+                      fingerprint: Optional[str] = None) -> bool:
     """True when shard ``index`` exists in full and was written from a complete input
-    (no skip record). Reads the (small) cuts manifest and walks the tar headers
-    (seeking over the audio data), so it is cheap. On object storage an object exists
+    (no skip record) -- with ``fingerprint``, from that input (local shards: another or
+    a changed input, or a shard without a fingerprint, is rewritten). Reads the (small)
+    cuts manifest and walks the tar headers (seeking over the audio data), so it is
+    cheap. On object storage an object exists
     only once its upload completed, and the manifest is uploaded after the tar: both
     objects present means complete (skip records are checked on local shards only)."""
     if is_remote(str(out_dir)):
@@ -150,6 +209,10 @@ def shard_is_complete(out_dir: Union[Pathlike, str], index: int) -> bool:
     if record is not None:
         logger.info("shard %d in %s was written with %d items skipped; it will be rewritten",
                     index, out_dir, record.get("skipped", 0))
+        return False
+    if fingerprint is not None and read_fingerprint(cuts_path) != fingerprint:
+        logger.warning("shard %d in %s was written from another input (or the input "
+                       "changed since); it will be rewritten", index, out_dir)
         return False
     return True
 
@@ -190,8 +253,11 @@ def drop_duplicates(out_dir: Union[Path, str], index: int, keys: Sequence[str],
             with open_input(src) as f, open(dst, "wb") as g:
                 shutil.copyfileobj(f, g)
         drop_cuts(cuts_tmp, tar_tmp, set(keys))
+        # keep the input's fingerprint: a rerun on the same input must not redo the shard
+        fingerprint = (_read_comment(cuts_tmp) or {}).get(FINGERPRINT_KEY)
         write_record(cuts_tmp, merge_record(read_record(cuts_tmp),
-                                            [SkippedItem.from_error(e) for e in errors]))
+                                            [SkippedItem.from_error(e) for e in errors]),
+                     fingerprint)
         # Audio first, manifest last: a manifest in OUT means its tar is complete.
         for src, dst in ((tar_tmp, tar_src), (cuts_tmp, cuts_src)):
             if is_remote(str(out_dir)):
@@ -222,4 +288,24 @@ def empty_shard(cuts_path: Pathlike, tar_path: Pathlike) -> None:
     with gzip.GzipFile(cuts_path, "wb", mtime=0):
         pass
     with tarfile.open(tar_path, "w"):
+        pass
+
+
+def partial_dir(out_dir: Pathlike) -> Path:
+    """Where shards are written before they are moved into ``out_dir``."""
+    out_dir = Path(out_dir).absolute()
+    return out_dir.parent / f".{out_dir.name}.partial"
+
+
+def remove_partial_dir(out_dir: Path) -> None:
+    """Remove what dead writers left in ``.OUT.partial/`` (``shard-<i>-<pid>``), then the
+    directory itself when empty: another run may still be writing there."""
+    tmp = partial_dir(out_dir)
+    for sub in tmp.glob("shard-*-*"):
+        pid = sub.name.rsplit("-", 1)[1]
+        if pid.isdigit() and not process_running(int(pid)):
+            shutil.rmtree(sub, ignore_errors=True)
+    try:
+        tmp.rmdir()
+    except OSError:
         pass

@@ -161,7 +161,8 @@ class WenetAsrDataset(torch.utils.data.Dataset):
 
     def _texts(self, cuts: Sequence[Cut]) -> Tuple[List[Cut], List[Optional[str]]]:
         """Validate transcripts; in fault-tolerant mode leave out the bad cuts."""
-        required = self.rules.needs_text
+        # text_required False: a speech-only source mixed by batch (dataset.text_batch)
+        required = self.rules.needs_text and getattr(self, "text_required", True)
         kept: List[Cut] = []
         texts: List[Optional[str]] = []
         for cut in cuts:

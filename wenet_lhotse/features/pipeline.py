@@ -19,7 +19,7 @@ from typing import Any, Tuple
 import numpy as np
 import torch
 
-from wenet_lhotse.errors import WenetDataError
+from wenet_lhotse.errors import WenetDataError, reraise_worker_death
 from wenet_lhotse.features.augment import (
     choose_speed,
     spec_aug,
@@ -66,6 +66,7 @@ class CutPipeline(FeatureRecipe):
                 return plan_cut(self, cut, seed, augment)
             return self._process(cut, seed, augment)
         except Exception as err:
+            reraise_worker_death(err)
             raise WenetDataError(
                 f"cut {cut.id!r}: cannot compute features: {type(err).__name__}: {err}",
                 cut_source(cut), kind="bad_audio",

@@ -19,14 +19,15 @@ the pipeline and the device path make; sample counts are those
 :func:`~wenet_lhotse.formats.audio.resample` and
 :func:`~wenet_lhotse.features.augment.speed_perturb` return; frames follow the
 extractor's framing (:func:`~wenet_lhotse.features.kaldi.num_frames` for fbank/mfcc, the
-Whisper hop). So batch caps hold exactly on the features of every batch.
+Whisper hop); with ``spec_trim`` the frames kept are its draw (:meth:`FeatureRecipe.draws`:
+WeNet batches after spec_trim). So batch caps hold exactly on the features of every batch.
 """
 
 from __future__ import annotations
 
 import hashlib
 import random
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from lhotse.features.base import FeatureExtractor
@@ -304,11 +305,6 @@ class FeatureRecipe:
             spec_trim=aug("spec_trim"),
             channel=int((conf.get("singal_channel_conf") or {}).get("channel", 0)),
             eval_dither=eval_dither)
-
-    def recipe(self) -> FeatureRecipe:
-        """The recipe alone (a :class:`~wenet_lhotse.features.pipeline.CutPipeline`
-        gives its recipe part)."""
-        return FeatureRecipe(**{f.name: getattr(self, f.name) for f in fields(FeatureRecipe)})
 
     def frame_counter(self) -> FrameCounter:
         """How this recipe's extractor frames a waveform, after its resampling."""

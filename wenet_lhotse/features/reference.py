@@ -5,6 +5,9 @@ the environment variable ``WENET_LHOTSE_KALDI_PY`` may point at a copy of
 ``torchaudio/compliance/kaldi.py`` taken from a torchaudio wheel, loaded standalone
 (its ``import torchaudio`` line must be patched out; only ``mfcc`` needs
 ``torchaudio.functional.create_dct``). Nothing of torchaudio ships with this package.
+The tests and ``bench/features.py`` ask ``wenet_harness.kaldi_reference()`` (repository
+only), which falls back to the WeNet harness's unchanged copy of torchaudio 2.11.0's
+file when this finds nothing.
 """
 
 from __future__ import annotations

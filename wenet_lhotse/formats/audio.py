@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple, Union
 
 import numpy as np
 
-from wenet_lhotse.formats.wav import HEADER_BYTES, read_pcm16_wav, wav_layout
+from wenet_lhotse.formats.wav import HEADER_BYTES, read_pcm16_wav, wav_file_layout, wav_layout
 
 if TYPE_CHECKING:
     import torch
@@ -75,6 +75,66 @@ def _kernel(orig_sr: int, new_sr: int, device: Any) -> Tuple[Any, int, int, int]
     return item
 
 
+#: Rates accepted by :func:`resample` (Hz): 768 kHz is the highest audio rate in use;
+#: a header claiming more (up to 2^31-1 Hz) is refused rather than resampled.
+MIN_SAMPLING_RATE, MAX_SAMPLING_RATE = 1000, 768_000
+#: Largest resampling kernel built whole (elements, float32: 16 MiB). torchaudio's
+#: kernel has ``new' * (orig' + 2 * width)`` elements for the gcd-reduced rates: 32003 ->
+#: 16000 Hz would take 2 GB (12 GB while building it); above this bound the output is
+#: computed in blocks straight from the same formula (:func:`_blocked_resample`).
+MAX_KERNEL_ELEMENTS = 1 << 22
+_ROLLOFF, _ZEROS = 0.99, 6  # torchaudio's (and Lhotse's) defaults: rolloff, filter width
+
+
+def sampling_rate_problem(rate: Any) -> Optional[str]:
+    """Why ``rate`` (Hz) is not a sampling rate this package resamples, or None."""
+    if isinstance(rate, bool) or not isinstance(rate, (int, np.integer)) or not (
+            MIN_SAMPLING_RATE <= rate <= MAX_SAMPLING_RATE):
+        return (f"sampling rate {rate!r} Hz is outside [{MIN_SAMPLING_RATE}, "
+                f"{MAX_SAMPLING_RATE}] Hz")
+    return None
+
+
+def _reduced(orig_sr: int, new_sr: int) -> Tuple[int, int, int]:
+    """``(orig', new', width)``: the gcd-reduced rates and torchaudio's filter half-width
+    (input samples)."""
+    g = math.gcd(int(orig_sr), int(new_sr))
+    orig, new = int(orig_sr) // g, int(new_sr) // g
+    return orig, new, math.ceil(_ZEROS * orig / (min(orig, new) * _ROLLOFF))
+
+
+def _blocked_resample(x: torch.Tensor, orig_sr: int, new_sr: int, length: int,
+                      budget: int = MAX_KERNEL_ELEMENTS) -> torch.Tensor:
+    """:func:`sinc_resample` without the whole kernel: output sample ``m`` is
+    ``sum_i x[i] w(i/orig' - m/new')`` over the ``2 * width + 2`` inputs around
+    ``m * orig'/new'`` (torchaudio's Hann-windowed sinc ``w``, in float64 as it builds its
+    kernel, then float32), ``budget // (2 * width + 2)`` outputs at a time: memory
+    ``O(budget)`` at any pair of rates. Equal to the kernel path to float32 rounding."""
+    import torch
+
+    orig, new, width = _reduced(orig_sr, new_sr)
+    base = min(orig, new) * _ROLLOFF
+    span = 2 * width + 2
+    step = max(1, budget // span)
+    n = x.numel()
+    out = torch.empty(length, dtype=torch.float32, device=x.device)
+    offsets = torch.arange(span, dtype=torch.int64, device=x.device)
+    for m0 in range(0, length, step):
+        m = torch.arange(m0, min(m0 + step, length), dtype=torch.int64, device=x.device)
+        first = (m * orig) // new - width  # floor(m * orig'/new') - width
+        i = first[:, None] + offsets[None, :]
+        # t = (i/orig' - m/new') * base, from exact integers
+        t = (i * new - (m * orig)[:, None]).to(torch.float64) * (base / (orig * new))
+        t.clamp_(-_ZEROS, _ZEROS)
+        window = torch.cos(t * (math.pi / _ZEROS / 2)) ** 2
+        t *= math.pi
+        w = torch.where(t == 0, torch.ones_like(t), torch.sin(t) / t) * window * (base / orig)
+        valid = (i >= 0) & (i < n)
+        xs = torch.where(valid, x[i.clamp(0, max(n - 1, 0))], torch.zeros((), device=x.device))
+        out[m0:m0 + m.numel()] = (xs * w.to(torch.float32)).sum(dim=1)
+    return out
+
+
 def sinc_resample(x: torch.Tensor, orig_sr: int, new_sr: int, length: int) -> torch.Tensor:
     """``length`` samples of 1-D float32 ``x`` resampled from ``orig_sr`` to ``new_sr``
     Hz with Lhotse's (= torchaudio's) windowed-sinc kernel, on ``x``'s device.
@@ -91,6 +151,9 @@ def sinc_resample(x: torch.Tensor, orig_sr: int, new_sr: int, length: int) -> to
     """
     import torch
 
+    orig, new, width = _reduced(orig_sr, new_sr)
+    if new * (orig + 2 * width) > MAX_KERNEL_ELEMENTS:  # e.g. 32003 -> 16000 Hz
+        return _blocked_resample(x, orig_sr, new_sr, length)
     kernel, width, orig, new = _kernel(orig_sr, new_sr, x.device)
     k = kernel.shape[0]
     n = x.numel()
@@ -121,10 +184,16 @@ def resample(samples: Samples, orig_sr: int, new_sr: int) -> Samples:
     """Band-limited sinc resampling of a 1-D float32 signal (torchaudio's ``Resample``
     kernel, see :func:`sinc_resample`); numpy in -> numpy out, tensor in -> tensor out.
 
-    Output length is ``ceil(num_samples * new_sr / orig_sr)``.
+    Output length is ``ceil(num_samples * new_sr / orig_sr)``. Memory is bounded at any
+    pair of rates (:data:`MAX_KERNEL_ELEMENTS`); rates outside
+    [:data:`MIN_SAMPLING_RATE`, :data:`MAX_SAMPLING_RATE`] are a ``ValueError``.
     """
     if int(orig_sr) == int(new_sr):
         return samples
+    for rate in (orig_sr, new_sr):
+        why = sampling_rate_problem(int(rate))
+        if why is not None:
+            raise ValueError(f"cannot resample: {why}")
     x = as_float_tensor(samples)
     y = sinc_resample(x, int(orig_sr), int(new_sr), resampled_length(x.numel(), orig_sr, new_sr))
     return y if not isinstance(samples, np.ndarray) else y.numpy()
@@ -161,7 +230,8 @@ def load_samples(cut: Any, channel: int = 0) -> Tuple[np.ndarray, int]:
     whole 16-bit PCM recording (a file or in-memory bytes, WAV or FLAC), else float32 in
     [-1, 1] from ``cut.load_audio()``. ``int16 / 32768`` is bit for bit the float32
     Lhotse (libsndfile) returns, and reading int16 skips libsndfile's slower float
-    conversion.
+    conversion. Float audio holding NaN or Inf is a ``ValueError`` (training would
+    get non-finite features; the pipeline reports it as the cut's ``bad_audio``).
     """
     pcm = _read_pcm16(cut)
     if pcm is None:
@@ -173,7 +243,11 @@ def load_samples(cut: Any, channel: int = 0) -> Tuple[np.ndarray, int]:
         if channel >= pcm.shape[0]:
             raise ValueError(f"singal_channel_conf.channel {channel}: the audio has "
                              f"{pcm.shape[0]} channel(s)")
-    return np.ascontiguousarray(pcm[channel if pcm.shape[0] > 1 else 0]), int(cut.sampling_rate)
+    out = np.ascontiguousarray(pcm[channel if pcm.shape[0] > 1 else 0])
+    if out.dtype != np.int16 and not np.isfinite(out).all():  # float audio: NaN/Inf
+        bad = int(out.size - np.count_nonzero(np.isfinite(out)))
+        raise ValueError(f"audio has {bad} non-finite samples (NaN or Inf)")
+    return out, int(cut.sampling_rate)
 
 
 def as_float_samples(samples: np.ndarray) -> np.ndarray:
@@ -214,3 +288,31 @@ def _read_pcm16(cut: Any) -> Optional[np.ndarray]:
     except (RuntimeError, sf.LibsndfileError, TypeError):
         return None  # let Lhotse decode it (and raise its own error)
     return data  # (samples, channels)
+
+
+def probe_recording(audio_path: str, key: str) -> Any:
+    """The recording of ``audio_path`` from its header: the same manifest as
+    ``Recording.from_file``, about 2x faster for what libsndfile reads (WAV, FLAC,
+    OGG, ...), since Lhotse's per-call audio backend probing is skipped (16-bit PCM WAV:
+    the header walked without libsndfile, :mod:`.wav`); other formats (m4a, wma, ...)
+    go through Lhotse."""
+    from lhotse import AudioSource, Recording
+
+    wav = wav_file_layout(audio_path)
+    if wav is not None:
+        channels, rate, frames = wav.channels, wav.sampling_rate, wav.frames
+    else:
+        import soundfile as sf
+
+        try:  # SoundFile: soundfile.info also formats the format's descriptions
+            with sf.SoundFile(audio_path) as f:
+                channels, rate, frames = f.channels, int(f.samplerate), int(f.frames)
+        except (sf.LibsndfileError, RuntimeError, TypeError):
+            return Recording.from_file(audio_path, recording_id=key)
+    return Recording(
+        id=key,
+        sources=[AudioSource(type="file", channels=list(range(channels)), source=audio_path)],
+        sampling_rate=rate,
+        num_samples=frames,
+        duration=frames / rate,
+    )

@@ -3,19 +3,30 @@ allocation, a number or a command.
 
 * keys (``key`` of a raw line, the member name of a tar, a cut id) become tar member
   names and file names on export; :func:`key_problem` refuses those that would be
-  unsafe there: empty, absolute, with a ``..`` component, with NUL or another
+  unsafe there: empty, absolute, with a ``..``, ``.`` or empty path component
+  (``./x``, ``a//b``: a tar reader normalises those, so what is read back is not what
+  was written), with NUL or another
   control character, not valid Unicode (a lone surrogate), or over
   :data:`MAX_KEY_BYTES` bytes in UTF-8 (a file name's limit). WeNet accepts any
   string; keys outside these rules cannot be written safely by anyone.
 * tar members must be regular files of at most :func:`max_member_bytes` bytes
   (:func:`member_problem`): a sparse member (PAX ``GNU.sparse``) makes ``tarfile``
   allocate its claimed size in zeros, links and devices have no audio. WeNet reads
-  any member; a 40 KB tar could otherwise claim 8 GiB.
+  any member; a 40 KB tar could otherwise claim 8 GiB. A member of a compressed tar
+  is read in blocks and refused once it decompresses past :func:`max_member_ratio`
+  times the compressed bytes it took (a decompression bomb under the byte cap).
 * text must be valid Unicode (:func:`text_problem`): JSON's ``\\ud800`` escape decodes
   to a lone surrogate that no UTF-8 writer accepts.
 * times must be finite (:func:`is_finite_number`): JSON's ``NaN``/``Infinity``.
 * ``pipe:`` inputs run a shell command: only with an explicit opt-in
   (:data:`PIPE_REFUSED`); WeNet has no ``pipe:`` at all.
+* URLs are read only through the protocols of :data:`DEFAULT_URL_PROTOCOLS`
+  (:func:`url_problem`): fsspec's archive and cache filesystems (``tar://m::x.tar``,
+  ``zip://``, ``simplecache::``) would read around the tar member checks, and
+  ``ftp://`` reaches any host and port. ``$WENET_LHOTSE_URL_PROTOCOLS`` (comma
+  separated) adds protocols; its token ``::`` allows chained URLs.
+* local inputs must be regular files (:func:`open_regular`): a FIFO named ``x.tar``
+  would block ``open()`` forever, a device (``/dev/zero``) never ends.
 """
 
 from __future__ import annotations
@@ -23,8 +34,9 @@ from __future__ import annotations
 import math
 import os
 import re
+import stat
 import tarfile
-from typing import Any, Optional
+from typing import Any, BinaryIO, Optional
 
 from wenet_lhotse.errors import WenetDataError
 
@@ -39,6 +51,62 @@ DEFAULT_MAX_MEMBER_BYTES = 1 << 30
 PIPE_REFUSED = ("'pipe:' runs a shell command; commands from data run only when allowed "
                 "(--allow-pipe on the CLI, allow_pipe=True in Python, "
                 "lhotse_conf.allow_pipe in yaml)")
+
+
+#: URL protocols read by default: local files, WeNet's http(s), object storage.
+DEFAULT_URL_PROTOCOLS = frozenset({"file", "http", "https", "s3", "s3a", "gs", "gcs", "az",
+                                   "abfs", "abfss", "adl", "hdfs", "webhdfs"})
+
+_URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
+
+
+def allowed_url_protocols() -> frozenset:
+    """:data:`DEFAULT_URL_PROTOCOLS` plus ``$WENET_LHOTSE_URL_PROTOCOLS``'s (and its
+    ``::`` token, which allows chained URLs)."""
+    extra = os.environ.get("WENET_LHOTSE_URL_PROTOCOLS", "")
+    return DEFAULT_URL_PROTOCOLS | {p.strip().lower() for p in extra.split(",") if p.strip()}
+
+
+def url_problem(url: str) -> Optional[str]:
+    """Why ``url`` is not read (a protocol outside the allow-list, or a chained
+    ``a::b`` URL), or None; a plain path or ``pipe:`` command is not a URL: None."""
+    parts = str(url).split("::")
+    if not any(_URL.match(part) for part in parts):
+        return None
+    allowed = allowed_url_protocols()
+    hint = "(allowed: " + ", ".join(sorted(allowed - {"::"})) + \
+        "; WENET_LHOTSE_URL_PROTOCOLS adds more)"
+    if "::" in str(url) and "::" not in allowed:
+        return ("chained '::' URLs read around the tar member checks: refused unless "
+                "WENET_LHOTSE_URL_PROTOCOLS holds '::'")
+    for part in parts:
+        pm = _URL.match(part)
+        if pm is not None and pm.group(1).lower() not in allowed:
+            return f"URL protocol {pm.group(1)!r} is not allowed {hint}"
+    return None
+
+
+def check_url(url: str, source: Optional[str] = None, line: Optional[int] = None) -> None:
+    """Raise :class:`WenetDataError` (kind ``"refused"``) when :func:`url_problem`."""
+    why = url_problem(url)
+    if why is not None:
+        raise WenetDataError(f"{_short(str(url), 80)}: {why}", source or str(url)[:200],
+                             line=line, kind="refused")
+
+
+#: A member of a compressed tar may decompress to at most this many times the
+#: compressed bytes it took, once past :data:`RATIO_FLOOR_BYTES` (audio compresses by
+#: 1-2x with gzip; a 0.9 MB .tar.gz holding a 900 MiB member is 1000x). Set
+#: ``WENET_LHOTSE_MAX_MEMBER_RATIO`` to change it.
+DEFAULT_MAX_MEMBER_RATIO = 200
+#: Decompressed bytes of one member below which the ratio is not checked (64 MiB).
+RATIO_FLOOR_BYTES = 64 << 20
+
+
+def max_member_ratio() -> float:
+    """``$WENET_LHOTSE_MAX_MEMBER_RATIO``, else :data:`DEFAULT_MAX_MEMBER_RATIO`."""
+    env = os.environ.get("WENET_LHOTSE_MAX_MEMBER_RATIO")
+    return float(env) if env else float(DEFAULT_MAX_MEMBER_RATIO)
 
 
 def max_member_bytes(value: Optional[int] = None) -> int:
@@ -72,8 +140,13 @@ def key_problem(key: Any) -> Optional[str]:
         return "the key holds a control character"
     if key.startswith("/"):
         return "the key is an absolute path"
-    if ".." in key.split("/"):
+    parts = key.split("/")
+    if ".." in parts:
         return "the key has a '..' component"
+    if "." in parts or "" in parts:
+        # './x', 'a/./b', 'a//b', 'a/': tar readers (Lhotse's Shar) normalise such names,
+        # so the member written is not the one read back
+        return "the key has an empty or '.' path component"
     return None
 
 
@@ -109,6 +182,10 @@ def text_problem(value: Any, name: str = "") -> Optional[str]:
     return None
 
 
+#: Why a JSON line nested too deeply was refused (``json`` raises RecursionError).
+TOO_DEEP = "JSON nested too deeply (over the interpreter's recursion limit)"
+
+
 def is_finite_number(x: Any) -> bool:
     """An int or float (not bool) that is neither NaN nor infinite."""
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
@@ -131,3 +208,27 @@ def member_problem(info: tarfile.TarInfo, limit: int) -> Optional[str]:
         return (f"member claims {info.size} bytes, over the {limit}-byte limit "
                 "(WENET_LHOTSE_MAX_MEMBER_BYTES)")
     return None
+
+
+def open_regular(path: str, name: Optional[str] = None) -> BinaryIO:
+    """``open(path, "rb")`` of a regular file only: opened non-blocking (a FIFO would
+    block ``open()`` until a writer comes), checked with ``fstat`` (no race with a
+    rename), then switched back to blocking reads. A FIFO, device, socket or directory
+    is a :class:`WenetDataError` (kind ``"io"``) naming ``name`` (default ``path``);
+    the ``OSError`` of ``open`` propagates as is."""
+    import fcntl
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            what = ("a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode)
+                    else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                    else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+            raise WenetDataError(f"{what}, not a regular file: refused (reading it could "
+                                 "block or never end)", name or path, kind="io")
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise

@@ -30,13 +30,15 @@ from concurrent.futures import (
     ThreadPoolExecutor,
     wait,
 )
-from typing import Callable, Deque, Dict, Iterable, Iterator, Tuple, TypeVar, Union
+from typing import Callable, Deque, Dict, Iterable, Iterator, Optional, Tuple, TypeVar, Union
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 R = TypeVar("R")
 
+#: Seconds between looks at the slots there are while waiting, when they may change.
+POLL_S = 1.0
 #: Seconds a worker whose parent died has to clean up before it is ended by force.
 GRACE_S = 10.0
 _PR_SET_PDEATHSIG = 1
@@ -91,30 +93,40 @@ def process_pool(num_workers: int) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(num_workers, initializer=worker_init, initargs=(os.getpid(),))
 
 
-def map_bounded(fn: Callable[[T], R], items: Iterable[T], num_workers: int, *,
+def map_bounded(fn: Callable[[T], R], items: Iterable[T],
+                num_workers: Union[int, Callable[[], int]], *,
                 executor: Union[str, Executor] = "process",
                 ordered: bool = True) -> Iterator[Tuple[T, R]]:
     """``(item, fn(item))`` for each item, computed by ``num_workers`` processes
     (``executor="process"``) or threads (``"thread"``), or on a given ``Executor``
     with ``num_workers`` slots (left running); 0 or 1 without an Executor runs ``fn``
     in the calling thread. At most ``2 * num_workers`` items are in flight, so a
-    streamed input is never loaded whole. ``fn`` and the items must pickle for
-    processes. Results come in input order, or with ``ordered=False`` as they
-    complete (a progress bar then follows the work). A failed item raises here;
-    leaving the loop early cancels what was not started; leaving it by an exception
-    also ends the running workers of our own process pool (they remove their
-    temporary files)."""
+    streamed input is never loaded whole. ``num_workers`` may be a function (for an
+    Executor whose workers come and go, e.g. a Dask cluster that grows): it is called
+    again before each submission and at least every :data:`POLL_S` seconds while the
+    loop waits, so the items in flight follow the slots there are now. ``fn`` and the
+    items must pickle for processes. Results come in input order, or with
+    ``ordered=False`` as they complete (a progress bar then follows the work). A failed
+    item raises here; leaving the loop early cancels what was not started; leaving it by
+    an exception also ends the running workers of our own process pool (they remove
+    their temporary files)."""
     own = not isinstance(executor, Executor)
-    if own and num_workers <= 1:
+    slots: Callable[[], int] = (num_workers if callable(num_workers)
+                                else (lambda: num_workers))  # type: ignore[assignment]
+    poll = POLL_S if callable(num_workers) else None
+    if own and slots() <= 1:
         for item in items:
             yield item, fn(item)
         return
     if own:
-        pool: Executor = (process_pool(num_workers) if executor == "process"
-                          else ThreadPoolExecutor(num_workers))
+        pool: Executor = (process_pool(slots()) if executor == "process"
+                          else ThreadPoolExecutor(slots()))
     else:
         pool = executor
-    window = 2 * max(1, num_workers)
+
+    def full(in_flight: int) -> bool:
+        return in_flight >= 2 * max(1, slots())
+
     queue: Deque[Tuple[Future, T]] = deque()
     pending: Dict[Future, T] = {}
     failed = True
@@ -123,18 +135,19 @@ def map_bounded(fn: Callable[[T], R], items: Iterable[T], num_workers: int, *,
             fut = pool.submit(fn, item)
             if ordered:
                 queue.append((fut, item))
-                if len(queue) >= window:
-                    fut, done = queue.popleft()
-                    yield done, fut.result()
+                while queue and full(len(queue)):
+                    if wait([queue[0][0]], timeout=poll).done:
+                        fut, done = queue.popleft()
+                        yield done, fut.result()
             else:
                 pending[fut] = item
-                while len(pending) >= window:
-                    yield from _completed(pending)
+                while pending and full(len(pending)):
+                    yield from _completed(pending, poll)
         while queue:
             fut, done = queue.popleft()
             yield done, fut.result()
         while pending:
-            yield from _completed(pending)
+            yield from _completed(pending, None)
         failed = False
     finally:
         for fut in [f for f, _ in queue] + list(pending):
@@ -145,7 +158,8 @@ def map_bounded(fn: Callable[[T], R], items: Iterable[T], num_workers: int, *,
             pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _completed(pending: Dict[Future, T]) -> Iterator[Tuple[T, R]]:
-    finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+def _completed(pending: Dict[Future, T], timeout: Optional[float]) -> Iterator[Tuple[T, R]]:
+    """The items of ``pending`` that finish first (none if ``timeout`` seconds pass)."""
+    finished, _ = wait(pending, timeout=timeout, return_when=FIRST_COMPLETED)
     for fut in finished:
         yield pending.pop(fut), fut.result()

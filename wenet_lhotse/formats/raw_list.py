@@ -38,9 +38,17 @@ from lhotse.audio import AudioSource
 from lhotse.lazy import Dillable
 from lhotse.utils import Pathlike, compute_num_samples, fastcopy
 
-from wenet_lhotse.errors import SkipReport, WenetDataError, short_error
-from wenet_lhotse.formats.audio import encode_pcm16_wav
-from wenet_lhotse.formats.checks import check_key, is_finite_number, key_problem, text_problem
+from wenet_lhotse.errors import SkipReport, WenetDataError, reraise_worker_death, short_error
+from wenet_lhotse.formats.audio import encode_pcm16_wav, probe_recording, sampling_rate_problem
+from wenet_lhotse.formats.checks import (
+    TOO_DEEP,
+    check_key,
+    is_finite_number,
+    key_problem,
+    open_regular,
+    text_problem,
+    url_problem,
+)
 from wenet_lhotse.formats.keyset import KeySet
 from wenet_lhotse.formats.layout import (
     CORE_FIELDS,
@@ -54,7 +62,6 @@ from wenet_lhotse.formats.layout import (
 from wenet_lhotse.formats.remote import is_remote
 from wenet_lhotse.formats.remote_audio import is_audio_url, probe_remote_audio
 from wenet_lhotse.formats.streams import as_path_list, atomic_output, open_input
-from wenet_lhotse.formats.wav import wav_file_layout
 
 logger = logging.getLogger(__name__)
 
@@ -100,11 +107,14 @@ class LazyWenetRawListIterator(Dillable):
         seen = KeySet() if self.check_duplicates else None
         for path in self.paths:
             try:
-                f = open_input(path) if is_remote(path) else open(path, "rb")
+                f = open_input(path) if is_remote(path) else open_regular(path)
             except OSError as e:
                 self.skip_report.handle(
                     WenetDataError(f"cannot open list: {e}", path, kind="missing_file"),
                     self.strict)
+                continue
+            except WenetDataError as e:  # a FIFO or device, refused before it blocks
+                self.skip_report.handle(e, self.strict)
                 continue
             with f:
                 for lineno, raw in enumerate(f, 1):
@@ -123,6 +133,12 @@ class LazyWenetRawListIterator(Dillable):
         return self._parse(raw, path, lineno, seen)
 
     def _parse(self, raw: bytes, path: str, lineno: int, seen: Optional[KeySet]):
+        try:
+            return self._parse_line(raw, path, lineno, seen)
+        except RecursionError:  # json (and walking its result) on '[[[[...'
+            raise WenetDataError(TOO_DEEP, path, line=lineno, kind="json") from None
+
+    def _parse_line(self, raw: bytes, path: str, lineno: int, seen: Optional[KeySet]):
         data = raw.rstrip(b"\r\n")  # LF and CRLF endings
         if lineno == 1 and data.startswith(codecs.BOM_UTF8):
             data = data[len(codecs.BOM_UTF8):]
@@ -151,6 +167,9 @@ class LazyWenetRawListIterator(Dillable):
         unsafe = key_problem(key)
         if unsafe is not None:
             raise fail(f"unsafe key {key[:40]!r}: {unsafe}", "unsafe_key")
+        unsafe = url_problem(wav)
+        if unsafe is not None:
+            raise fail(f"'wav' {wav[:60]!r}: {unsafe}", "refused")
         if b"\\u" in data:  # only a \u escape can make a lone surrogate
             bad_text = text_problem(obj)
             if bad_text is not None:
@@ -168,6 +187,9 @@ class LazyWenetRawListIterator(Dillable):
         # an absolute wav, or a URL, stays as is
         audio_path = wav if is_audio_url(wav) else os.path.join(self.wav_root, wav)
         recording = self._recording(key, audio_path, obj, fail)
+        unsafe = sampling_rate_problem(recording.sampling_rate)
+        if unsafe is not None:  # a forged header: resampling it would take gigabytes
+            raise fail(f"{audio_path}: {unsafe}", "bad_audio")
         start = float(obj.get("start") or 0.0)
         end = float(obj["end"]) if obj.get("end") is not None else recording.duration
         if end > recording.duration:
@@ -188,6 +210,9 @@ class LazyWenetRawListIterator(Dillable):
             # cut exactly there (Lhotse rounds start * sr to the nearest sample instead).
             sr = recording.sampling_rate
             first, last = int(start * sr), int(end * sr)
+            if last <= first:  # WeNet would decode no sample; writers refuse it too
+                raise fail(f"segment start={obj.get('start')} end={obj.get('end')} s holds "
+                           f"no sample at {sr} Hz", "bad_segment")
             start, end = first / sr, last / sr
         cut = recording.to_cut()
         duration = end - start
@@ -224,11 +249,14 @@ class LazyWenetRawListIterator(Dillable):
         if is_audio_url(audio_path):
             recording = _probe_url(audio_path, key, fail)
         elif not os.path.isfile(audio_path):
+            if os.path.exists(audio_path):  # a FIFO or device: reading it could block
+                raise fail(f"audio path is not a regular file: {audio_path}", "bad_audio")
             raise fail(f"audio file not found: {audio_path}", "missing_audio")
         else:
             try:
-                recording = _probe(audio_path, key)
+                recording = probe_recording(audio_path, key)
             except Exception as e:  # lhotse wraps every backend's failure
+                reraise_worker_death(e)
                 why = short_error(e, audio=audio_path)
                 raise fail(f"cannot read audio header of {audio_path}: {why}",
                            "bad_audio") from None
@@ -375,30 +403,3 @@ def _probe_url(url: str, key: str, fail) -> Recording:
     except Exception as e:  # Lhotse's backends on a format libsndfile does not read
         raise fail(f"cannot read audio header of {url}: {short_error(e)}",
                    "bad_audio") from None
-
-
-def _probe(audio_path: str, key: str) -> Recording:
-    """The recording of ``audio_path`` from its header: the same manifest as
-    ``Recording.from_file``, about 2x faster for what libsndfile reads (WAV, FLAC,
-    OGG, ...), since Lhotse's per-call audio backend probing is skipped (16-bit PCM WAV:
-    the header walked without libsndfile, :mod:`.wav`); other formats (m4a, wma, ...)
-    go through Lhotse."""
-    wav = wav_file_layout(audio_path)
-    if wav is not None:
-        channels, rate, frames = wav.channels, wav.sampling_rate, wav.frames
-    else:
-        import soundfile as sf
-
-        try:  # SoundFile: soundfile.info also formats the format's descriptions
-            with sf.SoundFile(audio_path) as f:
-                channels, rate, frames = f.channels, int(f.samplerate), int(f.frames)
-        except (sf.LibsndfileError, RuntimeError, TypeError):
-            return Recording.from_file(audio_path, recording_id=key)
-    return Recording(
-        id=key,
-        sources=[AudioSource(type="file", channels=list(range(channels)), source=audio_path)],
-        sampling_rate=rate,
-        num_samples=frames,
-        duration=frames / rate,
-    )
-

@@ -48,6 +48,7 @@ from contextlib import contextmanager
 from typing import BinaryIO, Iterator, List, Optional
 
 from wenet_lhotse.errors import WenetDataError
+from wenet_lhotse.formats.checks import check_url
 from wenet_lhotse.formats.read_limits import (  # noqa: F401  (re-exported)
     BACKOFF,
     RETRIES,
@@ -83,6 +84,8 @@ def is_remote(name: str) -> bool:
 
 def _filesystem(url: str):
     import fsspec
+
+    check_url(url)  # the protocol allow-list: no archive, cache or ftp filesystems
 
     try:
         return fsspec.core.url_to_fs(url)

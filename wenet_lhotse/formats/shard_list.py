@@ -11,7 +11,7 @@ from typing import List, Optional, Sequence, Union
 from lhotse.utils import Pathlike
 
 from wenet_lhotse.errors import SkipReport, WenetDataError
-from wenet_lhotse.formats.checks import PIPE_REFUSED
+from wenet_lhotse.formats.checks import PIPE_REFUSED, open_regular, url_problem
 from wenet_lhotse.formats.remote import is_remote
 from wenet_lhotse.formats.streams import as_path_list, is_local, is_pipe, local_path, open_input
 
@@ -42,7 +42,7 @@ def read_shard_entries(
     entries = []
     for path in as_path_list(paths):
         try:
-            with open_input(path) if is_remote(path) else open(path, "rb") as f:
+            with open_input(path) if is_remote(path) else open_regular(path) as f:
                 lines = f.read().split(b"\n")
         except OSError as e:
             raise WenetDataError(f"cannot open shard list: {e}", path, kind="missing_file") from e
@@ -61,6 +61,10 @@ def read_shard_entries(
             if is_pipe(name) and not allow_pipe:
                 report.handle(WenetDataError(PIPE_REFUSED, path, line=lineno, kind="refused"),
                               strict)
+                continue
+            why = url_problem(name)
+            if why is not None:
+                report.handle(WenetDataError(why, path, line=lineno, kind="refused"), strict)
                 continue
             if is_local(name):
                 name = os.path.abspath(local_path(name))

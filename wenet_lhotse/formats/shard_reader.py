@@ -33,7 +33,7 @@ from lhotse import CutSet, SupervisionSegment
 from lhotse.lazy import Dillable
 from lhotse.utils import Pathlike
 
-from wenet_lhotse.errors import SkipReport, WenetDataError, short_error
+from wenet_lhotse.errors import SkipReport, WenetDataError, reraise_worker_death, short_error
 from wenet_lhotse.formats.audio import recording_from_bytes
 from wenet_lhotse.formats.checks import key_problem, max_member_bytes, member_problem
 from wenet_lhotse.formats.keyset import KeySet
@@ -57,6 +57,10 @@ class LazyWenetShardIterator(Dillable):
     #: Read tars with :class:`~wenet_lhotse.formats.tar_members.TarMembers`' fast path
     #: (False: all through ``tarfile``; same results, for tests and benchmarks).
     fast_tar: bool = True
+
+    #: Record each member's data offset in the tar (``_offsets``, per tar read; None in
+    #: a compressed tar): what :mod:`~wenet_lhotse.formats.tar_index` keeps.
+    record_offsets: bool = False
 
     def __init__(
         self,
@@ -128,6 +132,10 @@ class LazyWenetShardIterator(Dillable):
         if self.stateful_shuffle:
             self.epoch += 1  # next full pass reshuffles, as Lhotse's Shar reader does
 
+    def _open_input(self, name: str, limits: ReadLimits):
+        """The tar's byte stream (a hook: the indexer fingerprints what it reads)."""
+        return open_input(name, allow_pipe=self.allow_pipe, limits=limits)
+
     def _handle(self, err: WenetDataError) -> None:
         self.skip_report.handle(err, self.strict)
 
@@ -136,7 +144,7 @@ class LazyWenetShardIterator(Dillable):
         limits = self.limits if self.limits is not None else ReadLimits()
         cap = max_member_bytes(self.max_member_bytes)
         try:
-            stream = TailReader(open_input(name, allow_pipe=self.allow_pipe, limits=limits),
+            stream = TailReader(self._open_input(name, limits),
                                 member_deadline_s=limits.member_deadline_s, source=name)
         except WenetDataError as e:
             self._handle(WenetDataError(e.message + entry.listed_at, name, kind=e.kind))
@@ -144,6 +152,7 @@ class LazyWenetShardIterator(Dillable):
         key: Optional[str] = None
         group: Dict[str, Tuple[str, bytes]] = {}
         member: Optional[str] = None
+        self._offsets: Dict[str, Optional[int]] = {}
         with stream:
             try:
                 with TarMembers(stream, fast=self.fast_tar) as tar:
@@ -164,6 +173,8 @@ class LazyWenetShardIterator(Dillable):
                                 stream.close_error()
                                 return
                             continue
+                        if self.record_offsets:
+                            self._offsets[member] = tar.data_offset(info)
                         data = tar.read(info)
                         k, dot, suffix = member.rpartition(".")
                         if not dot or not k or "/" in suffix:
@@ -265,6 +276,7 @@ class LazyWenetShardIterator(Dillable):
         try:
             recording = recording_from_bytes(audio_bytes, recording_id=key)
         except Exception as e:
+            reraise_worker_death(e)
             why = short_error(e, audio=audio_bytes)
             raise WenetDataError(f"cannot read audio: {why}", tar, member=audio_member,
                                  kind="bad_audio") from None

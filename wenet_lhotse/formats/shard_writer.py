@@ -11,7 +11,7 @@ import os
 import tarfile
 from concurrent.futures import Executor
 from pathlib import Path
-from typing import Iterable, List, Optional, Tuple, Union
+from typing import Callable, Iterable, List, Optional, Tuple, Union
 
 import numpy as np
 from lhotse.utils import Pathlike
@@ -121,7 +121,7 @@ def write_wenet_shards(
     list_path: Optional[Pathlike] = None,
     *,
     resample_to: Optional[int] = None,
-    num_workers: int = 1,
+    num_workers: Union[int, Callable[[], int]] = 1,
     prefix: str = "shards",
     extra_members: bool = True,
     progress: bool = False,
@@ -147,7 +147,8 @@ def write_wenet_shards(
     :param num_workers: processes encoding shards in parallel (1: in this process).
     :param progress: show a tqdm bar (shards written).
     :param executor: or an Executor with ``num_workers`` slots to run the tar writers on
-        (e.g. a Dask cluster's; it must see ``out_dir``).
+        (e.g. a Dask cluster's; it must see ``out_dir``); ``num_workers`` may then be a
+        function giving the slots there are now (see ``map_bounded``).
 
     Restartable: a tar already holding exactly its utterances (from an earlier run with
     the same input and ``shard_size``) is kept, not rewritten.

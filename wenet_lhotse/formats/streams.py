@@ -43,7 +43,7 @@ from typing import BinaryIO, Iterable, Iterator, List, Optional, Tuple, Union
 from lhotse.utils import Pathlike
 
 from wenet_lhotse.errors import WenetDataError
-from wenet_lhotse.formats.checks import PIPE_REFUSED
+from wenet_lhotse.formats.checks import PIPE_REFUSED, open_regular
 from wenet_lhotse.formats.http_reader import HttpReader, ReadLimits
 from wenet_lhotse.formats.remote import is_remote, open_remote, remote_output
 from wenet_lhotse.formats.tempfiles import remove_stale_temp_files, temp_prefix
@@ -162,7 +162,7 @@ def open_input(name: str, timeout: Optional[float] = None, *, allow_pipe: bool =
         return io.BufferedReader(HttpReader(name, limits), buffer_size=_CHUNK)
     path = local_path(name)
     try:
-        return open(path, "rb")
+        return open_regular(path, name)  # a FIFO would block open() forever
     except FileNotFoundError as e:
         raise WenetDataError("no such file", name, kind="missing_file") from e
     except OSError as e:

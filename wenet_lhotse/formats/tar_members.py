@@ -40,6 +40,8 @@ import tarfile
 import zlib
 from typing import Iterator, Optional, Tuple, Union
 
+from wenet_lhotse.errors import WenetDataError
+from wenet_lhotse.formats.checks import RATIO_FLOOR_BYTES, max_member_ratio
 from wenet_lhotse.formats.streams import BLOCK, TailReader
 
 _ZERO_BLOCK = bytes(BLOCK)
@@ -232,15 +234,48 @@ class TarMembers:
         self._tar = tarfile.open(fileobj=fileobj, mode="r|*" if offset == 0 else "r|")
         yield from self._tar
 
+    def data_offset(self, member: Member) -> Optional[int]:
+        """The stream offset (bytes) of ``member``'s data, asked before :meth:`read`;
+        None in a compressed stream (no offset in the file holds it)."""
+        if self._tar is None:
+            return self._stream.pos
+        if getattr(self._tar.fileobj, "comptype", "tar") != "tar":
+            return None
+        return (self._base or 0) + member.offset_data
+
     def read(self, member: Member) -> bytes:
         """The data of ``member``, the member just yielded (one read on the fast path)."""
         if self._tar is not None:
-            return self._tar.extractfile(member).read(member.size)
+            if getattr(self._tar.fileobj, "comptype", "tar") == "tar":
+                return self._tar.extractfile(member).read(member.size)
+            return self._read_compressed(member)
         data = _read_exact(self._stream, member.size)
         self._unread = 0
         if len(data) != member.size:
             raise tarfile.ReadError(_UNEXPECTED_END)
         return data
+
+    def _read_compressed(self, member: Member) -> bytes:
+        """A member of a compressed tar, read in 1 MiB blocks; refused (a
+        :class:`WenetDataError`, kind ``"bad_member"``) once it has decompressed past
+        ``max_member_ratio()`` times the compressed bytes read since it began."""
+        f = self._tar.extractfile(member)
+        ratio, start = max_member_ratio(), self._stream.pos
+        chunks, got = [], 0
+        while got < member.size:
+            chunk = f.read(min(1 << 20, member.size - got))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+            used = max(self._stream.pos - start, 1)
+            if got > RATIO_FLOOR_BYTES and got > ratio * used:
+                raise WenetDataError(
+                    f"member decompresses to over {ratio:g}x the {used} compressed bytes "
+                    f"read for it ({got} bytes so far; a decompression bomb? "
+                    "WENET_LHOTSE_MAX_MEMBER_RATIO)", getattr(self._stream, "_source", None)
+                    or "tar", member=member.name, kind="bad_member")
+        return b"".join(chunks)
 
     def end_problem(self) -> Optional[Tuple[str, str]]:
         """``(message, kind)`` when the archive did not end with an end-of-archive

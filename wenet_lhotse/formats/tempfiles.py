@@ -7,6 +7,9 @@ A file whose owner is on this host and no longer running is stale (a ``kill -9``
 leaves it; any other exit removes it) and is removed by the next write into that
 directory. Files of live writers and of other hosts (a shared filesystem) are never
 touched. The name is shortened so that the whole fits in 255 bytes.
+
+:func:`output_lock` makes a directory writer exclusive (two ``import --shar`` into one
+directory deleted each other's live temporary files).
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ import logging
 import os
 import re
 import socket
-from typing import Set
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Set
 
 logger = logging.getLogger(__name__)
 
@@ -80,3 +85,33 @@ def remove_stale_temp_files(directory: os.PathLike) -> int:
     if removed:
         logger.info("removed %d stale temporary files of killed writers in %s", removed, key)
     return removed
+
+
+class OutputLocked(OSError):
+    """Another writer holds the lock of an output directory (one line, not bad data)."""
+
+
+@contextmanager
+def output_lock(out_dir: str) -> Iterator[None]:
+    """Hold an exclusive ``fcntl.flock`` on ``.<out_dir name>.lock`` beside ``out_dir``
+    (inside it, a reader such as Lhotse's Shar would take it for a shard) for the
+    block; a second writer fails at once with :class:`OutputLocked` naming the holder.
+    The kernel releases the lock when its holder dies, so no stale lock outlives a
+    ``kill -9``. (On NFS, ``flock`` is only as good as the mount's locking.)"""
+    import fcntl
+
+    path = Path(out_dir).absolute()
+    lock = path.parent / f".{path.name}.lock"
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "?"
+            raise OutputLocked(f"{out_dir}: another writer ({holder}) is writing this "
+                               f"directory (lock {lock}); wait for it to finish") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock

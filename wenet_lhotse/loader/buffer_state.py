@@ -65,6 +65,8 @@ def pack_lines(values: List[Any]) -> str:
 
 
 def unpack_lines(packed: Optional[str]) -> List[Any]:
-    if not packed:
-        return []
-    return json.loads(zlib.decompress(base64.b64decode(packed)).decode("utf-8"))
+    """What :func:`pack_lines` packed, decompressed with a bound (see
+    :func:`~.state_check.unpack_bounded`)."""
+    from wenet_lhotse.loader.state_check import unpack_bounded
+
+    return unpack_bounded(packed)

@@ -13,9 +13,7 @@ Two ways of loading, chosen per call (``lhotse_conf.mode``, default ``auto``):
   sampler (:class:`~wenet_lhotse.loader.bucketing.BucketingSampler`, Lhotse's iterable
   mode); in training, ranks
   stop together through :class:`~wenet_lhotse.loader.distributed.EqualStepsIterator`
-  (the rest counted as left over in the epoch ledger), unless
-  ``lhotse_conf.equal_steps: false`` (each rank trains all of its tars; uneven steps
-  for a loop that joins, as WeNet's torch_ddp executor).
+  (rest counted as left over) unless ``lhotse_conf.equal_steps: false`` (uneven steps).
   A cv/infer shard list streams the same way, each utterance exactly once.
 
 Either way batches follow WeNet's ``batch_conf`` (a sampling constraint from
@@ -32,7 +30,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from lhotse import CutSet
@@ -50,6 +48,7 @@ from wenet_lhotse.loader.bins import (  # noqa: F401  (estimate_bins: public her
     needs_sample,
     split_lengths,
 )
+from wenet_lhotse.loader.bins2d import loader_constraint_2d
 from wenet_lhotse.loader.bucketing import BucketingSampler
 from wenet_lhotse.loader.config import LoaderConfig
 from wenet_lhotse.loader.config_check import check_dataset_conf, check_special_tokens
@@ -64,6 +63,9 @@ from wenet_lhotse.loader.dataloader import (
     StreamedDataLoader,
 )
 from wenet_lhotse.loader.distributed import gloo_group, plan_partition, world_info
+from wenet_lhotse.loader.in_order import in_order_batcher, plan_in_order, wants_in_order
+from wenet_lhotse.loader.index_reader import IndexReader, shard_indexes
+from wenet_lhotse.loader.mixed import build_mixed_loader, mixes_by_batch
 from wenet_lhotse.loader.mux import PositionedStream, ResumableMux
 from wenet_lhotse.loader.readers import JsonlReader, ListReader, shar_reader
 from wenet_lhotse.loader.sampler import ResumableBucketingSampler
@@ -71,23 +73,28 @@ from wenet_lhotse.loader.shar_audio import SharAudioAttacher
 from wenet_lhotse.loader.streamed import INITIAL_FILL, StreamedEpochDataset
 from wenet_lhotse.loader.wenet_dataset import CutTransform, make_wenet_dataset
 from wenet_lhotse.sources import SourceSpec, mux_sources, open_source, parse_sources
-from wenet_lhotse.sources.manifest import LazyCheckedManifest
+from wenet_lhotse.sources.groups import flatten_sources
 
 logger = logging.getLogger(__name__)
 
 
 
 def _map_reader(spec: SourceSpec, cfg: LoaderConfig, seed: int, strict: bool,
-                skip_report: Optional[SkipReport], light: bool = False):
+                skip_report: Optional[SkipReport], light: bool = False,
+                index: Optional[List[Tuple[str, List[int]]]] = None):
     """The source as a positioned reader: WeNet's ``list_shuffle`` reorders its lines
-    (raw) or files (manifests, Shar) each pass; ``cycle`` > 1 reads it that many times
-    per epoch (:class:`~.cycle.CycledReader`)."""
+    (raw) or files (manifests, Shar) or tars (indexed shards: ``index``, the parts of
+    :func:`~.index_reader.open_shard_index`) each pass; ``cycle`` > 1 reads it that
+    many times per epoch (:class:`~.cycle.CycledReader`)."""
     shuffle = cfg.list_shuffle
     probe_cache = cfg.lhotse.probe_cache
     reader: Any
     kw = {"shuffle_files": shuffle, "seed": seed, "strict": strict, "skip_report": skip_report,
           "light": light}
-    if spec.type == "cuts":
+    if index is not None:
+        reader = IndexReader(index, shuffle=shuffle, seed=seed, strict=strict,
+                             skip_report=skip_report, light=light)
+    elif spec.type == "cuts":
         reader = JsonlReader(spec.paths, **kw)
     elif spec.type == "shar":
         reader = shar_reader(spec.paths[0], **kw)
@@ -100,9 +107,7 @@ def _map_reader(spec: SourceSpec, cfg: LoaderConfig, seed: int, strict: bool,
             probed = probed_raw_list(spec.paths, strict=strict, skip_report=skip_report,
                                      cache_dir=None if probe_cache is True else probe_cache)
             # the cache is a manifest: metadata only for training (a fraction of the memory)
-            cuts = (list(LazyCheckedManifest([probed.manifest], strict, skip_report,
-                                             metadata_only=True)) if light
-                    else list(CutSet.from_jsonl_lazy(probed.manifest)))
+            cuts = list(probed.cuts(strict, skip_report, metadata_only=light))
         else:
             cuts = list(open_source(spec, strict=strict, skip_report=skip_report))
         if spec.type == "shard":
@@ -125,15 +130,19 @@ def _metadata(spec: SourceSpec, strict: bool, transform: Any) -> CutSet:
     return open_source(spec, strict=strict, transform=transform, skip_report=quiet)
 
 
-def resolve_mode(mode: str, specs: Sequence[SourceSpec], split: str) -> str:
+def resolve_mode(mode: str, specs: Sequence[SourceSpec], split: str,
+                 indexed: Sequence[bool] = ()) -> str:
     """``"map"`` or ``"streamed"`` for ``lhotse_conf.mode`` (``auto``, ``map`` or
-    ``streamed``), the sources and the split; ValueError for an impossible pair."""
+    ``streamed``), the sources (``indexed[i]``: source ``i`` is a shard list with a
+    valid index) and the split; ValueError for an impossible pair."""
     streamable = all(s.type in ("shard", "shar") for s in specs)
     training = split_rules(split).training
+    indexed = list(indexed) + [False] * (len(specs) - len(indexed))
     if mode == "auto":
-        # Tar shards stream; cv/infer from shards stream too (each worker reads its own
-        # tars, so every cut is seen once without holding the set's audio in memory).
-        mode = ("streamed" if any(s.streamed for s in specs)
+        # Tar shards stream unless indexed (then sampled by offset, like map mode);
+        # cv/infer from shards stream too (each worker reads its own tars, so every cut
+        # is seen once without holding the set's audio in memory).
+        mode = ("streamed" if any(s.streamed and not ix for s, ix in zip(specs, indexed))
                 and (training or streamable) else "map")
     if mode == "streamed" and not training and not streamable:
         mode = "map"  # the train conf's mode also reaches cv: plan a raw/cuts cv set
@@ -162,6 +171,8 @@ class LoaderPlan:
     num_workers: int
     prefetch_factor: Optional[int]
     loader_kw: Dict[str, Any]
+    #: source number -> its shard index parts (:func:`~.index_reader.open_shard_index`)
+    indexes: Dict[int, Any] = field(default_factory=dict)
 
     @property
     def weights(self) -> List[float]:
@@ -179,8 +190,9 @@ def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
     def mux_and_constraint() -> Tuple[ResumableMux, List[float], Any]:
         # train: the sampler holds metadata and builds only its rank's emitted cuts
         streams = [PositionedStream(_map_reader(s, cfg, seed, plan.strict, plan.skip_report,
-                                                light=cfg.rules.training), tf)
-                   for s, tf in zip(specs, plan.transforms)]
+                                                light=cfg.rules.training,
+                                                index=plan.indexes.get(i)), tf)
+                   for i, (s, tf) in enumerate(zip(specs, plan.transforms))]
         mux = ResumableMux(streams, plan.weights, seed=seed, stop_early=lconf.mux_stop_early)
         mux.start(0)
         lengths = split_lengths(cfg, split, seed)
@@ -190,26 +202,43 @@ def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
                                       max_duration=max_duration,
                                       quadratic_duration=lconf.quadratic_duration,
                                       lengths=lengths)
+        two_d = loader_constraint_2d(lconf, plan.transforms[0].tokenizer)  # (issue 22)
+        if two_d is not None:
+            bins, constraint = two_d  # type: ignore[assignment]
+            formula = f"2D buckets {len(bins)} (duration x tokens), fixed sizes"
         logger.info("%s batches: %s, %d buckets, %s", split, formula, len(bins) + 1, "map")
         return mux, bins, constraint
 
     def planned() -> List[CutSet]:
         mux, bins, constraint = mux_and_constraint()
-        before = sum(tf.filtered for tf in plan.transforms)
         mux.start(0)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # an eager CutSet is fine for a one-off plan
             batches = list(BucketingSampler(
                 CutSet.from_cuts(list(mux)), constraint=constraint, duration_bins=bins,
                 shuffle=False, world_size=1, rank=0, buffer_size=cfg.buffer_size))
-        loader_sampler.plan_filtered = sum(tf.filtered for tf in plan.transforms) - before
         if lconf.cv_partition:
             batches = reader_share(plan_partition(batches, ws), rk, ws)
         return batches
 
-    attach = SharAudioAttacher(plan.strict) if any(s.type == "shar" for s in specs) else None
+    attach = (SharAudioAttacher(plan.strict)
+              if any(s.type == "shar" for s in specs) or plan.indexes else None)
     dataset_for_loader = LoaderDataset(dataset, attach)
-    if cfg.rules.training:
+    in_order = wants_in_order(cfg.dataset_conf, split, len(specs), cfg.shuffle,
+                              cfg.list_shuffle, cfg.batching.by)
+    if in_order:  # WeNet's deterministic order: its batches, planned once per rank
+        def in_order_plan() -> List[CutSet]:
+            reader = _map_reader(specs[0], cfg, seed, plan.strict, plan.skip_report,
+                                 index=plan.indexes.get(0))
+            cuts, _ = PositionedStream(reader).open(0)
+            return plan_in_order(cuts, plan.transforms[0], in_order_batcher(cfg, seed),
+                                 ws, rk, num_workers)
+
+        logger.info("train batches: %s, in list order (shuffle, sort and list_shuffle "
+                    "off), split across ranks and workers as WeNet's",
+                    cfg.batching.batch_conf["batch_type"])
+        loader_sampler: Any = PlannedSampler(in_order_plan)
+    elif cfg.rules.training:
         mux, bins, constraint = mux_and_constraint()
         depth = max(lconf.snapshot_depth,
                     num_workers * (prefetch_factor or 2) + 4 if num_workers else 4)
@@ -217,16 +246,14 @@ def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
             mux, duration_bins=bins, constraint=constraint, shuffle=cfg.shuffle,
             buffer_size=cfg.buffer_size, world_size=ws, rank=rk, seed=seed,
             snapshot_depth=depth)
-        loader_sampler: Any = EpochTaggedSampler(sampler)
+        loader_sampler = EpochTaggedSampler(sampler)
     else:
         for spec in specs:  # a wrong path fails now, not when the first cv pass starts
             spec.check_local_paths()
-        loader_sampler = PlannedSampler(planned)
-    loader = MapDataLoader(dataset_for_loader, sampler=loader_sampler,
-                           skip_report=plan.skip_report, **plan.loader_kw)
-    loader.local_transforms = plan.transforms  # the ledger's filtered count
-    loader.partitioned = split == "train" or lconf.cv_partition
-    return loader
+        loader_sampler = PlannedSampler(planned, transforms=plan.transforms)
+    return MapDataLoader(dataset_for_loader, sampler=loader_sampler, skip_report=plan.skip_report,
+                         local_transforms=plan.transforms,  # the ledger's filtered count
+                         partitioned=split == "train" or lconf.cv_partition, **plan.loader_kw)
 
 
 def build_streamed_loader(plan: LoaderPlan, dataset: Any) -> StreamedDataLoader:
@@ -238,6 +265,9 @@ def build_streamed_loader(plan: LoaderPlan, dataset: Any) -> StreamedDataLoader:
     specs, seed, ws, rk = plan.specs, plan.seed, plan.world_size, plan.rank
     strict, weights, transforms = plan.strict, plan.weights, plan.transforms
     train = cfg.rules.training
+    if lconf.bucket_bins_2d:  # (issue 22)
+        raise ValueError("lhotse_conf.bucket_bins_2d: 2D buckets need map-style loading "
+                         "(lhotse_conf.mode: map)")
     lengths = split_lengths(cfg, split, seed)
     need_edges, need_mean = needs_sample(cfg)
     for spec in specs:  # the lists are read in the workers: a wrong path fails here
@@ -340,7 +370,7 @@ def build_dataloader(
     >>> [tuple(batch["feats"].shape[::2]) for batch in loader]  # (utterances, 23 bins)
     [(2, 23), (2, 23)]
     """
-    rules = split_rules(split)  # ValueError for an unknown split
+    split_rules(split)  # ValueError for an unknown split
     # One report for every skip of this loader: readers here and in workers, features,
     # dataset (fault-tolerant mode); exposed as loader.skip_report.
     skip_report = skip_report if skip_report is not None else SkipReport()
@@ -353,19 +383,21 @@ def build_dataloader(
         check_special_tokens(table, special_tokens)
     cfg = LoaderConfig.from_wenet(dataset_conf, split)
     lconf = cfg.lhotse
-    specs = parse_sources(sources, allow_pipe=lconf.allow_pipe)
+    # (issue 22) nested source groups and temperature -> flat sources with their weights
+    specs = parse_sources(flatten_sources(sources, lconf.reweight_temperature),
+                          allow_pipe=lconf.allow_pipe)
     ws, rk = world_info(world_size, rank)
     strict = not lconf.fault_tolerant
     if dataset is None:
         dataset = make_wenet_dataset(tokenizer, cfg.dataset_conf, split, seed=seed)
     transform = DeviceFeatures.for_dataset(dataset, lconf.features_on, lconf.device)
-    filter_conf = cfg.dataset_conf.get("filter_conf") or {}
-    use_filter = tokenizer is not None and rules.filter
-    transforms = [CutTransform(tokenizer if use_filter else None,
-                               filter_conf if use_filter else None, s.tags) for s in specs]
+    # WeNet's filter_conf where the split filters (not infer) and a tokenizer counts tokens
+    filters = cfg.filter_conf if tokenizer is not None else None
+    transforms = [CutTransform(tokenizer if filters is not None else None, filters, s.tags)
+                  for s in specs]
 
     loader_kw: Dict[str, Any] = {"num_workers": num_workers, "pin_memory": pin_memory,
-                                 "batch_transform": transform}
+                                 "batch_transform": transform, "split": split}
     if num_workers > 0:
         loader_kw["persistent_workers"] = persistent_workers
         if prefetch_factor is not None:
@@ -373,10 +405,15 @@ def build_dataloader(
         from lhotse.dataset.dataloading import make_worker_init_fn
 
         loader_kw["worker_init_fn"] = make_worker_init_fn(rank=rk, world_size=ws, seed=seed)
-    mode = resolve_mode(lconf.mode, specs, split)
+    indexes = (shard_indexes(specs, lconf, strict, skip_report, split)
+               if lconf.mode != "streamed" else {})
     plan = LoaderPlan(specs, transforms, cfg, split, seed, ws, rk, strict, skip_report,
-                      num_workers, prefetch_factor, loader_kw)
+                      num_workers, prefetch_factor, loader_kw, indexes)
+    # (issue 22) text / speech-only sources or mix_by: batch -> one sampler per source
+    if mixes_by_batch(specs, lconf.mix_by):
+        return dataset, build_mixed_loader(plan, dataset, tokenizer, _map_reader)
+    mode = resolve_mode(lconf.mode, specs, split, [i in indexes for i in range(len(specs))])
+    if mode != "map":
+        plan.indexes = {}
     build = build_map_loader if mode == "map" else build_streamed_loader
-    loader = build(plan, dataset)
-    loader.split = split
-    return dataset, loader
+    return dataset, build(plan, dataset)

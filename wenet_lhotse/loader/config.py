@@ -61,6 +61,9 @@ similar durations) and are ignored.
       return_pcm: false        # add pcm / pcm_length (the waveform) to each batch
       probe_cache: false       # raw lists: probe headers once across ranks, cache them
                                # beside the list (true) or in this directory
+      shard_index: auto        # shard lists: sample through the index `wenet-lhotse index`
+                               # wrote beside the list (auto: when there is one; true:
+                               # required), or in this directory; false: always stream
       features_on: worker      # worker | device: DataLoader workers send waveforms (int16
                                # for 16-bit audio), the training process computes dither,
                                # fbank/mfcc and spec_* batched on `device`
@@ -72,6 +75,12 @@ similar durations) and are ignored.
                                # before WeNet's langid, which ignores it
       cv_dither: wenet         # wenet: the yaml's dither in cv, new noise every pass |
                                # fixed: the same noise every pass | off: no dither in cv
+      mix_by: cut              # cut: CutSet.mux before one sampler | batch: draw the source
+                               # of each batch (automatic with text / speech-only sources)
+      max_tokens_in_batch: null  # text batches: padded tokens per batch (text sources)
+      reweight_temperature: null # w_i**T / sum w_j**T per level of source groups (NeMo's)
+      bucket_bins_2d: null     # [[max s, max tokens], ...] (estimate-bins): 2D buckets,
+      bucket_batch_sizes_2d: null  # one batch size each (map-style training)
 """
 
 from __future__ import annotations
@@ -80,6 +89,7 @@ import logging
 from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Mapping, Optional
 
+from wenet_lhotse.dataset.filters import FilterConf
 from wenet_lhotse.dataset.splits import SplitRules, split_rules
 from wenet_lhotse.errors import WenetConfigError
 from wenet_lhotse.features.device import FEATURES_ON
@@ -104,6 +114,7 @@ logger = logging.getLogger(__name__)
 MODES = ("auto", "map", "streamed")
 CV_DITHER = ("wenet", "fixed", "off")
 BATCH_BY = ("wenet", "duration")
+MIX_BY = ("cut", "batch")
 
 
 _SIZE, _COUNT, _SECONDS = integer(1), integer(0), number(positive=True)
@@ -146,9 +157,16 @@ class LhotseConf:
     cv_partition: bool = True
     lang_from_data: bool = False
     probe_cache: Any = key(False, boolean_or_dir)
+    shard_index: Any = key("auto", boolean_or_dir)
     cv_dither: str = key("wenet", choice(*CV_DITHER))
     features_on: str = key("worker", choice(*FEATURES_ON))
     device: Optional[str] = key(None, optional(torch_device))
+    # -- mixing by batch: text / speech-only sources, 2D buckets (issue 22; loader.mixed)
+    mix_by: str = key("cut", choice(*MIX_BY))
+    max_tokens_in_batch: Optional[int] = key(None, optional(_SIZE))
+    reweight_temperature: Any = None
+    bucket_bins_2d: Optional[List[Any]] = key(None, optional(list_of(anything, 1)))
+    bucket_batch_sizes_2d: Optional[List[int]] = key(None, optional(list_of(_SIZE, 1)))
 
     @classmethod
     def from_dict(cls, conf: Optional[Mapping[str, Any]]) -> LhotseConf:
@@ -235,6 +253,8 @@ class LoaderConfig:
     extra: Dict[str, Any] = field(default_factory=dict)
     #: the split's rules (:func:`~wenet_lhotse.dataset.splits.split_rules`)
     rules: SplitRules = field(default_factory=lambda: split_rules("train"))
+    #: WeNet's ``filter_conf`` (its defaults filled in) where the split filters, else None
+    filter_conf: Optional[FilterConf] = None
 
     @property
     def split(self) -> str:
@@ -271,7 +291,9 @@ class LoaderConfig:
                    buffer_size=buffer_size, frame_shift_ms=shift, cycle=cycle,
                    list_shuffle=list_shuffle,
                    list_shuffle_size=int(list_size) if list_size is not None else None,
-                   rules=rules)
+                   rules=rules,
+                   filter_conf=FilterConf.from_dict(conf.get("filter_conf")) if rules.filter
+                   else None)
 
 
 def frame_shift_ms(dataset_conf: Mapping[str, Any]) -> float:

@@ -9,8 +9,9 @@ Every problem is one :class:`WenetConfigError` whose message names the yaml key:
 
 The keys are those WeNet's ``wenet/dataset/dataset.py`` reads and the parameters of the
 ``wenet/dataset/processor.py`` functions each section is passed to (a test reads both
-from WeNet's source), plus ``syncbn``, which one of WeNet's own recipe yamls carries
-and WeNet ignores. ``lhotse_conf`` keys come from :class:`~.config.LhotseConf`. Every
+from WeNet's source), plus ``syncbn`` and :data:`IGNORED` (``split_with_space``), which
+some of WeNet's own example yamls carry and WeNet ignores (the latter noted once in the
+log). ``lhotse_conf`` keys come from :class:`~.config.LhotseConf`. Every
 key's check is declared once, in :mod:`~wenet_lhotse.loader.schema`.
 
 Where it differs from WeNet: WeNet ignores unknown keys and fails late (or never) on
@@ -22,11 +23,13 @@ missing ``shuffle_conf`` while ``shuffle`` is on).
 from __future__ import annotations
 
 import difflib
+import logging
 import os
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
 from wenet_lhotse.errors import WenetConfigError, WenetDataError
+from wenet_lhotse.formats.yaml_load import bounded_safe_load
 from wenet_lhotse.loader.config import LhotseConf
 from wenet_lhotse.loader.schema import (  # noqa: F401  (SCALARS, SECTIONS: public here)
     SCALARS,
@@ -38,6 +41,23 @@ from wenet_lhotse.loader.schema import (  # noqa: F401  (SCALARS, SECTIONS: publ
 from wenet_lhotse.loader.schema import show as _show
 
 Pathlike = Union[str, os.PathLike]
+
+logger = logging.getLogger(__name__)
+
+#: dataset_conf keys in WeNet's example yamls that WeNet's data pipeline never reads:
+#: accepted with any value, as WeNet does, and noted once per process in the log.
+IGNORED: Dict[str, str] = {
+    # chime4, commonvoice/fr, timit (2): WeNet reads tokenizer_conf.split_with_space
+    "split_with_space": "WeNet reads tokenizer_conf.split_with_space, not this",
+}
+_NOTED: set = set()
+
+
+def _note_ignored(key: str, where: str, source: Optional[str]) -> None:
+    if key not in _NOTED:
+        _NOTED.add(key)
+        logger.info("%s%s.%s: ignored, as WeNet ignores it (%s)",
+                    f"{source}: " if source else "", where, key, IGNORED[key])
 
 
 def lhotse_conf_rules() -> Dict[str, Check]:
@@ -88,6 +108,8 @@ def check_dataset_conf(dataset_conf: Optional[Mapping[str, Any]], *,
                 raise WenetConfigError(f"{where}.{key}", f"{problem}, got {_show(value)}", src)
         elif key == "lhotse_conf":
             _check_section(value, lhotse_conf_rules(), f"{where}.lhotse_conf", src)
+        elif key in IGNORED:
+            _note_ignored(key, where, src)
         else:
             raise _unknown(key, known, where, src)
     batch = dataset_conf.get("batch_conf") or {}
@@ -114,7 +136,7 @@ def load_wenet_yaml(path: Pathlike) -> Dict[str, Any]:
 
     try:
         with open(path, encoding="utf-8") as f:
-            configs = yaml.safe_load(f)
+            configs = bounded_safe_load(f)  # an alias bomb is a yaml error
     except FileNotFoundError:
         raise WenetDataError("no such file", str(path), kind="missing_file") from None
     except yaml.YAMLError as err:

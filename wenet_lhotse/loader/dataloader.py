@@ -38,6 +38,7 @@ from wenet_lhotse.loader.map_items import (  # noqa: F401  (public here before)
     PlannedSampler,
 )
 from wenet_lhotse.loader.sampler import ResumableBucketingSampler
+from wenet_lhotse.loader.state_check import check_loader_state
 from wenet_lhotse.loader.streamed import (
     SKIP_TURN,
     LeftOver,
@@ -60,7 +61,9 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
 
     def __init__(self, dataset: Any, *, skip_report: Optional[SkipReport] = None,
                  batch_transform: Optional[Callable[[Any], Any]] = None,
-                 shared_ring: bool = True, **kw: Any) -> None:
+                 shared_ring: bool = True, split: str = "train",
+                 local_transforms: Sequence[Any] = (), partitioned: bool = True,
+                 **kw: Any) -> None:
         super().__init__(dataset, batch_size=None, **kw)
         #: batches from the workers travel through reused shared memory (see
         #: :mod:`~.transport`; persistent workers started with fork only)
@@ -89,11 +92,12 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
         self._skips_at_start = 0
         self._batch_skips = 0  # skips that came with batches this epoch (worker-side)
         #: transforms whose ``filtered`` counts run in this process (map-style loading)
-        self.local_transforms: Sequence[Any] = ()
+        self.local_transforms = local_transforms
         self._filtered_at_start = 0
         #: map-style: each rank takes its share of one plan (false: a cv set evaluated
         #: whole on every rank)
-        self.partitioned = True
+        self.partitioned = partitioned
+        self.split = split
 
     def _ring_possible(self) -> bool:
         if self.num_workers <= 0 or not self.persistent_workers:
@@ -179,7 +183,9 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
         """The map-style train sampler (``None`` for cv plans and streamed loading)."""
         s = self.sampler
         s = getattr(s, "sampler", s)
-        return s if isinstance(s, ResumableBucketingSampler) else None
+        # (issue 22) or any sampler with the same state protocol (loader.batch_mux)
+        return s if isinstance(s, ResumableBucketingSampler) or getattr(
+            s, "resumable", False) else None
 
     def _count(self, it: Iterator[Any]) -> Iterator[Any]:
         for item in it:
@@ -253,6 +259,7 @@ class MapDataLoader(LhotseDataLoader):
             raise ValueError("state was saved by a streamed loader; this one is not")
         if self.bucketing_sampler is None:
             raise ValueError("state was saved by a map-style train loader; this one is not")
+        check_loader_state(sd, "map")
         sampler = self.bucketing_sampler
         sampler.load_state_dict(sd["sampler"])
         self.consumed = int(sd["sampler"]["consumed"])
@@ -346,6 +353,7 @@ class StreamedDataLoader(LhotseDataLoader):
         if sd.get("num_workers", self.num_workers) != self.num_workers:
             raise ValueError(f"state saved with num_workers={sd['num_workers']}; this loader "
                              f"has {self.num_workers}: streamed resume needs the same count")
+        check_loader_state(sd, "streamed", self.num_workers)
         ws = world_info()[0]
         if int(sd.get("world_size", ws)) != ws and (sd.get("per_worker") or {}):
             raise ValueError(f"state saved on {sd['world_size']} ranks; this run has {ws}: "

@@ -103,8 +103,9 @@ class PlannedSampler(torch.utils.data.Sampler):
         reads its list when first iterated too).
     """
 
-    def __init__(self, batches: Union[Sequence[CutSet], Callable[[], Sequence[CutSet]]]
-                 ) -> None:
+    def __init__(self, batches: Union[Sequence[CutSet], Callable[[], Sequence[CutSet]]],
+                 transforms: Sequence[Any] = ()) -> None:
+        self._transforms = transforms  # their ``filtered`` counts while the plan is made
         self._plan = batches if callable(batches) else None
         self._batches: Optional[List[CutSet]] = None if callable(batches) else list(batches)
         self.passes = 0
@@ -115,7 +116,10 @@ class PlannedSampler(torch.utils.data.Sampler):
     @property
     def batches(self) -> List[CutSet]:
         if self._batches is None:
+            before = sum(getattr(tf, "filtered", 0) for tf in self._transforms)
             self._batches = list(self._plan())
+            self.plan_filtered = sum(getattr(tf, "filtered", 0)
+                                     for tf in self._transforms) - before
             self._plan = None
         return self._batches
 

@@ -20,10 +20,12 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from lhotse.cut import Cut
 from lhotse.lazy import Dillable
-from lhotse.serialization import decode_json_line, deserialize_item, open_best
+from lhotse.serialization import open_best
 from lhotse.utils import compute_num_samples
 
 from wenet_lhotse.errors import SkipReport, WenetDataError
+from wenet_lhotse.formats.checks import open_regular
+from wenet_lhotse.loader.state_check import STATE_SOURCE, DuplicateIds, checked_state_line
 from wenet_lhotse.sources.manifest import parse_manifest_line, parse_manifest_meta
 from wenet_lhotse.sources.meta_cut import MetaCut
 from wenet_lhotse.sources.shar_dir import shar_files
@@ -210,6 +212,7 @@ class JsonlReader(PositionedReader):
 
     def iter_from(self, start: int) -> Iterator[Tuple[int, Cut]]:
         parse = parse_manifest_meta if self.light else parse_manifest_line
+        seen = DuplicateIds(start)  # a cut id met again in this pass is a bad line
         offset = 0
         for i in self._file_order():
             path = self.paths[i]
@@ -224,9 +227,11 @@ class JsonlReader(PositionedReader):
                 for lineno, line in _numbered_lines(path):
                     n = lineno + 1
                     if offset + lineno < start or not line.strip():
-                        continue  # skipped lines are not decoded nor parsed
+                        seen.note_line(line)  # skipped lines are not decoded nor parsed
+                        continue
                     try:
                         cut = parse(line, path, n, extra_custom=extra)
+                        seen.check(cut.id, path, n)
                     except (WenetDataError, UnicodeDecodeError) as err:
                         self._skip(err if isinstance(err, WenetDataError)
                                    else WenetDataError(f"not valid UTF-8: {err}", path,
@@ -262,7 +267,7 @@ class JsonlReader(PositionedReader):
                 for lineno, line in _numbered_lines(path):
                     n = lineno + 1
                     if offset + lineno in positions:
-                        out[offset + lineno] = (line, tar)
+                        out[offset + lineno] = (line, tar, path, lineno + 1)
                     if offset + lineno >= last:
                         complete = False
                         break
@@ -278,21 +283,20 @@ class JsonlReader(PositionedReader):
             line, extra = cut.line, cut.extra_custom
             tar = extra.get("shar_tar") if extra else None
         elif isinstance(cut, LazyCut):
-            line, tar = cut.raw
+            line, tar = cut.raw[:2]
         else:  # a cut built on reading (not a plain MonoCut line): read it back
             return None
         return [line.decode("utf-8") if isinstance(line, bytes) else line, tar]
 
     def raw_from_state(self, raw: Any) -> Any:
-        line, tar = raw
-        return line.encode("utf-8"), tar
+        return checked_state_line(raw, self.shar_tars)
 
     def materialize(self, raw: Any) -> Cut:
-        line, tar = raw
-        cut = deserialize_item(decode_json_line(line))
-        if tar is not None:
-            cut.custom = {**(cut.custom or {}), "shar_tar": tar}
-        return cut
+        # the checked path again: a line read back on restore may have changed since
+        line, tar = raw[:2]
+        source, lineno = raw[2:] if len(raw) == 4 else (STATE_SOURCE, None)
+        return parse_manifest_line(line, source, lineno,
+                                   extra_custom={"shar_tar": tar} if tar is not None else None)
 
     def state(self) -> Dict[str, Any]:
         return {"line_counts": dict(self._line_counts)}
@@ -328,6 +332,8 @@ def _open_lines(path: str):
         return gzip.open(path, "rb")
     if Path(path).is_file():
         return open(path, "rb")
+    if Path(path).exists():  # a FIFO or device: refused before open() blocks
+        return open_regular(path)
     return open_best(path, "rb")
 
 

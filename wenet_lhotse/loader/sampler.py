@@ -60,10 +60,11 @@ from lhotse.dataset.sampling.dynamic_bucketing import (
 from lhotse.lazy import Dillable
 
 from wenet_lhotse.loader.bucketing import undo_bucket_ops
-from wenet_lhotse.loader.buffer_state import PositionedBucketer, pack_lines, unpack_lines
+from wenet_lhotse.loader.buffer_state import PositionedBucketer, pack_lines
 from wenet_lhotse.loader.distributed import plan_last_two_rounds, plan_partition
 from wenet_lhotse.loader.mux import ResumableMux, tuplify
 from wenet_lhotse.loader.readers import LazyCut
+from wenet_lhotse.loader.state_check import check_sampler_state
 from wenet_lhotse.sources.meta_cut import MetaCut
 
 logger = logging.getLogger(__name__)
@@ -332,6 +333,7 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
                                                   "_usage_count": 0}}
         if sd.get("seed") != self.seed:
             raise ValueError(f"sampler seed mismatch: saved {sd.get('seed')}, now {self.seed}")
+        kept = check_sampler_state(sd, len(self.mux.streams))  # one-line StateError
         self.shuffle = sd["shuffle"]
         self.epoch = sd["epoch"]
         self.diagnostics.set_epoch(self.epoch)
@@ -360,7 +362,6 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
         # The buffered cuts: what the bucketer needs comes from the state; their lines
         # come from the state (cuts read long ago) or are read back unparsed (the
         # recent ones: files holding none are skipped), parsed when their batch is emitted.
-        kept = unpack_lines(snap.get("lines"))
         self.mux.start(self.epoch, snap["mux"])
         raws = {s: self.mux.streams[s].reader.read_raw(ps) for s, ps in wanted.items()}
         missing = [(s, p) for s, ps in wanted.items() for p in ps if p not in raws[s]]

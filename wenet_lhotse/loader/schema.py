@@ -31,9 +31,14 @@ Check = Callable[[Any], Optional[str]]
 
 
 def show(value: Any) -> str:
+    """A config value for an error message, never echoed whole (a yaml value may be
+    huge): long strings, lists and mappings are shortened."""
     if isinstance(value, str) and len(value) > 60:
         return repr(value[:57] + "...")
-    return repr(value)
+    if isinstance(value, (list, tuple, dict)) and len(value) > 8:
+        return f"a {type(value).__name__} of {len(value)} items"
+    r = repr(value)
+    return r if len(r) <= 80 else r[:77] + "..."
 
 
 def boolean(v: Any) -> Optional[str]:

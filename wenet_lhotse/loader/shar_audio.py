@@ -1,18 +1,35 @@
-"""Shar audio for the cuts of emitted batches only: :class:`SharAudioAttacher` finds a
-cut's member in its ``recording.*.tar`` by reading tar headers (data seeked over), then
-reads the member with one seek. Map-style loading reads Shar metadata alone
-(:class:`~.readers.JsonlReader`), so restoring a sampler never touches audio.
+"""Audio for the cuts of emitted batches only, by member offset in their tar:
+:class:`SharAudioAttacher` finds a Shar cut's member in its ``recording.*.tar`` by
+reading tar headers (data seeked over), then reads the member with one seek; an indexed
+WeNet shard cut (:mod:`.index_reader`: ``custom["shard_tar"]``) knows its offset, and
+the members a batch needs from one tar are read together, neighbours in one request
+(:func:`~wenet_lhotse.formats.member_reads.read_members`; tars on object storage or
+HTTP in parallel threads). Indexed audio goes through the same checked decoder as a
+streamed tar (:func:`~wenet_lhotse.formats.audio.recording_from_bytes`), and must still
+have the samples and rate the index recorded. Map-style loading reads metadata alone
+(:class:`~.readers.JsonlReader`, :class:`~.index_reader.IndexReader`), so restoring a
+sampler never touches audio.
 """
 
 from __future__ import annotations
 
 import tarfile
 import threading
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from lhotse import CutSet
+from lhotse.utils import fastcopy
 
-from wenet_lhotse.errors import SkipReport, WenetDataError
+from wenet_lhotse.errors import SkipReport, WenetDataError, short_error
+from wenet_lhotse.formats.audio import recording_from_bytes
+from wenet_lhotse.formats.member_reads import REINDEX, read_members
+from wenet_lhotse.formats.streams import is_local
+
+#: ``custom`` keys of an indexed shard cut that locate its audio (see :mod:`.index_reader`).
+SHARD_KEYS = ("shard_tar", "shard_member", "shard_offset", "shard_size")
+
+#: Threads reading the tars of one batch on object storage / HTTP.
+REMOTE_THREADS = 16
 
 
 class _TarScan:
@@ -108,11 +125,49 @@ class SharAudioAttacher:
                                  kind="missing_audio")
         return found
 
+    def _indexed(self, cuts: List[Any]) -> Dict[str, Any]:
+        """``{cut id: cut with audio or WenetDataError}`` of indexed shard cuts."""
+        by_tar: Dict[str, List[Any]] = {}
+        for cut in cuts:
+            by_tar.setdefault(cut.custom["shard_tar"], []).append(cut)
+
+        def one_tar(tar: str) -> Dict[str, Any]:
+            group = by_tar[tar]
+            try:
+                data = read_members(tar, [(c.custom["shard_member"], c.custom["shard_offset"],
+                                           c.custom["shard_size"]) for c in group])
+            except WenetDataError as err:
+                return {c.id: err for c in group}
+            return {c.id: _with_audio(c, tar, data[c.custom["shard_member"]]) for c in group}
+
+        remote = [t for t in by_tar if not is_local(t)]
+        out: Dict[str, Any] = {}
+        for tar in by_tar:
+            if is_local(tar):
+                out.update(one_tar(tar))
+        if remote:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(min(REMOTE_THREADS, len(remote))) as pool:
+                for got in pool.map(one_tar, remote):
+                    out.update(got)
+        return out
+
     def __call__(self, cuts: CutSet) -> CutSet:
         from lhotse.shar.utils import fill_shar_placeholder
 
+        cuts = list(cuts)
+        indexed = [c for c in cuts if c.custom and "shard_offset" in c.custom]
+        filled = self._indexed(indexed) if indexed else {}
         out = []
         for cut in cuts:
+            if cut.id in filled and cut.custom and "shard_offset" in cut.custom:
+                got = filled[cut.id]
+                if isinstance(got, WenetDataError):
+                    self.skip_report.handle(got, self.strict)
+                else:
+                    out.append(got)
+                continue
             tar = (cut.custom or {}).get("shar_tar")
             if tar is None or cut.recording is None or cut.recording.sources[0].type != "shar":
                 out.append(cut)
@@ -133,3 +188,23 @@ class SharAudioAttacher:
             fill_shar_placeholder(cut.recording, data=data, tarpath=name)
             out.append(cut)
         return CutSet.from_cuts(out)
+
+
+def _with_audio(cut: Any, tar: str, data: Any) -> Any:
+    """``cut`` with the audio ``data`` (bytes) of its member, or the WenetDataError."""
+    member = cut.custom["shard_member"]
+    if isinstance(data, WenetDataError):
+        return data
+    try:
+        rec = recording_from_bytes(data, recording_id=cut.recording.id)
+    except Exception as e:
+        return WenetDataError(f"cannot read audio: {short_error(e, audio=data)}", tar,
+                              member=member, kind="bad_audio")
+    if (rec.num_samples, rec.sampling_rate) != (cut.recording.num_samples,
+                                                cut.recording.sampling_rate):
+        return WenetDataError(f"audio differs from the index ({rec.num_samples} samples at "
+                              f"{rec.sampling_rate} Hz, indexed {cut.recording.num_samples} "
+                              f"at {cut.recording.sampling_rate}); {REINDEX}", tar,
+                              member=member, kind="stale_index")
+    custom = {k: v for k, v in cut.custom.items() if k not in SHARD_KEYS}
+    return fastcopy(cut, recording=rec, custom=custom or None)

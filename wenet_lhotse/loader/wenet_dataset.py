@@ -4,10 +4,11 @@ cut transform (:class:`CutTransform`: WeNet's ``filter_conf``, then the source's
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Union
 
 from lhotse import CutSet
 
+from wenet_lhotse.dataset.filters import FilterConf
 from wenet_lhotse.features.recipe import FeatureRecipe
 from wenet_lhotse.sources import TagCuts
 
@@ -17,10 +18,12 @@ class CutTransform:
     given and the split is not ``infer``), then the source's tags. ``filtered`` counts
     the cuts the filters removed in this process (the epoch ledger reads it)."""
 
-    def __init__(self, tokenizer: Any = None, filter_conf: Optional[Mapping] = None,
+    def __init__(self, tokenizer: Any = None,
+                 filter_conf: Union[None, Mapping[str, Any], FilterConf] = None,
                  tags: Optional[Mapping[str, Any]] = None) -> None:
         self.tokenizer = tokenizer
-        self.filter_conf = dict(filter_conf) if filter_conf is not None else None
+        self.filter_conf = (FilterConf.from_dict(filter_conf) if isinstance(filter_conf, Mapping)
+                            else filter_conf)
         self.tags = dict(tags or {})
         self._filter: Any = None  # one WenetFilter for every pass (it caches token counts)
         self.filtered = 0  # cuts removed by filter_conf in this process, all passes

@@ -116,7 +116,7 @@ def _kind_of_line(line: str, gz: bool, where: str, no: Optional[int] = None) -> 
     if line.startswith("{"):
         try:
             obj = json.loads(line)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             return "raw"  # a WeNet list with a bad first line: its reader names the line
         if isinstance(obj, dict) and "key" not in obj and "id" in obj:
             return "cuts"

@@ -10,9 +10,11 @@ refuses, as bad input:
 * a cut id unsafe as a file or member name (kind ``"unsafe_key"``, see
   :mod:`wenet_lhotse.formats.checks`);
 * a non-finite or negative ``start``/``duration`` of the cut or a supervision (JSON's
-  ``NaN``/``Infinity``; kind ``"bad_segment"``);
+  ``NaN``/``Infinity``), or a cut holding no sample at its rate (kind ``"bad_segment"``);
 * an audio source of type ``"command"`` (Lhotse runs it through a shell when loading)
   unless ``allow_pipe`` (kind ``"refused"``);
+* a cut id met earlier in the same input (kind ``"duplicate"``; the first copy is
+  kept; :class:`LazyCheckedManifest`, with a :class:`~wenet_lhotse.formats.keyset.KeySet`);
 * a manifest cut short (a truncated gzip stream; kind ``"truncated"``): the error says
   after which line it stopped (what followed cannot be counted: it is gone).
 
@@ -36,10 +38,11 @@ from lhotse.audio.source import AudioSource
 from lhotse.cut import Cut, MonoCut
 from lhotse.lazy import Dillable, count_newlines_fast
 from lhotse.serialization import deserialize_item
-from lhotse.utils import Pathlike
+from lhotse.utils import Pathlike, compute_num_samples
 
-from wenet_lhotse.errors import SkipReport, WenetDataError
-from wenet_lhotse.formats.checks import PIPE_REFUSED, key_problem, text_problem
+from wenet_lhotse.errors import SkipReport, WenetDataError, reraise_worker_death
+from wenet_lhotse.formats.checks import PIPE_REFUSED, TOO_DEEP, key_problem, text_problem
+from wenet_lhotse.formats.keyset import KeySet
 from wenet_lhotse.formats.remote import is_remote
 from wenet_lhotse.formats.streams import as_path_list, open_input
 from wenet_lhotse.sources.meta_cut import MetaCut
@@ -84,6 +87,14 @@ def _span_problem(cut_span: Tuple[Any, Any], sup_spans: Sequence[Tuple[Any, Any]
     return None
 
 
+def _samples_problem(duration: float, rate: Any) -> Optional[str]:
+    """Why a cut of ``duration`` seconds at ``rate`` Hz holds no sample, or None (a cut
+    without audio has no rate: None)."""
+    if isinstance(rate, int) and rate > 0 and compute_num_samples(duration, rate) < 1:
+        return f"duration={duration} s holds no sample at {rate} Hz"
+    return None
+
+
 def _time_problem(cut: Cut) -> Optional[str]:
     sups = getattr(cut, "supervisions", None) or []
     return _span_problem((cut.start, cut.duration), [(s.start, s.duration) for s in sups])
@@ -96,6 +107,15 @@ def _load_checked(line: Any, path: str, lineno: int, allow_pipe: bool) -> Any:
     except json.JSONDecodeError as e:
         raise WenetDataError(f"malformed JSON: {e.msg} (column {e.colno})", path,
                              line=lineno, kind="json") from None
+    except RecursionError:  # json on '[[[[...' (orjson refuses it, json recurses)
+        raise WenetDataError(TOO_DEEP, path, line=lineno, kind="json") from None
+    try:
+        return _checked_object(obj, line, path, lineno, allow_pipe)
+    except RecursionError:  # walking an object nested just under json's limit
+        raise WenetDataError(TOO_DEEP, path, line=lineno, kind="json") from None
+
+
+def _checked_object(obj: Any, line: Any, path: str, lineno: int, allow_pipe: bool) -> Any:
 
     def holds(marker: str) -> bool:  # a cheap look at the line before walking the object
         return marker in line if isinstance(line, str) else marker.encode() in line
@@ -117,12 +137,14 @@ def _to_cut(obj: Any, path: str, lineno: int, extra_custom: Optional[dict] = Non
     try:
         cut = deserialize_item(obj)
     except Exception as err:  # Lhotse raises anything for a malformed object
+        reraise_worker_death(err)
         raise fail(f"not a Lhotse cut: {type(err).__name__}: {err}".splitlines()[0],
                    "json") from None
     why = key_problem(cut.id)
     if why is not None:
         raise fail(f"unsafe cut id {cut.id[:40]!r}: {why}", "unsafe_key")
-    why = _time_problem(cut)
+    rate = cut.sampling_rate if getattr(cut, "has_recording", False) else None
+    why = _time_problem(cut) or _samples_problem(cut.duration, rate)
     if why is not None:
         raise fail(why, "bad_segment")
     if extra_custom:
@@ -187,10 +209,18 @@ def parse_manifest_meta(line: Any, path: str, lineno: int, allow_pipe: bool = Fa
         raise WenetDataError(f"unsafe cut id {obj['id'][:40]!r}: {why}", path, line=lineno,
                              kind="unsafe_key")
     why = _span_problem((obj["start"], obj["duration"]),
-                        [(s["start"], s["duration"]) for s in obj.get("supervisions", ())])
+                        [(s["start"], s["duration"]) for s in obj.get("supervisions", ())]
+                        ) or _samples_problem(obj["duration"], obj["recording"]["sampling_rate"])
     if why is not None:
         raise WenetDataError(why, path, line=lineno, kind="bad_segment")
     return MetaCut(obj, line, extra_custom, (path, lineno))
+
+
+def duplicate_error(cut_id: str, path: str, lineno: Optional[int]) -> WenetDataError:
+    """The error of a cut id met a second time (the first copy is kept: training,
+    statistics and writers see each id once, as ``validate`` requires)."""
+    return WenetDataError(f"duplicate cut id {cut_id[:80]!r} (first seen earlier in this "
+                          "input)", path, line=lineno, kind="duplicate")
 
 
 def iter_manifest(path: str, allow_pipe: bool = False, metadata_only: bool = False
@@ -224,17 +254,22 @@ class LazyCheckedManifest(Dillable):
 
     def __init__(self, paths: Sequence[Pathlike], strict: bool = True,
                  skip_report: Optional[SkipReport] = None, allow_pipe: bool = False,
-                 metadata_only: bool = False) -> None:
+                 metadata_only: bool = False, check_duplicates: bool = True) -> None:
         self.paths: List[str] = [p if is_remote(p) else os.path.abspath(p)
                                  for p in as_path_list(paths)]
         self.strict = strict
         self.skip_report = skip_report if skip_report is not None else SkipReport()
         self.allow_pipe = allow_pipe
         self.metadata_only = metadata_only
+        self.check_duplicates = check_duplicates
 
     def __iter__(self) -> Iterator[Cut]:
+        seen = KeySet() if self.check_duplicates else None
         for path in self.paths:
-            for item, _ in iter_manifest(path, self.allow_pipe, self.metadata_only):
+            for item, no in iter_manifest(path, self.allow_pipe, self.metadata_only):
+                if not isinstance(item, WenetDataError) and seen is not None \
+                        and not seen.add(item.id):
+                    item = duplicate_error(item.id, path, no)
                 if isinstance(item, WenetDataError):
                     self.skip_report.handle(item, self.strict)
                     continue

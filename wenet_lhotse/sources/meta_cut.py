@@ -23,7 +23,7 @@ from lhotse.cut import Cut
 from lhotse.serialization import decode_json_line, deserialize_item
 from lhotse.utils import compute_num_samples
 
-from wenet_lhotse.errors import WenetDataError
+from wenet_lhotse.errors import WenetDataError, reraise_worker_death
 
 
 class MetaSupervision:
@@ -102,6 +102,7 @@ class MetaCut:
         try:
             cut = deserialize_item(decode_json_line(self._line))
         except Exception as err:  # the line was checked: not expected, but named
+            reraise_worker_death(err)
             raise WenetDataError(
                 f"not a Lhotse cut: {type(err).__name__}: {err}".splitlines()[0],
                 self._where[0], line=self._where[1], kind="json") from None

@@ -206,6 +206,13 @@ def open_source(
     :param shar_shards: for Shar, read exactly these shard indices, in this order (the
         caller's own split; ``shuffle_shards``/``split_for_dataloading`` are then unused).
     """
+    if spec.type == "parquet":  # (issue 22) Parquet / datasets save_to_disk
+        from wenet_lhotse.sources.parquet import LazyParquetCuts, ParquetColumns
+
+        cuts = CutSet(LazyParquetCuts(spec.paths, ParquetColumns(**(spec.columns or {})),
+                                      strict=strict, skip_report=skip_report))
+        cuts = transform(cuts) if transform is not None else cuts
+        return cuts.map(TagCuts(spec.tags)) if spec.tags else cuts
     if spec.type == "shar" and spec.fields is None and len(spec.paths) != 1:
         raise ValueError(f"source {spec.name}: a Shar source takes one directory")
     cuts = open_kind(spec.type, spec.paths, strict=strict, skip_report=skip_report,

@@ -28,6 +28,15 @@ The cut of a line is exactly what :func:`~wenet_lhotse.formats.raw_list.read_raw
 makes of it (same parser), so a cached run equals an uncached one. Editing a list
 changes its key: a stale cache is never used (old ones are left for the user to
 delete). Audio files changed in place under an unchanged list are not noticed.
+
+A cache is trusted only when it is whole and is the one written for these lists: the
+sidecar records the key, the manifest's size and SHA-256 and its number of cuts; a
+manifest that does not match (cut short, edited, or planted beside the list under
+its predictable name) is rebuilt, with a warning. Its lines are then read through
+the same checked path as any manifest
+(:class:`~wenet_lhotse.sources.manifest.LazyCheckedManifest`, no ``allow_pipe``): a
+cut a raw line cannot produce (an audio source of type ``command``) is refused like
+everywhere else.
 """
 
 from __future__ import annotations
@@ -49,13 +58,14 @@ from wenet_lhotse.errors import SkippedItem, SkipReport, WenetDataError
 from wenet_lhotse.formats.keyset import KeySet
 from wenet_lhotse.formats.raw_list import LazyWenetRawListIterator
 from wenet_lhotse.formats.streams import as_path_list, atomic_output
+from wenet_lhotse.sources.manifest import LazyCheckedManifest
 
 logger = logging.getLogger(__name__)
 
 #: Lines per probing block (one unit of work for one rank).
 BLOCK_LINES = 500
 #: Bump when the cached cut layout changes: older caches are then ignored.
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 _Line = Tuple[str, int, bytes]  # (list file, 1-based line, raw bytes)
 # (key, cut JSON line), a bad line, or None for an empty line
@@ -70,6 +80,13 @@ class ProbeResult:
     skips: Path
     from_cache: bool
     lines_probed: int  # lines parsed (headers read) by this rank
+
+    def cuts(self, strict: bool = True, skip_report: Optional[SkipReport] = None,
+             metadata_only: bool = False) -> LazyCheckedManifest:
+        """The cached cuts, read with every manifest's checks (never ``allow_pipe``: a
+        raw line cannot make a ``command`` source, so a cache holding one was forged)."""
+        return LazyCheckedManifest([self.manifest], strict, skip_report,
+                                   metadata_only=metadata_only)
 
 
 def list_key(paths: Sequence[str], wav_root: str) -> str:
@@ -137,8 +154,32 @@ def _is_writer(rank: int) -> bool:
     return int(local) == 0 if local is not None else rank == 0
 
 
-def _load_skips(skips: Path) -> List[SkippedItem]:
-    return [SkippedItem(**d) for d in json.loads(skips.read_text(encoding="utf-8"))]
+def _digest(path: Path) -> Tuple[int, str]:
+    """``(size in bytes, SHA-256 hex)`` of a file."""
+    h = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+            size += len(chunk)
+    return size, h.hexdigest()
+
+
+def _load_cache(manifest: Path, skips: Path) -> Optional[List[SkippedItem]]:
+    """The cached skips when ``manifest`` is the whole manifest the sidecar ``skips``
+    records (size and SHA-256), else None (the cache is rebuilt)."""
+    try:
+        record = json.loads(skips.read_text(encoding="utf-8"))
+        size, sha = _digest(manifest)
+        if not (isinstance(record, dict) and record.get("version") == CACHE_VERSION
+                and record.get("manifest_bytes") == size
+                and record.get("manifest_sha256") == sha):
+            raise ValueError("it is not the manifest its sidecar records")
+        return [SkippedItem(**d) for d in record["skips"]]
+    except (OSError, ValueError, TypeError, KeyError, RecursionError) as err:
+        logger.warning("%s: probe cache not used (%s: %s); probing again", manifest,
+                       type(err).__name__, str(err)[:200])
+        return None
 
 
 def probed_raw_list(
@@ -164,8 +205,14 @@ def probed_raw_list(
     report = skip_report if skip_report is not None else SkipReport()
     manifest, skips = cache_paths(lists, root, cache_dir)
     group, world, rank = _group()
-    if manifest.is_file() and skips.is_file():
-        _report(_load_skips(skips), strict, report, log=False)
+    cached = _load_cache(manifest, skips) if manifest.is_file() and skips.is_file() else None
+    if group is not None:  # every rank takes the same branch (or none would return)
+        verdicts: List = [None] * world
+        dist.all_gather_object(verdicts, cached is not None, group=group)
+        if not all(verdicts):
+            cached = None
+    if cached is not None:
+        _report(cached, strict, report, log=False)
         logger.info("%s: probed durations from the cache %s", lists[0], manifest)
         return ProbeResult(manifest, skips, True, 0)
 
@@ -173,14 +220,19 @@ def probed_raw_list(
     counter = [0]
     merged = _merged(lists, root, group, world, rank, strict, bad, counter)
     if _is_writer(rank):
-        # Skips first, manifest last: a manifest in place means its cache is complete.
-        with atomic_output(manifest.with_suffix(".tmp.gz"), "wb") as f:
+        # Skips (with the manifest's digest) first, manifest last: a manifest in place
+        # means its cache is complete, and a sidecar tells whether it is the right one.
+        tmp = manifest.with_suffix(".tmp.gz")
+        with atomic_output(tmp, "wb") as f:
             with gzip.GzipFile(fileobj=f, mode="wb", mtime=0, compresslevel=1) as gz:
                 for line in merged:
                     gz.write(line)
+        size, sha = _digest(tmp)
         with atomic_output(skips, "w", encoding="utf-8") as f:
-            json.dump([dataclasses.asdict(b) for b in bad], f, ensure_ascii=False)
-        os.replace(manifest.with_suffix(".tmp.gz"), manifest)
+            json.dump({"version": CACHE_VERSION, "manifest_bytes": size,
+                       "manifest_sha256": sha, "skips": [dataclasses.asdict(b) for b in bad]},
+                      f, ensure_ascii=False)
+        os.replace(tmp, manifest)
     else:
         for _ in merged:
             pass

@@ -18,7 +18,8 @@ from wenet_lhotse.formats.remote import is_remote, url_scheme
 from wenet_lhotse.sources.detect import KINDS, STREAMED_KINDS, detect_input_kind
 from wenet_lhotse.sources.shar_dir import shar_fields
 
-SOURCE_TYPES = (*KINDS, "auto")
+#: ``text``: sentences / text pairs (:mod:`wenet_lhotse.sources.text`), mixed by batch.
+SOURCE_TYPES = (*KINDS, "auto", "text", "parquet")
 #: Source types read as a stream of tar files inside DataLoader workers.
 STREAMED_TYPES = STREAMED_KINDS
 
@@ -28,7 +29,8 @@ class SourceSpec:
     """One data source.
 
     :param path: list file, manifest, Shar directory, or a list of them (same type).
-    :param type: ``raw`` | ``shard`` | ``cuts`` | ``shar`` | ``auto``.
+    :param type: ``raw`` | ``shard`` | ``cuts`` | ``shar`` | ``auto``; ``text`` (sentences,
+        :mod:`~wenet_lhotse.sources.text`) | ``parquet`` (:mod:`~wenet_lhotse.sources.parquet`).
     :param weight: relative mixing weight (only used with several sources).
     :param tags: written to ``cut.custom`` of every cut; ``task`` and ``lang`` reach
         the batch as ``tasks``/``langs``.
@@ -40,6 +42,9 @@ class SourceSpec:
         of ``path``; such a source is always streamed.
     :param allow_pipe: run the shell commands this source's data names (``pipe:`` lines,
         ``command`` audio sources); set from ``lhotse_conf.allow_pipe``, not per source.
+    :param repeat: (mixing by batch) start a new pass when exhausted instead of leaving the
+        mix; the epoch ends when every other source is exhausted.
+    :param transcripts: False for speech-only data (no targets: ``kind: speech`` batches).
     """
 
     path: Union[str, List[str], None] = None
@@ -49,6 +54,10 @@ class SourceSpec:
     name: Optional[str] = None
     fields: Optional[Dict[str, List[str]]] = None
     allow_pipe: bool = field(default=False, repr=False)
+    repeat: bool = False
+    transcripts: bool = True
+    #: ``type: parquet``: column names ``{audio, text, id}`` (sources.parquet.ParquetColumns)
+    columns: Optional[Dict[str, Optional[str]]] = None
 
     def __post_init__(self) -> None:
         what = self.path if self.path is not None else "shar fields"
@@ -70,6 +79,13 @@ class SourceSpec:
             return
         if self.path is None:
             raise ValueError("a source needs 'path' (or 'fields' for Shar on object storage)")
+        if self.columns is not None and (self.type != "parquet" or set(self.columns) - {
+                "audio", "text", "id"}):
+            raise ValueError(f"source {what!r}: 'columns' names a parquet source's audio, "
+                             f"text and id columns, got {self.columns!r}")
+        if self.type == "text" and not self.transcripts:
+            raise ValueError(f"source {what!r}: a text source has no speech: 'transcripts' "
+                             "applies to speech sources")
         if self.type == "auto":
             self.type = detect_input_kind(self.paths[0])
         if self.name is None:
@@ -107,7 +123,8 @@ class SourceSpec:
         if isinstance(obj, SourceSpec):
             return obj
         if isinstance(obj, Mapping):
-            unknown = set(obj) - {"path", "type", "weight", "tags", "name", "fields"}
+            unknown = set(obj) - {"path", "type", "weight", "tags", "name", "fields", "repeat",
+                                  "transcripts", "columns"}
             if unknown:
                 raise ValueError(f"source {dict(obj)!r}: unknown keys {sorted(unknown)}")
             if "path" not in obj and "fields" not in obj:

@@ -1,0 +1,65 @@
+"""``wenet-lhotse parquet-import`` / ``parquet-export``: Parquet and Hugging Face
+``datasets`` (``save_to_disk``) <-> WeNet shards; any input -> Parquet (extra ``arrow``)."""
+
+from __future__ import annotations
+
+import click
+
+from wenet_lhotse.cli.main import main
+
+
+def _columns(audio: str, text: str, key: str):
+    from wenet_lhotse.sources.parquet import ParquetColumns
+
+    return ParquetColumns(audio=audio, text=text or None, id=key or None)
+
+
+@main.command("parquet-import")
+@click.argument("inputs", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("-o", "--out-dir", required=True, type=click.Path(file_okay=False),
+              help="Directory for the WeNet shards and shards.list.")
+@click.option("--shard-size", type=int, default=1000, show_default=True)
+@click.option("--audio-column", default="audio", show_default=True,
+              help="Audio bytes, or a datasets Audio(decode=False) {bytes, path} struct.")
+@click.option("--text-column", default="text", show_default=True,
+              help="Transcript column ('' for none: speech-only data).")
+@click.option("--id-column", default="id", show_default=True,
+              help="Utterance id column (missing: <file stem>-<row>).")
+@click.option("--fault-tolerant", is_flag=True,
+              help="Skip bad rows (named and counted) instead of stopping at the first.")
+def parquet_import(inputs, out_dir, shard_size, audio_column, text_column, id_column,
+                   fault_tolerant):
+    """Parquet files, directories of them, or a datasets save_to_disk directory ->
+    WeNet tar shards, audio bytes as stored."""
+    from wenet_lhotse.convert.parquet import import_parquet
+    from wenet_lhotse.errors import SkipReport
+
+    report = SkipReport()
+    path, n = import_parquet(list(inputs), out_dir, shard_size=shard_size,
+                             columns=_columns(audio_column, text_column, id_column),
+                             strict=not fault_tolerant, skip_report=report)
+    click.echo(f"wrote {n} utterances to {path}" +
+               (f"; skipped {len(report.items)} bad rows" if report.items else ""))
+
+
+@main.command("parquet-export")
+@click.argument("input_path", type=click.Path(exists=True))
+@click.argument("out", type=click.Path(dir_okay=False))
+def parquet_export(input_path, out):
+    """Any input (raw list, shard list, cuts manifest, Shar directory, Parquet) -> one
+    Parquet file: id, audio {bytes, path}, text, duration."""
+    import os
+
+    from lhotse import CutSet
+
+    from wenet_lhotse.convert.parquet import export_parquet
+    from wenet_lhotse.sources.open import open_cuts
+    from wenet_lhotse.sources.parquet import LazyParquetCuts
+
+    if input_path.endswith((".parquet", ".arrow")) or os.path.exists(
+            os.path.join(input_path, "state.json")):
+        cuts = CutSet(LazyParquetCuts([input_path]))
+    else:
+        cuts, _ = open_cuts(input_path)
+    n = export_parquet(cuts, out)
+    click.echo(f"wrote {n} rows to {out}")

@@ -1,0 +1,168 @@
+"""``wenet-lhotse index``: the shard index of a WeNet shard list (:func:`index_shards`),
+and what "index" means for the other input kinds (:func:`index_input`).
+
+A shard list's tars are each read once, front to back (:func:`~wenet_lhotse.formats.
+tar_index.index_tar`), on ``num_jobs`` local processes or a Dask cluster
+(:func:`~wenet_lhotse.convert.executor.map_tasks`); the index
+(:mod:`wenet_lhotse.formats.shard_index`) is written atomically beside the list or in
+``cache_dir``. A rerun keeps the rows of every tar whose fingerprint still matches
+(local: size, mtime or first/last 64 KiB; object storage: size and ETag) and reads only
+new or changed tars (``http(s)://`` tars are always read again: a check would cost
+about as much). Bad utterances and unreadable tars are recorded in the index, not
+raised: the loader reports them (strict: an error, fault tolerant: counted skips).
+
+Raw lists, cuts manifests and Shar need no new file: a raw list's index is the probe
+cache (``lhotse_conf.probe_cache``, written here), a cuts manifest and Shar's
+``cuts.*.jsonl.gz`` are read by line number by the map-mode readers already.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
+
+from wenet_lhotse.convert.executor import map_tasks
+from wenet_lhotse.errors import WenetDataError
+from wenet_lhotse.formats.keyset import KeySet
+from wenet_lhotse.formats.remote import is_remote
+from wenet_lhotse.formats.shard_index import ShardIndex, index_path, tar_problem, write_index
+from wenet_lhotse.formats.shard_list import read_shard_entries
+from wenet_lhotse.formats.streams import is_local, is_pipe
+from wenet_lhotse.formats.tar_index import TarRows, index_tar
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class IndexSummary:
+    """What an index run did: the index ``path``, its size (bytes), tars read now /
+    kept from the previous index, utterances, and bad items recorded."""
+
+    path: str
+    bytes: int
+    tars: int
+    read: int
+    kept: int
+    utterances: int
+    bad: int
+
+    def __str__(self) -> str:
+        return (f"{self.path}: {self.utterances} utterances in {self.tars} tars "
+                f"({self.read} read, {self.kept} unchanged), {self.bad} bad items, "
+                f"{self.bytes} bytes")
+
+
+def _etag(url: str) -> Optional[str]:
+    """The object's ETag (object storage), None when there is none."""
+    from wenet_lhotse.formats.remote import _filesystem
+
+    fs, path = _filesystem(url)
+    try:
+        info = fs.info(path)
+    except Exception:
+        return None
+    tag = info.get("ETag") or info.get("etag")
+    return f"etag:{str(tag).strip(chr(34))}:{info.get('size')}" if tag else None
+
+
+def _index_one(job: Any) -> TarRows:
+    _, entry, allow_pipe = job
+    if is_pipe(entry.url):
+        return TarRows(url=entry.url, bad=[("a pipe: has no offsets to read members by; "
+                                            "write the tar to storage to index it",
+                                            "not_indexable", None)])
+    rows = index_tar(entry, allow_pipe=allow_pipe)
+    if is_remote(entry.url) and not any(k in ("missing_file", "io") for _, k, _ in rows.bad):
+        rows.digest = _etag(entry.url) or rows.digest
+    return rows
+
+
+def _unchanged(rec: Dict[str, Any]) -> bool:
+    url = rec["url"]
+    if rec.get("size") is None:
+        return False  # unreadable last time: try again
+    if is_local(url):
+        return tar_problem(rec) is None
+    if is_remote(url) and str(rec.get("digest") or "").startswith("etag:"):
+        return _etag(url) == rec["digest"]
+    return False
+
+
+def _drop_duplicates(rows: TarRows, seen: KeySet) -> TarRows:
+    """``rows`` without the keys an earlier tar of the list had (recorded as bad, kind
+    ``"duplicate"``, as a streamed reader skips a repeated key)."""
+    keep = [i for i, k in enumerate(rows.keys) if seen.add(k)]
+    if len(keep) == len(rows):
+        return rows
+    gone = sorted(set(range(len(rows))) - set(keep))
+    out = TarRows(url=rows.url, size=rows.size, mtime_ns=rows.mtime_ns, digest=rows.digest,
+                  bad=list(rows.bad) + [
+                      (f"duplicate key {rows.keys[i]!r} (seen earlier in this list)",
+                       "duplicate", f"{rows.keys[i]}.{rows.fmts[i]}") for i in gone])
+    for name in ("keys", "fmts", "offsets", "sizes", "num_samples", "rates", "channels",
+                 "texts", "extras"):
+        values = getattr(rows, name)
+        setattr(out, name, [values[i] for i in keep])
+    return out
+
+
+def index_shards(list_path: str, *, cache_dir: Optional[str] = None, out: Optional[str] = None,
+                 num_jobs: int = 1, cluster: Optional[str] = None, allow_pipe: bool = False,
+                 progress: bool = False, full: bool = False) -> IndexSummary:
+    """Index shard list ``list_path`` (see the module doc); ``out`` overrides the
+    index's path, ``full`` reads every tar again."""
+    path = out or index_path(list_path, cache_dir)
+    entries = read_shard_entries(list_path, allow_pipe=allow_pipe)
+    old: Optional[ShardIndex] = None
+    if not full:
+        try:
+            old = ShardIndex(path)
+        except WenetDataError:
+            old = None  # none yet, or unreadable: index everything
+    rows: List[Optional[TarRows]] = [None] * len(entries)
+    jobs = []
+    for i, entry in enumerate(entries):
+        t = old.tar_of_url(entry.url) if old is not None else None
+        if t is not None and _unchanged(old.tars[t]):
+            rows[i] = old.tar_rows(t)
+        else:
+            jobs.append((i, entry, allow_pipe))
+    from tqdm.auto import tqdm
+
+    with tqdm(total=len(jobs), desc="index", unit="tar", disable=not progress) as bar:
+        for job, result in map_tasks(_index_one, jobs, num_jobs=num_jobs,
+                                     cluster=cluster, ordered=False):
+            rows[job[0]] = result
+            bar.update(1)
+            bar.set_postfix(utt=len(result), refresh=False)
+    done = [_drop_duplicates(r, seen) for seen in [KeySet()] for r in rows if r is not None]
+    size = write_index(path, done, lists=[str(list_path)])
+    bad = sum(len(r.bad) for r in done)
+    summary = IndexSummary(path=path, bytes=size, tars=len(done), read=len(jobs),
+                           kept=len(done) - len(jobs), utterances=sum(len(r) for r in done),
+                           bad=bad)
+    logger.info("%s", summary)
+    return summary
+
+
+def index_input(path: str, **kw: Any) -> str:
+    """Index any input kind; returns a one-line account of what was done."""
+    from wenet_lhotse.sources.detect import detect_input_kind
+
+    if not is_local(path) and not kw.get("cache_dir") and not kw.get("out"):
+        raise ValueError(f"{path}: the index of remote data is written to a local cache "
+                         "directory: pass --cache-dir DIR (lhotse_conf.shard_index: DIR)")
+    kind = detect_input_kind(path)
+    if kind == "shard":
+        return str(index_shards(path, **kw))
+    if kw.get("out"):
+        raise ValueError(f"{path}: -o/--out is for shard lists (this is a {kind} input)")
+    if kind == "raw":
+        from wenet_lhotse.sources.probe_cache import probed_raw_list
+
+        probed = probed_raw_list(path, cache_dir=kw.get("cache_dir"))
+        return (f"{path}: raw list, audio headers probed and cached in {probed.manifest} "
+                "(set lhotse_conf.probe_cache to use it)")
+    return (f"{path}: {kind} input: its cuts manifests are the index already (map mode "
+            "reads them by line number); nothing to write")

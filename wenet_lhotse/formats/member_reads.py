@@ -1,0 +1,190 @@
+"""Tar members read by offset, several at a time: :func:`read_members`.
+
+The members asked of one tar are sorted by offset and read in as few requests as
+possible: neighbours closer than ``gap`` bytes share one read (one ``pread`` locally).
+On object storage and HTTP a tar is read in aligned blocks of :data:`BLOCK_BYTES` (4 MiB;
+missing neighbours in one ranged GET, through the retrying readers of
+:mod:`~wenet_lhotse.formats.remote`), kept in a per-process LRU of
+``$WENET_LHOTSE_RANGE_CACHE_MB`` (default 64 MiB): a sampler draws its batches from a
+buffer of a few tars read in order, so the next batches' members mostly lie in blocks
+already fetched -- large sequential ranges, not one request per utterance.
+
+Each read starts at the member's own 512-byte tar header, which must still name the
+member and its size: a tar replaced or rewritten since it was indexed is named (kind
+``"stale_index"``), never read as another member's bytes. Sizes above the member cap
+(:func:`~wenet_lhotse.formats.checks.max_member_bytes`) are refused before any read.
+"""
+
+from __future__ import annotations
+
+import os
+import tarfile
+import threading
+from collections import OrderedDict
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from wenet_lhotse.errors import WenetDataError
+from wenet_lhotse.formats.checks import max_member_bytes
+from wenet_lhotse.formats.streams import BLOCK, is_local, local_path
+
+#: Bytes between two members read through rather than split into two requests.
+GAP = 1 << 20
+
+REINDEX = "rerun wenet-lhotse index on its list"
+
+#: Bytes per cached block of a remote tar.
+BLOCK_BYTES = 4 << 20
+
+
+class _BlockCache:
+    """Blocks of remote tars, least recently used dropped first (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._blocks: OrderedDict[Tuple[str, int], bytes] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def capacity() -> int:
+        mb = float(os.environ.get("WENET_LHOTSE_RANGE_CACHE_MB", "64"))
+        return max(0, int(mb * (1 << 20)) // BLOCK_BYTES)
+
+    def get(self, url: str, block: int) -> Optional[bytes]:
+        with self._lock:
+            data = self._blocks.get((url, block))
+            if data is not None:
+                self._blocks.move_to_end((url, block))
+            return data
+
+    def put(self, url: str, block: int, data: bytes) -> None:
+        cap = self.capacity()
+        with self._lock:
+            self._blocks[(url, block)] = data
+            while len(self._blocks) > cap:
+                self._blocks.popitem(last=False)
+
+
+_CACHE = _BlockCache()
+
+
+def _read_blocks(url: str, start: int, length: int) -> bytes:
+    """``[start, start + length)`` of a remote tar through the block cache."""
+    first, last = start // BLOCK_BYTES, (start + length - 1) // BLOCK_BYTES
+    if last - first + 1 > _CACHE.capacity():
+        return _read_range(url, start, length)  # larger than the cache: read it through
+    have = {b: _CACHE.get(url, b) for b in range(first, last + 1)}
+    missing = [b for b, d in have.items() if d is None]
+    runs: List[List[int]] = []
+    for b in missing:
+        if runs and b == runs[-1][-1] + 1:
+            runs[-1].append(b)
+        else:
+            runs.append([b])
+    for run in runs:  # missing neighbours: one request
+        data = _read_range(url, run[0] * BLOCK_BYTES, len(run) * BLOCK_BYTES)
+        for i, b in enumerate(run):
+            have[b] = data[i * BLOCK_BYTES:(i + 1) * BLOCK_BYTES]
+            _CACHE.put(url, b, have[b])
+    at = start - first * BLOCK_BYTES
+    return b"".join(have[b] for b in range(first, last + 1))[at:at + length]
+
+
+def _read_range(url: str, start: int, length: int) -> bytes:
+    if is_local(url):
+        try:
+            with open(local_path(url), "rb") as f:
+                f.seek(start)
+                return f.read(length)
+        except FileNotFoundError:
+            raise WenetDataError(f"missing (it was indexed; {REINDEX})", url,
+                                 kind="stale_index") from None
+        except OSError as err:
+            raise WenetDataError(f"cannot read: {err}", url, kind="io") from None
+    reader = _ranged_reader(url, start, length)
+    try:  # an HTTP server must answer range requests (else: one line saying so)
+        parts, got = [], 0
+        while got < length:
+            chunk = reader.read(length - got)
+            if not chunk:
+                break
+            parts.append(chunk)
+            got += len(chunk)
+        return b"".join(parts)
+    finally:
+        reader.close()
+
+
+def _ranged_reader(url: str, start: int, length: int):
+    """A retrying reader of ``url`` whose first request is for ``[start, start +
+    length)`` (one range request; object storage through fsspec, HTTP through urllib3)."""
+    from wenet_lhotse.formats.http_reader import HttpReader
+    from wenet_lhotse.formats.read_limits import ReadLimits
+    from wenet_lhotse.formats.remote import RetryingReader
+    from wenet_lhotse.formats.remote_audio import is_http
+
+    base = HttpReader if is_http(url) else RetryingReader
+
+    class _At(base):  # type: ignore[misc, valid-type]
+        _first = True
+
+        def _open(self) -> None:
+            if self._first:  # the constructor's open: at ``start``, not at byte 0
+                self._first = False
+                self.pos = start
+            super()._open()
+
+    block = max(length, 1 << 16)
+    if base is HttpReader:
+        return _At(url, ReadLimits(), block_size=block)
+    return _At(url, block_size=block, limits=ReadLimits())
+
+
+def _check_header(url: str, block: bytes, member: str, size: int) -> None:
+    try:
+        info = tarfile.TarInfo.frombuf(block, tarfile.ENCODING, "surrogateescape")
+    except Exception:
+        info = None
+    # a name over 100 bytes lives in a pax/GNU header before this one: size only then
+    if (info is None or info.size != size
+            or (info.name != member and len(member.encode("utf-8")) < 100)):
+        raise WenetDataError(f"no longer holds this member where it was indexed; {REINDEX}",
+                             url, member=member, kind="stale_index")
+
+
+def read_members(url: str, members: Sequence[Tuple[str, int, int]], gap: int = GAP
+                 ) -> Dict[str, object]:
+    """``{member: bytes or WenetDataError}`` for ``(member name, data offset, size)``
+    of tar ``url`` (see the module doc). An error that concerns the whole tar (gone,
+    unreadable) is raised; one that concerns a member is returned for it."""
+    cap = max_member_bytes()
+    out: Dict[str, object] = {}
+    todo = []
+    for name, offset, size in members:
+        if size > cap:
+            out[name] = WenetDataError(f"member of {size} bytes is over the "
+                                       f"{cap}-byte cap", url, member=name, kind="bad_member")
+        else:
+            todo.append((offset - BLOCK, offset + size, name, size))
+    todo.sort()
+    groups: List[List[Tuple[int, int, str, int]]] = []
+    for item in todo:
+        if groups and item[0] - groups[-1][-1][1] <= gap:
+            groups[-1].append(item)
+        else:
+            groups.append([item])
+    for group in groups:
+        start = group[0][0]
+        end = max(e for _, e, _, _ in group)
+        data = (_read_range if is_local(url) else _read_blocks)(url, start, end - start)
+        for lo, hi, name, size in group:
+            piece: Optional[bytes] = data[lo - start: hi - start]
+            if len(piece) < hi - lo:
+                out[name] = WenetDataError(f"cut short since it was indexed; {REINDEX}", url,
+                                           member=name, kind="stale_index")
+                continue
+            try:
+                _check_header(url, piece[:BLOCK], name, size)
+            except WenetDataError as err:
+                out[name] = err
+                continue
+            out[name] = piece[BLOCK:]
+    return out

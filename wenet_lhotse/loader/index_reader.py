@@ -1,0 +1,276 @@
+"""WeNet tar shards sampled through their index (:mod:`wenet_lhotse.formats.shard_index`)
+like map mode samples manifests: :class:`IndexReader` is a positioned reader over the
+index's rows, :func:`open_shard_index` finds and checks a shard list's index.
+
+Order of an epoch: the list's tars (shuffled with ``seed + epoch`` under WeNet's
+``list_shuffle``), each tar's utterances in tar order -- WeNet's shard order, and the
+locality that lets one read serve neighbouring members. A position is an utterance's
+place in that order; restoring a position is arithmetic on per-tar counts (no reading).
+The sampler's shuffle buffer then mixes tars as WeNet's sample shuffle does.
+
+Cuts are :class:`IndexedCut` (a :class:`~wenet_lhotse.sources.meta_cut.MetaCut`: id,
+duration, rate, texts); the built cut has a placeholder recording and
+``custom["shard_tar"/"shard_member"/"shard_offset"/"shard_size"]``, and
+:class:`~.shar_audio.SharAudioAttacher` reads the audio of emitted batches only.
+
+Checks (at start-up, every rank): a tar of the list missing from the index, or a
+local tar whose size or ends changed since indexing, is one error line naming it
+(strict) or one counted skip standing for its utterances (``fault_tolerant``); what
+the indexer recorded as bad (unreadable members, a cut-short tar) raises (strict) or is
+counted each epoch when the epoch reaches that tar.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+from lhotse import AudioSource, Recording, SupervisionSegment
+from lhotse.cut import Cut
+
+from wenet_lhotse.errors import SkipReport, WenetDataError
+from wenet_lhotse.formats.shard_index import ShardIndex, index_path, tar_problem
+from wenet_lhotse.formats.shard_list import read_shard_entries
+from wenet_lhotse.formats.streams import is_local
+from wenet_lhotse.formats.tar_index import decode_extra
+from wenet_lhotse.loader.readers import PositionedReader
+from wenet_lhotse.loader.shar_audio import SHARD_KEYS  # noqa: F401  (the keys it sets)
+from wenet_lhotse.sources.meta_cut import MetaCut
+
+logger = logging.getLogger(__name__)
+
+
+
+class IndexedCut(MetaCut):
+    """One index row as the sampler sees it (see :class:`MetaCut`); ``materialize``
+    builds the cut with a placeholder recording."""
+
+    __slots__ = ("_reader", "_part", "_row")
+
+    def __init__(self, reader: IndexReader, part: int, row: int) -> None:
+        ix = reader.index(part)
+        c = ix.cols
+        n, rate = int(c["num_samples"][row]), int(c["rate"][row])
+        self.id = ix.key(row)
+        self.start = 0.0
+        self.duration = n / rate
+        self.sampling_rate = rate
+        speaker, lang, _ = decode_extra(ix.extra(row))
+        self._sups = ((ix.text(row), speaker, lang),)
+        self._line = None
+        self._extra = None
+        self._tags: Optional[Dict[str, Any]] = None
+        self._where = (ix.path, row)
+        self._reader, self._part, self._row = reader, part, row
+
+    def tagged(self, tags: Mapping[str, Any]) -> IndexedCut:
+        other = IndexedCut.__new__(IndexedCut)
+        for name in MetaCut.__slots__ + IndexedCut.__slots__:
+            setattr(other, name, getattr(self, name))
+        other._tags = {**(self._tags or {}), **tags}
+        return other
+
+    def materialize(self) -> Cut:
+        return self._reader.build_cut(self._part, self._row, self._tags)
+
+
+class IndexReader(PositionedReader):
+    """The rows of one or more shard indexes (``parts``: ``(index path, usable tar
+    numbers)``) in the epoch's order (see the module doc). ``light``: yield
+    :class:`IndexedCut` (training); else built cuts."""
+
+    def __init__(self, parts: Sequence[Tuple[str, Sequence[int]]], shuffle: bool = False,
+                 seed: int = 0, strict: bool = True, skip_report: Optional[SkipReport] = None,
+                 light: bool = True) -> None:
+        self.parts = [(str(p), list(t)) for p, t in parts]
+        self.shuffle = shuffle
+        self.seed = seed
+        self.strict = strict
+        self.skip_report = skip_report if skip_report is not None else SkipReport()
+        self.light = light
+        self.epoch = 0
+        self._indexes: Dict[int, ShardIndex] = {}
+        self._order: Optional[Tuple[int, List[Tuple[int, int]], np.ndarray]] = None
+        self._reported: set = set()
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_indexes"], state["_order"] = {}, None
+        return state
+
+    def index(self, part: int) -> ShardIndex:
+        ix = self._indexes.get(part)
+        if ix is None:
+            ix = self._indexes[part] = ShardIndex(self.parts[part][0])
+        return ix
+
+    def _units(self) -> Tuple[List[Tuple[int, int]], np.ndarray]:
+        """The epoch's (part, tar) order and the end position of each."""
+        if self._order is None or self._order[0] != self.epoch:
+            units = [(p, t) for p, (_, tars) in enumerate(self.parts) for t in tars]
+            if self.shuffle:
+                random.Random(self.seed + self.epoch).shuffle(units)
+            counts = np.array([self.index(p).tars[t]["count"] for p, t in units], np.int64)
+            self._order = (self.epoch, units, np.cumsum(counts))
+        return self._order[1], self._order[2]
+
+    def __len__(self) -> int:
+        ends = self._units()[1]
+        return int(ends[-1]) if len(ends) else 0
+
+    def _report_bad(self, part: int, tar: int) -> None:
+        key = (self.epoch, part, tar)
+        if key in self._reported:
+            return
+        self._reported.add(key)
+        rec = self.index(part).tars[tar]
+        for message, kind, member in rec["bad"]:
+            self.skip_report.handle(WenetDataError(message, rec["url"], member=member,
+                                                   kind=kind), self.strict)
+
+    def _item(self, part: int, row: int) -> Any:
+        cut = IndexedCut(self, part, row)
+        return cut if self.light else cut.materialize()
+
+    def iter_from(self, start: int) -> Iterator[Tuple[int, Cut]]:
+        units, ends = self._units()
+        k = int(np.searchsorted(ends, start, side="right"))
+        for j in range(k, len(units)):
+            part, tar = units[j]
+            begin = int(ends[j - 1]) if j else 0
+            if begin >= start:
+                self._report_bad(part, tar)
+            first = self.index(part).tars[tar]["first"]
+            for pos in range(max(start, begin), int(ends[j])):
+                yield pos, self._item(part, first + pos - begin)
+        # tars with no utterance left at the very end still report what they lost
+        for j in range(len(units)):
+            if (int(ends[j - 1]) if j else 0) >= start and int(ends[j]) == (
+                    int(ends[j - 1]) if j else 0):
+                self._report_bad(*units[j])
+
+    def _at(self, pos: int) -> Tuple[int, int]:
+        units, ends = self._units()
+        j = int(np.searchsorted(ends, pos, side="right"))
+        part, tar = units[j]
+        begin = int(ends[j - 1]) if j else 0
+        return part, self.index(part).tars[tar]["first"] + pos - begin
+
+    def read_raw(self, positions: set) -> Dict[int, Any]:
+        n = len(self)
+        return {p: IndexedCut(self, *self._at(p)) for p in positions if p < n}
+
+    def materialize(self, raw: Any) -> Cut:
+        return raw.materialize() if isinstance(raw, MetaCut) else raw
+
+    def raw_for_state(self, cut: Any) -> Optional[Any]:
+        return [cut._part, cut._row] if isinstance(cut, IndexedCut) else None
+
+    def raw_from_state(self, raw: Any) -> Any:
+        return IndexedCut(self, int(raw[0]), int(raw[1]))
+
+    def build_cut(self, part: int, row: int, tags: Optional[Mapping[str, Any]] = None) -> Cut:
+        """Row ``row`` as a cut whose recording is a placeholder (see module doc)."""
+        ix = self.index(part)
+        c = ix.cols
+        key = ix.key(row)
+        n, rate, ch = int(c["num_samples"][row]), int(c["rate"][row]), int(c["channels"][row])
+        rec = Recording(id=key, sources=[AudioSource(type="shar", channels=list(range(ch)),
+                                                     source="")],
+                        sampling_rate=rate, num_samples=n, duration=n / rate)
+        cut = rec.to_cut()
+        speaker, lang, custom = decode_extra(ix.extra(row))
+        cut.supervisions = [SupervisionSegment(
+            id=key, recording_id=key, start=0.0, duration=cut.duration, channel=cut.channel,
+            text=ix.text(row), speaker=speaker, language=lang)]
+        url = ix.tars[int(c["tar"][row])]["url"]
+        cut.custom = {**(tags or {}), **(custom or {}), "shard_tar": url,
+                      "shard_member": ix.member(row), "shard_offset": int(c["offset"][row]),
+                      "shard_size": int(c["size"][row])}
+        return cut
+
+
+def find_shard_index(list_path: str, setting: Any = "auto") -> Optional[str]:
+    """The index file for shard list ``list_path`` under ``lhotse_conf.shard_index``
+    (``auto``/``true``: beside the list; a directory: there; ``false``: none), or None
+    when there is none. ``true`` and a directory require it (ValueError naming the
+    command that makes it)."""
+    if setting is False or (isinstance(setting, str) and setting.lower() == "false"):
+        return None
+    cache = None if setting in (True, "auto") or str(setting).lower() in ("auto", "true") \
+        else str(setting)
+    if cache is None and not is_local(str(list_path)):
+        return None
+    path = index_path(str(list_path), cache)
+    if os.path.exists(path):
+        return path
+    if setting is not None and setting != "auto" and str(setting).lower() != "auto":
+        where = f" --cache-dir {cache}" if cache else ""
+        raise ValueError(f"lhotse_conf.shard_index: no index {path} for {list_path}; make "
+                         f"it with: wenet-lhotse index{where} {list_path}")
+    return None
+
+
+def open_shard_index(list_paths: Sequence[str], setting: Any, strict: bool,
+                     skip_report: SkipReport, allow_pipe: bool = False
+                     ) -> Optional[List[Tuple[str, List[int]]]]:
+    """``parts`` for :class:`IndexReader` when every list has an index, else None;
+    checks the tars (see the module doc)."""
+    found = [find_shard_index(p, setting) for p in list_paths]
+    if not found or any(f is None for f in found):
+        return None
+    parts = []
+    for list_path, path in zip(list_paths, found):
+        ix = ShardIndex(path)
+        usable = []
+        by_url: Dict[str, List[int]] = {}
+        for t, rec in enumerate(ix.tars):  # a tar listed twice: its entries in order
+            by_url.setdefault(rec["url"], []).append(t)
+        for entry in read_shard_entries(list_path, strict=strict, skip_report=skip_report,
+                                        allow_pipe=allow_pipe):
+            left = by_url.get(entry.url)
+            t = left.pop(0) if left else None
+            rec = ix.tars[t] if t is not None else None
+            why = ("listed but not in the index" if rec is None else tar_problem(rec))
+            if why is not None:
+                lost = f", its {rec['count']} utterances left out" if rec else ""
+                skip_report.handle(WenetDataError(
+                    f"{why}{lost}; rerun: wenet-lhotse index {list_path}" + entry.listed_at,
+                    entry.url, kind="stale_index"), strict)
+                continue
+            if strict and rec["bad"]:
+                message, kind, member = rec["bad"][0]
+                raise WenetDataError(message, rec["url"], member=member, kind=kind)
+            usable.append(t)
+        parts.append((path, usable))
+    return parts
+
+
+_HINTED: set = set()  # shard lists told about ``wenet-lhotse index`` (once per process)
+
+
+def shard_indexes(specs: Sequence[Any], lconf: Any, strict: bool,
+                   skip_report: SkipReport, split: str) -> Dict[int, Any]:
+    """``{source number: index parts}`` for the shard lists that have an index
+    (:mod:`.index_reader`, ``lhotse_conf.shard_index``); one line, once, for a training
+    shard list without one, naming the command that makes it."""
+    out: Dict[int, Any] = {}
+    for i, spec in enumerate(specs):
+        if spec.type != "shard" or spec.fields is not None or not spec.paths:
+            continue
+        parts = open_shard_index(spec.paths, lconf.shard_index, strict, skip_report,
+                                 allow_pipe=lconf.allow_pipe)
+        if parts is not None:
+            out[i] = parts
+            logger.info("source %s: sampled through its shard index", spec.name)
+        elif split == "train" and lconf.shard_index is not False and spec.name not in _HINTED:
+            _HINTED.add(spec.name)
+            how = ("its tars are loaded into memory" if lconf.mode == "map"
+                   else "its tars are streamed")
+            logger.warning("source %s: no shard index, so %s; for exact per-epoch sampling "
+                           "make one: wenet-lhotse index %s", spec.name, how,
+                           " ".join(spec.paths))
+    return out

@@ -1,0 +1,115 @@
+"""The training loader that mixes by batch: speech, speech-only and text sources.
+
+Chosen by :func:`~.build.build_dataloader` when a source is ``type: text``,
+``transcripts: false`` or ``repeat: true``, or with ``lhotse_conf.mix_by: batch``.
+Map-style loading only (tar-shard sources are held in memory, as map mode does for
+them): every source gets its own resumable sampler -- speech: a
+:class:`~.sampler.ResumableBucketingSampler` over that source alone, batched by WeNet's
+``batch_conf`` (or ``lhotse_conf`` budget); text: a
+:class:`~.text_sampler.TextBatchSampler` limited by ``lhotse_conf.max_tokens_in_batch``
+-- and :class:`~.batch_mux.BatchMuxSampler` draws the source of each batch by weight.
+Batches are dicts of one ``kind`` each (:class:`~wenet_lhotse.dataset.text_batch.KindDataset`).
+
+``loader.sampler.counts`` holds the batches drawn from each source in the current epoch
+(``loader.sampler.names`` their names); :func:`source_shares` turns them into shares.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Dict, List
+
+from wenet_lhotse.dataset.text_batch import KindDataset
+from wenet_lhotse.loader.batch_mux import BatchMuxSampler
+from wenet_lhotse.loader.bins import bins_and_budget, split_lengths
+from wenet_lhotse.loader.constraints import batch_constraint
+from wenet_lhotse.loader.dataloader import EpochTaggedSampler, LoaderDataset, MapDataLoader
+from wenet_lhotse.loader.mux import PositionedStream, ResumableMux
+from wenet_lhotse.loader.sampler import ResumableBucketingSampler
+from wenet_lhotse.loader.shar_audio import SharAudioAttacher
+from wenet_lhotse.loader.text_sampler import TextBatchSampler
+from wenet_lhotse.loader.wenet_dataset import CutTransform
+from wenet_lhotse.sources.spec import SourceSpec
+from wenet_lhotse.sources.text import read_text_source
+
+logger = logging.getLogger(__name__)
+
+#: a different seed per source (bucket shuffles do not move in step)
+SEED_STRIDE = 7919
+
+
+def mixes_by_batch(specs: List[SourceSpec], mix_by: str) -> bool:
+    """True when the loader must mix by batch (see the module docstring)."""
+    return mix_by == "batch" or any(s.type == "text" or not s.transcripts or s.repeat
+                                    for s in specs)
+
+
+def _speech_sampler(plan: Any, spec: SourceSpec, transform: Any, seed: int, depth: int,
+                    map_reader: Callable[..., Any]) -> ResumableBucketingSampler:
+    cfg, lconf = plan.cfg, plan.cfg.lhotse
+    reader = map_reader(spec, cfg, seed, plan.strict, plan.skip_report, light=True)
+    mux = ResumableMux([PositionedStream(reader, transform)], [1.0], seed=seed)
+    mux.start(0)
+    lengths = split_lengths(cfg, "train", seed)
+    bins, max_duration, formula = bins_and_budget(mux, cfg, lconf.num_cuts_for_bins_estimate,
+                                                  [spec], lengths)
+    constraint = batch_constraint(cfg.batching, cfg.dataset_conf, split="train", seed=seed,
+                                  max_duration=max_duration,
+                                  quadratic_duration=lconf.quadratic_duration, lengths=lengths)
+    logger.info("source %s: %s, %d buckets", spec.name, formula, len(bins) + 1)
+    return ResumableBucketingSampler(mux, duration_bins=bins, constraint=constraint,
+                                     shuffle=cfg.shuffle, buffer_size=cfg.buffer_size,
+                                     world_size=plan.world_size, rank=plan.rank, seed=seed,
+                                     snapshot_depth=depth)
+
+
+def _text_sampler(plan: Any, spec: SourceSpec, tokenizer: Any, seed: int) -> TextBatchSampler:
+    cfg, lconf = plan.cfg, plan.cfg.lhotse
+    if lconf.max_tokens_in_batch is None:
+        raise ValueError(f"source {spec.name} is a text source: set "
+                         "lhotse_conf.max_tokens_in_batch (padded tokens per text batch)")
+    items, stats = read_text_source(spec.paths, tokenizer, name=spec.name or "text",
+                                    filter_conf=cfg.dataset_conf.get("filter_conf") or {},
+                                    tags=spec.tags, strict=plan.strict,
+                                    skip_report=plan.skip_report, allow_pipe=spec.allow_pipe)
+    sampler = TextBatchSampler(items, max_tokens=lconf.max_tokens_in_batch,
+                               num_buckets=lconf.num_buckets, shuffle=cfg.shuffle,
+                               world_size=plan.world_size, rank=plan.rank, seed=seed)
+    sampler.read_stats = stats  # lines read, kept, filtered (by reason), blank, bad
+    return sampler
+
+
+def build_mixed_loader(plan: Any, dataset: Any, tokenizer: Any,
+                       map_reader: Callable[..., Any]) -> MapDataLoader:
+    """The mixed-by-batch training loader for ``plan`` (a :class:`~.build.LoaderPlan`);
+    ``map_reader(spec, cfg, seed, strict, skip_report, light=)`` opens a speech source as a
+    positioned reader (the builder's, as map mode does)."""
+    if plan.split != "train":
+        raise ValueError("text sources, speech-only sources and mix_by: batch are for "
+                         "training; give cv sources with speech and transcripts")
+    lconf = plan.cfg.lhotse
+    depth = max(lconf.snapshot_depth, plan.num_workers * (plan.prefetch_factor or 2) + 4
+                if plan.num_workers else 4)
+    samplers: List[Any] = []
+    for i, (spec, tf) in enumerate(zip(plan.specs, plan.transforms)):
+        seed = plan.seed + SEED_STRIDE * i
+        if spec.type == "text":
+            samplers.append(_text_sampler(plan, spec, tokenizer, seed))
+            continue
+        if not spec.transcripts:  # tag its cuts: the dataset leaves their targets empty
+            tf = CutTransform(tf.tokenizer, tf.filter_conf, {**tf.tags, "kind": "speech"})
+        samplers.append(_speech_sampler(plan, spec, tf, seed, depth, map_reader))
+    sampler = BatchMuxSampler(samplers, plan.weights, names=[s.name for s in plan.specs],
+                              repeat=[s.repeat for s in plan.specs], seed=plan.seed,
+                              steps_per_epoch=lconf.steps_per_epoch, history=depth)
+    attach = SharAudioAttacher(plan.strict) if any(s.type == "shar" for s in plan.specs) \
+        else None
+    return MapDataLoader(LoaderDataset(KindDataset(dataset, attach)),
+                         sampler=EpochTaggedSampler(sampler), skip_report=plan.skip_report,
+                         **plan.loader_kw)
+
+
+def source_shares(sampler: BatchMuxSampler) -> Dict[str, float]:
+    """Each source's share of the batches drawn so far this epoch."""
+    total = max(1, sum(sampler.counts))
+    return {n: c / total for n, c in zip(sampler.names, sampler.counts)}

@@ -1,0 +1,211 @@
+"""Resume states checked before they are used: a checkpoint is input like any other.
+
+A loader state is plain data (``torch.load(weights_only=True)`` or JSON), but a
+damaged or crafted one must not run anything, replay or drop batches silently, nor
+blow up memory. This module holds the checks :meth:`load_state_dict` applies:
+
+* :func:`check_loader_state` -- the loader's own keys: types and ranges (``epoch``,
+  ``consumed``, ``per_worker``, ``last_worker``; no negative or absurd positions);
+* :func:`check_sampler_state` -- the map-style sampler's snapshot: every buffered
+  item ``[stream, position, duration, rate, id(, line index)]`` in range and typed;
+* :func:`unpack_bounded` -- the compressed manifest lines a state keeps, decompressed
+  with a bound (:data:`MAX_STATE_LINES_BYTES`: a zlib bomb stops there);
+* :class:`DuplicateIds` -- a reader's pass drops a cut id met before in the pass,
+  also when the pass resumes mid-way in a file (the ids of the lines before the
+  resume point are noted without parsing them);
+* :func:`checked_state_line` -- each kept line goes through the manifest-line check
+  (:func:`~wenet_lhotse.sources.manifest.parse_manifest_line`: no ``command`` audio
+  source, safe ids, finite times) and its Shar tar must be one of the reader's.
+
+Every problem is one :class:`StateError` line naming the state's key; Lhotse and
+WeNet check none of this (WeNet's loader has no state).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+import re
+import zlib
+from typing import Any, List, Mapping, Optional, Sequence
+
+from wenet_lhotse.formats.keyset import KeySet
+from wenet_lhotse.sources.manifest import duplicate_error, parse_manifest_line
+
+#: Most bytes the kept lines of one state may decompress to (256 MiB: ~250k lines of
+#: 1 KiB, ten times a large sampler buffer).
+MAX_STATE_LINES_BYTES = 256 << 20
+#: Largest position, count or epoch a state may hold (2^40: far above any corpus).
+MAX_POSITION = 1 << 40
+#: ``source`` of the errors about lines a state carries.
+STATE_SOURCE = "resume state"
+
+
+class StateError(ValueError):
+    """A resume state that cannot be used; ``str()`` is one line naming the key."""
+
+    def __init__(self, key: str, message: str) -> None:
+        self.key = key
+        super().__init__(f"bad resume state: {key}: {message}")
+
+
+def _int(value: Any, key: str, lo: int = 0, hi: int = MAX_POSITION) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise StateError(key, f"expected an integer, got {type(value).__name__}")
+    if not lo <= value <= hi:
+        raise StateError(key, f"{value} is out of range [{lo}, {hi}]")
+    return value
+
+
+def _need(sd: Any, key: str, where: str) -> Any:
+    if not isinstance(sd, Mapping):
+        raise StateError(where, f"expected a mapping, got {type(sd).__name__}")
+    if key not in sd:
+        raise StateError(f"{where}.{key}" if where else key, "missing")
+    return sd[key]
+
+
+def check_loader_state(sd: Any, mode: str, num_workers: int = 0) -> None:
+    """The keys a :class:`~.dataloader.LhotseDataLoader` state holds for ``mode``
+    (``"map"`` or ``"streamed"``)."""
+    if not isinstance(sd, Mapping):
+        raise StateError("(top)", f"expected a mapping, got {type(sd).__name__}")
+    if mode == "map":
+        sampler = _need(sd, "sampler", "")
+        _int(_need(sampler, "consumed", "sampler"), "sampler.consumed")
+        return
+    _int(_need(sd, "epoch", ""), "epoch")
+    _int(_need(sd, "consumed", ""), "consumed")
+    per_worker = sd.get("per_worker") or {}
+    if not isinstance(per_worker, Mapping):
+        raise StateError("per_worker", f"expected a mapping, got {type(per_worker).__name__}")
+    for k, v in per_worker.items():
+        try:
+            wid = int(k)
+        except (TypeError, ValueError):
+            raise StateError("per_worker", f"worker id {str(k)[:20]!r} is not an integer") \
+                from None
+        _int(wid, "per_worker", 0, max(num_workers - 1, 0))
+        _int(v, f"per_worker.{wid}")
+    _int(sd.get("last_worker", -1), "last_worker", -1, max(num_workers - 1, 0))
+
+
+def _item(item: Any, key: str, num_streams: int, num_lines: int) -> None:
+    if not isinstance(item, list) or len(item) not in (5, 6):
+        raise StateError(key, "expected [stream, position, duration, rate, id(, line)]")
+    _int(item[0], f"{key}[0] (stream)", 0, num_streams - 1)
+    _int(item[1], f"{key}[1] (position)")
+    d = item[2]
+    if isinstance(d, bool) or not isinstance(d, (int, float)) or not math.isfinite(d) or d <= 0:
+        raise StateError(f"{key}[2] (duration)", f"expected a positive number, got {d!r:.40}")
+    _int(item[3], f"{key}[3] (sampling rate)", 1, 1 << 24)
+    if not isinstance(item[4], str):
+        raise StateError(f"{key}[4] (id)", "expected a string")
+    if len(item) == 6:
+        _int(item[5], f"{key}[5] (line index)", 0, max(num_lines - 1, 0))
+
+
+def check_sampler_state(sd: Any, num_streams: int) -> List[Any]:
+    """Check a :class:`~.sampler.ResumableBucketingSampler` state; the kept lines
+    (decompressed with the bound) when it has a snapshot, else ``[]``."""
+    for key in ("version", "world_size", "seed", "shuffle", "epoch", "consumed", "snapshot"):
+        _need(sd, key, "sampler")
+    _int(sd["epoch"], "sampler.epoch")
+    _int(sd["consumed"], "sampler.consumed")
+    if not isinstance(sd["shuffle"], bool):
+        raise StateError("sampler.shuffle", "expected true or false")
+    snap = sd["snapshot"]
+    if snap is None:
+        return []
+    for key in ("buckets", "rng", "sel", "mux"):
+        _need(snap, key, "sampler.snapshot")
+    kept = unpack_bounded(snap.get("lines"))
+    for name in ("buckets", "merged"):
+        groups = snap.get(name) or []
+        if not isinstance(groups, list) or not all(isinstance(g, list) for g in groups):
+            raise StateError(f"sampler.snapshot.{name}", "expected a list of lists")
+        for i, group in enumerate(groups):
+            for j, item in enumerate(group):
+                _item(item, f"sampler.snapshot.{name}[{i}][{j}]", num_streams, len(kept))
+    mux = snap["mux"]
+    if not isinstance(mux, Mapping) or not isinstance(mux.get("next_pos"), list):
+        raise StateError("sampler.snapshot.mux", "expected a mapping with next_pos")
+    if len(mux["next_pos"]) != num_streams:
+        raise StateError("sampler.snapshot.mux.next_pos",
+                         f"{len(mux['next_pos'])} streams, the loader has {num_streams}")
+    for s, pos in enumerate(mux["next_pos"]):
+        _int(pos, f"sampler.snapshot.mux.next_pos[{s}]")
+    return kept
+
+
+def unpack_bounded(packed: Optional[str], limit: int = MAX_STATE_LINES_BYTES) -> List[Any]:
+    """The values :func:`~.buffer_state.pack_lines` packed, decompressing at most
+    ``limit`` bytes (a larger one is refused: a zlib bomb stops at the bound)."""
+    if not packed:
+        return []
+    if not isinstance(packed, str):
+        raise StateError("sampler.snapshot.lines", "expected a string")
+    try:
+        data = base64.b64decode(packed, validate=True)
+        z = zlib.decompressobj()
+        out = z.decompress(data, limit)
+        if z.unconsumed_tail or not z.eof:
+            raise StateError("sampler.snapshot.lines",
+                             f"decompresses to more than {limit} bytes, or is cut short")
+        values = json.loads(out.decode("utf-8"))
+    except (binascii.Error, zlib.error, UnicodeDecodeError, ValueError,
+            RecursionError) as err:
+        if isinstance(err, StateError):
+            raise
+        raise StateError("sampler.snapshot.lines",
+                         f"not packed lines ({type(err).__name__})") from None
+    if not isinstance(values, list):
+        raise StateError("sampler.snapshot.lines", "expected a list")
+    return values
+
+
+def checked_state_line(raw: Any, shar_tars: Optional[Sequence[Optional[str]]]) -> Any:
+    """A kept ``[line, tar]`` of a state as ``(line bytes, tar)``, after the
+    manifest-line check (a :class:`~wenet_lhotse.errors.WenetDataError` naming
+    :data:`STATE_SOURCE`) and with its tar one of ``shar_tars``."""
+    if (not isinstance(raw, list) or len(raw) != 2 or not isinstance(raw[0], str)
+            or not (raw[1] is None or isinstance(raw[1], str))):
+        raise StateError("sampler.snapshot.lines", "expected [manifest line, tar or null]")
+    line, tar = raw
+    if tar is not None and tar not in (shar_tars or ()):
+        raise StateError("sampler.snapshot.lines",
+                         f"tar {tar[:80]!r} is not one of this source's Shar tars")
+    parse_manifest_line(line, STATE_SOURCE, None)  # type: ignore[arg-type]
+    return line.encode("utf-8"), tar
+
+
+#: The id of a Lhotse manifest line, which ``to_dict`` writes first.
+_ID = re.compile(rb'^\s*\{\s*"id"\s*:\s*"((?:[^"\\]|\\.)*)"')
+
+
+class DuplicateIds:
+    """The cut ids of one reader pass: :meth:`check` raises the ``"duplicate"`` error
+    for an id met before in the pass. A pass resumed at ``start`` > 0 notes the ids
+    of the lines it reads but does not parse (:meth:`note_line`, a regex on the raw
+    line), so it drops the copies an uninterrupted pass drops -- except (fault-tolerant
+    mode only; strict stops at the first copy) a copy whose first copy is in a file
+    wholly before the resume point, which a resumed pass does not open."""
+
+    def __init__(self, start: int) -> None:
+        self.exact = start > 0
+        self.seen = KeySet()
+
+    def note_line(self, line: bytes) -> None:
+        if self.exact:
+            m = _ID.match(line)
+            if m is not None:
+                try:
+                    self.seen.add(json.loads(b'"' + m.group(1) + b'"'))
+                except ValueError:
+                    pass
+
+    def check(self, cut_id: str, path: str, lineno: int) -> None:
+        if not self.seen.add(cut_id):
+            raise duplicate_error(cut_id, path, lineno)

@@ -1,0 +1,159 @@
+"""Run one of WeNet's scripts (``wenet.bin.train``, ``wenet.bin.recognize``) as
+``__main__`` after patching WeNet, with one-line errors, also under ``torchrun``.
+
+The contract (used by :mod:`wenet_lhotse.wenet_train` and :mod:`wenet_lhotse.wenet_recognize`):
+
+1. WeNet and the script are imported inside :func:`wenet_lhotse.wenet_shims.stand_ins`, so
+   packages WeNet imports at module level but never calls with the drop-in serving data
+   (torchaudio, deepspeed) need not be installed. The stand-ins leave ``sys.modules`` before
+   the script runs; the first call of the patched loader logs, in one line, what was stood
+   in (after WeNet's own ``logging.basicConfig``, so in WeNet's format).
+2. A module WeNet imports that is missing gives one line with the real cause and what to
+   install (``WeNet (wenet/utils/init_model.py) needs 'librosa', which is not installed:
+   pip install librosa ...``); no WeNet on the path gives the line saying how to add it.
+3. Our own errors raised while the script runs -- a bad yaml key or value
+   (:class:`~wenet_lhotse.errors.WenetConfigError`), bad or missing data
+   (:class:`~wenet_lhotse.errors.WenetDataError`, ``FileNotFoundError``), a stood-in
+   function called (:class:`~wenet_lhotse.wenet_shims.MissingDependency`) -- print one line
+   on stderr (``error: <rank N: >message``) and exit with status 1. Under ``torchrun``, WeNet's
+   ``@record`` has already written the traceback to torch elastic's error file; the file is
+   removed so that torchrun's failure summary does not print it again (torchrun still prints
+   its own summary naming the failed rank). Any other exception keeps its traceback: it is
+   a bug, not a user error.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import runpy
+import sys
+import traceback
+from typing import Any, Callable, List, NoReturn, Optional
+
+from wenet_lhotse.errors import WenetDataError
+from wenet_lhotse.wenet_shims import MissingDependency, stand_ins
+
+#: the errors printed as one line (everything else keeps its traceback)
+USER_ERRORS = (WenetDataError, MissingDependency, FileNotFoundError)
+
+#: what to install for modules WeNet imports, where the package name differs
+PIP_NAMES = {"whisper": "openai-whisper", "yaml": "pyyaml", "sentencepiece": "sentencepiece"}
+
+WENET_MISSING = ("WeNet is not importable: put a WeNet checkout on PYTHONPATH "
+                 "(export PYTHONPATH=/path/to/wenet:$PYTHONPATH)")
+
+
+def _installed_package(err: BaseException) -> str:
+    """The installed package in whose code ``err`` was raised (innermost frame under
+    site-packages / dist-packages), else ''."""
+    for frame in reversed(traceback.extract_tb(err.__traceback__)):
+        path = frame.filename.replace(os.sep, "/")
+        for root in ("/site-packages/", "/dist-packages/"):
+            if root in path:
+                return path.split(root, 1)[1].split("/")[0].removesuffix(".py")
+    return ""
+
+
+def missing_module_message(err: BaseException) -> str:
+    """One line for an error met while importing WeNet: no WeNet at all, the module WeNet
+    needs (and which WeNet file imports it) with what to install, or an installed package
+    that does not load (an OSError from a binary built for another torch)."""
+    name = getattr(err, "name", None) or ""
+    if name == "wenet":
+        return WENET_MISSING
+    if name.split(".")[0] == "wenet" and isinstance(err, ModuleNotFoundError):
+        return WENET_MISSING.replace(":", f" ({str(err).strip()}):", 1)
+    where = ""
+    for frame in reversed(traceback.extract_tb(err.__traceback__)):
+        path = frame.filename.replace(os.sep, "/")
+        if "/wenet/" in path:
+            where = f" ({path[path.rindex('/wenet/') + 1:]}:{frame.lineno})"
+            break
+    if not isinstance(err, ModuleNotFoundError) or not name:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        package = _installed_package(err) if not isinstance(err, ImportError) else ""
+        hint = (f" (the installed {package} does not load: reinstall it for this torch, "
+                f"or uninstall it)") if package else ""
+        return f"WeNet{where} does not import: {type(err).__name__}: {first}{hint}"
+    top = name.split(".")[0]
+    pip = PIP_NAMES.get(top, top)
+    return (f"WeNet{where} needs {top!r}, which is not installed: pip install {pip} "
+            "(or pip install \"wenet-lhotse[wenet]\" for all of WeNet's dependencies)")
+
+
+def _rank_prefix() -> str:
+    world = os.environ.get("WORLD_SIZE")
+    return f"rank {os.environ.get('RANK', '0')}: " if world and world != "1" else ""
+
+
+def fail(message: str) -> NoReturn:
+    """Print ``error: <rank N: >message`` on stderr as one line and exit with status 1;
+    drop the traceback torch elastic's ``@record`` wrote for torchrun's summary."""
+    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if error_file and os.path.isfile(error_file):
+        try:
+            os.remove(error_file)
+        except OSError:  # pragma: no cover - torchrun then prints the traceback
+            pass
+    line = " ".join(str(message).split("\n")[0].split())
+    print(f"error: {_rank_prefix()}{line}", file=sys.stderr, flush=True)
+    sys.exit(1)
+
+
+def import_wenet_module(name: str) -> Any:
+    """``importlib.import_module(name)`` for a WeNet module, the missing-package stand-ins
+    in place while it imports; an ImportError with :func:`missing_module_message`."""
+    try:
+        with stand_ins() as installed:
+            module = importlib.import_module(name)
+    except (ImportError, OSError) as e:  # OSError: a binary package that does not load
+        raise ImportError(missing_module_message(e)) from e
+    _STOOD_IN.extend(x for x in installed if x not in _STOOD_IN)
+    return module
+
+
+#: what :func:`import_wenet_module` stood in, in this process
+_STOOD_IN: List[str] = []
+
+
+def log_stand_ins_once(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``func`` that logs, at its first call, the one line saying what was stood in."""
+    done: List[bool] = []
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if not done:
+            done.append(True)
+            if _STOOD_IN:
+                import logging
+
+                logging.getLogger("wenet_lhotse.wenet_launch").info(
+                    "wenet-lhotse stood in for what WeNet imports but does not call here: %s",
+                    ", ".join(_STOOD_IN))
+        return func(*args, **kwargs)
+
+    return wrapper
+
+
+def run_patched(patch: Callable[[], None], module: str, argv: Optional[List[str]]) -> None:
+    """``patch()`` WeNet, import ``module`` (so every WeNet import happens with the
+    stand-ins in place), then run it as ``__main__`` with ``argv`` (default: this process's
+    own arguments). Our errors end the process with one line (see the module docstring)."""
+    try:
+        patch()
+        import_wenet_module(module)
+    except ImportError as e:
+        fail(str(e))
+    # run it fresh as __main__ (its imports resolve from sys.modules)
+    sys.modules.pop(module, None)
+    if argv is not None:
+        sys.argv = [module] + list(argv)
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except USER_ERRORS as e:
+        fail(str(e) if not isinstance(e, FileNotFoundError) else
+             f"{e.strerror or 'No such file or directory'}: {e.filename}")
+    except ImportError as e:  # a module WeNet imports inside a function
+        fail(missing_module_message(e))
