@@ -128,9 +128,12 @@ def swapped_train_py(out_dir: Path) -> Path:
 
 def run_train(how: str, config: Path, train_data: Sequence[Path], cv_data: Path,
               model_dir: Path, *, data_type: str = "raw", nproc: int = 1,
-              extra: Sequence[str] = (), timeout: int = 600) -> subprocess.CompletedProcess:
+              extra: Sequence[str] = (), timeout: int = 600,
+              record_keys: Optional[Path] = None) -> subprocess.CompletedProcess:
     """WeNet's train.py with the loader picked by ``how`` (see the module docstring).
-    Returns the finished process (stdout and stderr together in ``.stdout``)."""
+    Returns the finished process (stdout and stderr together in ``.stdout``).
+    ``record_keys``: a directory where :mod:`wenet_harness.record_keys` writes the keys
+    of every batch WeNet's executor trains (``how`` "wenet" or "module")."""
     model_dir.mkdir(parents=True, exist_ok=True)
     if how == "wenet":
         target = ["-m", "wenet.bin.train"]
@@ -140,6 +143,8 @@ def run_train(how: str, config: Path, train_data: Sequence[Path], cv_data: Path,
         target = [str(swapped_train_py(model_dir))]
     else:
         raise ValueError(how)
+    if record_keys is not None:
+        target = ["-m", "wenet_harness.record_keys", str(record_keys), target[1]]
     args = ["--config", str(config), "--data_type", data_type,
             "--train_data", *map(str, train_data), "--cv_data", str(cv_data),
             "--model_dir", str(model_dir), "--tensorboard_dir", str(model_dir / "tb"),

@@ -83,6 +83,7 @@ _EXPORTS = {
     "LoaderConfig": "wenet_lhotse.loader",
     "LhotseConf": "wenet_lhotse.loader",
     "DataWaitMeter": "wenet_lhotse.loader",
+    "EpochLedger": "wenet_lhotse.loader",
     "reduce_cv_loss": "wenet_lhotse.loader",
     "world_info": "wenet_lhotse.loader",
     "ResumableBucketingSampler": "wenet_lhotse.loader",

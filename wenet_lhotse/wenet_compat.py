@@ -18,9 +18,11 @@ after another, as WeNet's ``TextLineDataPipe`` does), ``--cv_data`` one list,
 WeNet's semantics by default (see docs/migration.md for how each was checked against
 WeNet's own loader): bad or missing audio is skipped, logged and counted (never a stop
 at start-up), every rank evaluates the whole cv set, batches carry ``pcm`` /
-``pcm_length``. Every improvement of ours is an opt-in ``dataset_conf.lhotse_conf`` key;
-:data:`WENET_LHOTSE_DEFAULTS` are the ``lhotse_conf`` values this drop-in uses where the
-yaml does not set them.
+``pcm_length``, and under ``--train_engine torch_ddp`` (epoch mode) streamed shards give
+each rank all of its tars, with uneven step counts that WeNet's ``model.join()`` absorbs
+(:func:`wenet_equal_steps`). Every improvement of ours is an opt-in
+``dataset_conf.lhotse_conf`` key; :data:`WENET_LHOTSE_DEFAULTS` are the ``lhotse_conf``
+values this drop-in uses where the yaml does not set them.
 """
 
 from __future__ import annotations
@@ -111,6 +113,22 @@ def wenet_dataset(tokenizer: Any, dataset_conf: Mapping[str, Any], split: str,
         lang_id=WenetLangId.from_wenet_conf(dataset_conf.get("language_conf")).preload())
 
 
+def wenet_equal_steps(args: Any, configs: Mapping[str, Any]) -> bool:
+    """``lhotse_conf.equal_steps`` under WeNet's ``train.py`` unless the yaml sets it.
+
+    ``False`` (every rank trains all of its data, uneven step counts) for
+    ``--train_engine torch_ddp`` in epoch mode: WeNet's executor wraps the epoch in
+    ``model.join()``, which absorbs uneven ranks, and so trains every utterance once,
+    as with WeNet's own loader. ``True`` (every rank stops at the step where the first
+    runs out; the rest is counted as left over in the epoch ledger) for ``deepspeed``
+    and ``torch_fsdp`` (no ``join``: WeNet's ``wenet_join`` breaks every rank out at a
+    ``monitored_barrier`` timeout once one rank is done, dropping the others' rest
+    unseen) and in step mode (``save_interval``: the executor calls ``dist.barrier()``
+    inside the loop, which uneven ranks would not all reach)."""
+    engine = getattr(args, "train_engine", None) or configs.get("train_engine", "torch_ddp")
+    return not (engine == "torch_ddp" and "save_interval" not in configs)
+
+
 def _loader_kw(args: Any, seed: int) -> Dict[str, Any]:
     num_workers = int(getattr(args, "num_workers", 0) or 0)
     return {
@@ -147,6 +165,7 @@ def init_dataset_and_dataloader(args: Any, configs: MutableMapping[str, Any], to
     check_wenet_configs(configs)
     configs["vocab_size"] = tokenizer.vocab_size()
     train_conf = with_wenet_defaults(configs.get("dataset_conf") or {})
+    train_conf["lhotse_conf"].setdefault("equal_steps", wenet_equal_steps(args, configs))
     lconf = wenet_lhotse_conf(train_conf)
     data_type = getattr(args, "data_type", "raw") or "raw"
     train_sources = lconf.sources or wenet_sources(args.train_data, data_type)

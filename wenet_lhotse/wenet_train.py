@@ -13,7 +13,9 @@ Every argument is WeNet's. Before WeNet's ``train.py`` is imported, this replace
 :func:`wenet_lhotse.wenet_compat.init_dataset_and_dataloader` (same signature,
 return value and side effect), so ``train.py``'s own
 ``from wenet.utils.train_utils import init_dataset_and_dataloader`` picks ours.
-This is the one-import change, done for you.
+This is the one-import change, done for you. It also saves the loader's position
+beside WeNet's checkpoints and restores it on ``--checkpoint`` (mid-epoch resume; see
+:mod:`wenet_lhotse.wenet_resume`).
 
 Neither torchaudio nor deepspeed needs to be installed (WeNet imports them but does not
 call them with the drop-in serving data: :mod:`wenet_lhotse.wenet_shims`), and errors are
@@ -29,6 +31,7 @@ from wenet_lhotse.wenet_launch import (  # noqa: F401 - import_wenet_module re-e
     log_stand_ins_once,
     run_patched,
 )
+from wenet_lhotse.wenet_resume import install as install_resume
 
 
 def patch_wenet() -> None:
@@ -37,6 +40,7 @@ def patch_wenet() -> None:
 
     train_utils = import_wenet_module("wenet.utils.train_utils")
     train_utils.init_dataset_and_dataloader = log_stand_ins_once(init_dataset_and_dataloader)
+    install_resume()  # loader state beside WeNet's checkpoints (see wenet_resume)
 
 
 def main(argv: Optional[List[str]] = None, module: str = "wenet.bin.train") -> None:

@@ -20,6 +20,7 @@ from wenet_lhotse.loader.distributed import (
     reduce_cv_loss,
     world_info,
 )
+from wenet_lhotse.loader.ledger import EpochLedger
 from wenet_lhotse.loader.lengths import CutLengths, FrameCounter
 from wenet_lhotse.loader.mux import PositionedStream, ResumableMux
 from wenet_lhotse.loader.readers import JsonlReader, ListReader, shar_reader
@@ -42,6 +43,7 @@ __all__ = [
     "BucketingSampler",
     "CutLengths",
     "DataWaitMeter",
+    "EpochLedger",
     "EqualStepsIterator",
     "FrameCounter",
     "JsonlReader",

@@ -12,7 +12,8 @@ Two ways of loading, chosen per call (``lhotse_conf.mode``, default ``auto``):
   list): each DataLoader worker of each rank reads its own tars and runs its own
   sampler (:class:`~wenet_lhotse.loader.bucketing.BucketingSampler`, Lhotse's iterable
   mode); in training, ranks
-  stop together through :class:`~wenet_lhotse.loader.distributed.EqualStepsIterator`.
+  stop together through :class:`~wenet_lhotse.loader.distributed.EqualStepsIterator`
+  (rest counted as left over) unless ``lhotse_conf.equal_steps: false`` (uneven steps).
   A cv/infer shard list streams the same way, each utterance exactly once.
 
 Either way batches follow WeNet's ``batch_conf`` (a sampling constraint from
@@ -249,9 +250,10 @@ def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
     else:
         for spec in specs:  # a wrong path fails now, not when the first cv pass starts
             spec.check_local_paths()
-        loader_sampler = PlannedSampler(planned)
-    return MapDataLoader(dataset_for_loader, sampler=loader_sampler,
-                         skip_report=plan.skip_report, **plan.loader_kw)
+        loader_sampler = PlannedSampler(planned, transforms=plan.transforms)
+    return MapDataLoader(dataset_for_loader, sampler=loader_sampler, skip_report=plan.skip_report,
+                         local_transforms=plan.transforms,  # the ledger's filtered count
+                         partitioned=split == "train" or lconf.cv_partition, **plan.loader_kw)
 
 
 def build_streamed_loader(plan: LoaderPlan, dataset: Any) -> StreamedDataLoader:
@@ -309,8 +311,9 @@ def build_streamed_loader(plan: LoaderPlan, dataset: Any) -> StreamedDataLoader:
                               strict=strict, cycle=cfg.cycle)
     if need_mean:
         ds.defer(sampled)
-    group = gloo_group() if ws > 1 and train else None
-    if ws > 1 and train and group is None:
+    equal = train and lconf.equal_steps
+    group = gloo_group() if ws > 1 and equal else None
+    if ws > 1 and equal and group is None:
         logger.warning("world_size %d but torch.distributed is not initialized: ranks cannot "
                        "agree on the step count of streamed data", ws)
     return StreamedDataLoader(ds, equal_steps_group=group,
@@ -394,7 +397,7 @@ def build_dataloader(
                   for s in specs]
 
     loader_kw: Dict[str, Any] = {"num_workers": num_workers, "pin_memory": pin_memory,
-                                 "batch_transform": transform}
+                                 "batch_transform": transform, "split": split}
     if num_workers > 0:
         loader_kw["persistent_workers"] = persistent_workers
         if prefetch_factor is not None:

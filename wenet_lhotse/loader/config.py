@@ -50,7 +50,14 @@ similar durations) and are ignored.
       fault_tolerant: false    # skip (and count) unreadable items instead of raising
       allow_pipe: false        # run 'pipe:' lines / 'command' sources of the data (shell)
       steps_per_epoch: null    # streamed mode: fixed steps per epoch (else: first rank out)
+      equal_steps: true        # streamed train under DDP: every rank stops at the step the
+                               # first runs out (the rest counted as left over); false:
+                               # each rank trains all its data, uneven steps, for a loop
+                               # that joins (WeNet's torch_ddp; the drop-in's default there)
       snapshot_depth: 64       # batches of resume state kept (>= prefetch depth)
+      resume_loader: true      # python -m wenet_lhotse.wenet_train: loader state saved
+                               # beside each checkpoint, restored by --checkpoint (false:
+                               # WeNet's replay of the epoch)
       return_pcm: false        # add pcm / pcm_length (the waveform) to each batch
       probe_cache: false       # raw lists: probe headers once across ranks, cache them
                                # beside the list (true) or in this directory
@@ -143,6 +150,8 @@ class LhotseConf:
     fault_tolerant: bool = False
     allow_pipe: bool = False
     steps_per_epoch: Optional[int] = key(None, optional(_SIZE))
+    equal_steps: bool = True
+    resume_loader: bool = True
     snapshot_depth: int = key(64, _SIZE)
     return_pcm: bool = False
     cv_partition: bool = True

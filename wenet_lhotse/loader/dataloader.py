@@ -11,142 +11,43 @@ the training loop consumed so that its ``state_dict()`` says exactly what comes 
   and per DataLoader worker, the last worker, the worker count.
 
 Both are :class:`LhotseDataLoader` s (``batch_size=None``) and gather every item
-skipped in fault-tolerant mode, wherever it was skipped, into ``skip_report``.
+skipped in fault-tolerant mode, wherever it was skipped, into ``skip_report``. At the end
+of each epoch both log the epoch ledger (:mod:`~.ledger`: trained + skipped + filtered +
+left over = all utterances) and keep it as :meth:`LhotseDataLoader.epoch_ledger`.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from itertools import chain
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import torch
-from lhotse import CutSet
 
 from wenet_lhotse.errors import (
     BATCH_SKIPS_KEY,
     SkipReport,
     SkipsOnly,
-    WenetDataError,
     WorkerFailed,
 )
-from wenet_lhotse.loader.distributed import EqualStepsIterator
+from wenet_lhotse.loader.distributed import EqualStepsIterator, world_info
+from wenet_lhotse.loader.ledger import BatchCounts, EpochLedger, log_ledger
+from wenet_lhotse.loader.map_items import (  # noqa: F401  (public here before)
+    EpochTaggedSampler,
+    LoaderDataset,
+    PlannedSampler,
+)
 from wenet_lhotse.loader.sampler import ResumableBucketingSampler
 from wenet_lhotse.loader.state_check import check_loader_state
-from wenet_lhotse.loader.streamed import SKIP_TURN, StreamedEpochDataset, WorkerBatch
+from wenet_lhotse.loader.streamed import (
+    SKIP_TURN,
+    LeftOver,
+    StreamedEpochDataset,
+    WorkerBatch,
+)
 from wenet_lhotse.loader.transport import BatchRing
 
 logger = logging.getLogger(__name__)
-
-
-class LoaderDataset(torch.utils.data.Dataset):
-    """What the DataLoader workers run for map-style loading: takes ``(epoch, cuts)``
-    from :class:`EpochTaggedSampler` (or plain ``cuts``), forwards a new epoch to
-    ``dataset.set_epoch`` (persistent workers never see the main process's epoch
-    otherwise; augmentation seeds depend on it), runs ``attach(cuts)`` (Shar audio
-    for these cuts only), then ``dataset[cuts]``."""
-
-    #: set by the loader: the shared-memory ring batches travel through (workers)
-    ring: Optional[BatchRing] = None
-
-    def __init__(self, dataset: Any, attach: Any = None) -> None:
-        self.dataset = dataset
-        self.attach = attach
-        self._epoch: Optional[int] = None
-
-    def __getitem__(self, item: Any) -> Any:
-        try:
-            if self.ring is None:
-                return self._batch(item)
-            with self.ring.reserve():  # padded straight into shared memory
-                return self.ring.pack(self._batch(item))
-        except WenetDataError as err:
-            if torch.utils.data.get_worker_info() is None:
-                raise
-            return WorkerFailed(err)  # raised as it is by the loader (one line)
-
-    def _batch(self, item: Any) -> Any:
-        if isinstance(item, tuple):
-            epoch, cuts = item
-            if epoch != self._epoch and hasattr(self.dataset, "set_epoch"):
-                self.dataset.set_epoch(epoch)
-            self._epoch = epoch
-        else:
-            cuts = item
-        if self.attach is None:
-            return self.dataset[cuts]
-        cuts = self.attach(cuts)
-        out = self.dataset[cuts]
-        skipped = self.attach.skip_report.take_new()  # members missing from Shar tars
-        if skipped and isinstance(out, dict):
-            out.setdefault(BATCH_SKIPS_KEY, []).extend(skipped)
-        return out
-
-
-class EpochTaggedSampler(torch.utils.data.Sampler):
-    """Yields ``(epoch, batch)`` from a :class:`ResumableBucketingSampler`."""
-
-    def __init__(self, sampler: ResumableBucketingSampler) -> None:
-        self.sampler = sampler
-        self._fresh: Optional[Iterator[CutSet]] = None  # an epoch not yet drawn from
-
-    def __iter__(self) -> Iterator[Tuple[int, CutSet]]:
-        # Start the epoch now (not at the first next()), so that a state_dict() taken
-        # right after iter(loader) already refers to the new epoch. torch's DataLoader
-        # iterator calls iter(sampler) twice when it starts its workers (in __init__ and
-        # in _reset) and draws from the second only: that is the same epoch, not the next
-        # (starting one would fill the sampler's buffer twice before the first batch).
-        if self._fresh is None:
-            self._fresh = iter(self.sampler)
-        return self._tagged(self._fresh)
-
-    def _tagged(self, it: Iterator[CutSet]) -> Iterator[Tuple[int, CutSet]]:
-        self._fresh = None
-        while True:  # not ``for``: iter(it) would start yet another epoch
-            try:
-                batch = next(it)
-            except StopIteration:
-                return
-            yield self.sampler.epoch, batch
-
-
-class PlannedSampler(torch.utils.data.Sampler):
-    """Yields a fixed list of CutSet batches (the cv plan for this rank) on every ``iter()``,
-    each as ``(pass, batch)``: :class:`LoaderDataset` forwards the pass number to the
-    dataset's ``set_epoch``, so that cv dither draws new noise each pass, as WeNet's.
-
-    :param batches: the batches, or a function that plans them: called at the first
-        ``iter()`` or ``len()`` (a cv loader reads nothing before it is used; WeNet's
-        reads its list when first iterated too).
-    """
-
-    def __init__(self, batches: Union[Sequence[CutSet], Callable[[], Sequence[CutSet]]]
-                 ) -> None:
-        self._plan = batches if callable(batches) else None
-        self._batches: Optional[List[CutSet]] = None if callable(batches) else list(batches)
-        self.passes = 0
-        self._fresh: Optional[int] = None  # the pass of an iterator not yet drawn from
-
-    @property
-    def batches(self) -> List[CutSet]:
-        if self._batches is None:
-            self._batches = list(self._plan())
-            self._plan = None
-        return self._batches
-
-    def __iter__(self) -> Iterator[Tuple[int, CutSet]]:
-        # torch's DataLoader iterator calls iter(sampler) twice when it starts its workers
-        # (in __init__ and in _reset), drawing from the second only: one pass, not two
-        if self._fresh is None:
-            self._fresh, self.passes = self.passes, self.passes + 1
-        return self._pass(self._fresh)
-
-    def _pass(self, n: int) -> Iterator[Tuple[int, CutSet]]:
-        self._fresh = None
-        for b in self.batches:
-            yield n, b
-
-    def __len__(self) -> int:
-        return len(self.batches)
 
 
 class LhotseDataLoader(torch.utils.data.DataLoader):
@@ -155,10 +56,14 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
     means for their ``state_dict()``."""
 
     mode = ""
+    #: the split the builder made it for (``train``, ``cv``, ``infer``): in the ledger line
+    split = "train"
 
     def __init__(self, dataset: Any, *, skip_report: Optional[SkipReport] = None,
                  batch_transform: Optional[Callable[[Any], Any]] = None,
-                 shared_ring: bool = True, **kw: Any) -> None:
+                 shared_ring: bool = True, split: str = "train",
+                 local_transforms: Sequence[Any] = (), partitioned: bool = True,
+                 **kw: Any) -> None:
         super().__init__(dataset, batch_size=None, **kw)
         #: batches from the workers travel through reused shared memory (see
         #: :mod:`~.transport`; persistent workers started with fork only)
@@ -181,6 +86,18 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
         self._finished = False  # the current epoch's iterator is exhausted
         self._restored: Optional[Dict[str, Any]] = None
         self._reported = 0  # skip_report items already summarised at an epoch's end
+        #: the current epoch's ledger; the finished ones (see epoch_ledger())
+        self._ledger: Optional[EpochLedger] = None
+        self.ledgers: List[EpochLedger] = []
+        self._skips_at_start = 0
+        self._batch_skips = 0  # skips that came with batches this epoch (worker-side)
+        #: transforms whose ``filtered`` counts run in this process (map-style loading)
+        self.local_transforms = local_transforms
+        self._filtered_at_start = 0
+        #: map-style: each rank takes its share of one plan (false: a cv set evaluated
+        #: whole on every rank)
+        self.partitioned = partitioned
+        self.split = split
 
     def _ring_possible(self) -> bool:
         if self.num_workers <= 0 or not self.persistent_workers:
@@ -194,13 +111,59 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
         return method == "fork"
 
     def __iter__(self) -> Iterator[Any]:
+        self._filtered_at_start = self._local_filtered()  # (before the sampler reads)
         inner = super().__iter__()
         self._pin = (bool(getattr(inner, "_pin_memory", False)),
                      getattr(inner, "_pin_memory_device", None))
         self._finished = False
         restored, self._restored = self._restored, None
         self._start_epoch(restored)
+        ws, rank = world_info()
+        self._ledger = EpochLedger(self.epoch, rank, ws, self.mode, self.split)
+        # the first epoch also accounts for what was skipped while the loader was built
+        self._skips_at_start = len(self.skip_report) if self.ledgers else self._reported
+        self._batch_skips = 0
         return self._count(self._batches(inner))
+
+    def epoch_ledger(self) -> Optional[EpochLedger]:
+        """The ledger of the last finished epoch on this rank (``None`` before one ends):
+        trained + skipped + filtered + left over = all utterances (see :mod:`~.ledger`)."""
+        return self.ledgers[-1] if self.ledgers else None
+
+    def _local_filtered(self) -> int:
+        return sum(getattr(tf, "filtered", 0) for tf in self.local_transforms)
+
+    def _finish_ledger(self) -> None:
+        led = self._ledger
+        if led is None:
+            return
+        self._ledger = None
+        skipped = len(self.skip_report) - self._skips_at_start
+        filtered = self._local_filtered() - self._filtered_at_start
+        planned = getattr(self.sampler, "plan_filtered", None)
+        if planned is not None:  # a cv plan: filtered once, when planned; every pass
+            filtered = planned
+        if self.mode == "map" and led.rank != 0 and self.partitioned:
+            # every rank reads every cut's metadata: its reader skips and filtered cuts
+            # are rank 0's to report (the ranks' ledgers sum to the epoch)
+            skipped, filtered = self._batch_skips, 0
+        led.skipped += skipped
+        led.filtered += filtered
+        self.ledgers = self.ledgers[-7:] + [led]
+        log_ledger(led)
+
+    def _receive(self, item: Any) -> Tuple[Any, BatchCounts]:
+        """A worker's item -> (batch in this process, its ledger counts); the skips it
+        carries go to ``skip_report``."""
+        counts = item.counts if isinstance(item, WorkerBatch) else BatchCounts()
+        batch = self._unwrap(item)
+        if self.ring is not None:
+            batch = self.ring.unpack(batch, *self._pin)
+        if isinstance(batch, dict) and BATCH_SKIPS_KEY in batch:
+            skips = batch.pop(BATCH_SKIPS_KEY)
+            self._batch_skips += len(skips)
+            self.skip_report.extend(skips)  # logged where skipped
+        return batch, counts
 
     def _start_epoch(self, restored: Optional[Dict[str, Any]]) -> None:
         if restored is not None:
@@ -213,7 +176,7 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
         return inner
 
     def _unwrap(self, item: Any) -> Any:
-        return item
+        return item.batch if isinstance(item, WorkerBatch) else item
 
     @property
     def bucketing_sampler(self) -> Optional[ResumableBucketingSampler]:
@@ -230,16 +193,21 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
             if isinstance(failed, WorkerFailed):
                 raise failed.error
             self.consumed += 1
-            batch = self._unwrap(item)
-            if self.ring is not None:
-                batch = self.ring.unpack(batch, *self._pin)
-            if isinstance(batch, dict) and BATCH_SKIPS_KEY in batch:
-                self.skip_report.extend(batch.pop(BATCH_SKIPS_KEY))  # logged where skipped
+            batch, counts = self._receive(item)
+            if self._ledger is not None:
+                self._ledger.steps += 1
+                self._ledger.trained += counts.trained
+                self._ledger.filtered += counts.filtered
             if self.batch_transform is not None:
                 batch = self.batch_transform(batch)
             yield batch
+        self._drain()
         self._finished = True
         self._report_skips()
+        self._finish_ledger()
+
+    def _drain(self) -> None:
+        """Count what the epoch leaves over after the last step (streamed loading)."""
 
     def _report_skips(self) -> None:
         """At an epoch's end, one WARNING listing the items skipped since the last one
@@ -252,12 +220,14 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
 
     def _position(self, per_worker: Mapping[int, int], last_worker: int) -> Dict[str, Any]:
         """The position state: the start of the next epoch once this one is over."""
+        ws = world_info()[0]
         if self._finished:
             return {"mode": self.mode, "epoch": self.epoch + 1, "consumed": 0, "per_worker": {},
-                    "num_workers": self.num_workers}
+                    "num_workers": self.num_workers, "world_size": ws}
         return {"mode": self.mode, "epoch": max(self.epoch, 0), "consumed": self.consumed,
                 "per_worker": {str(k): v for k, v in per_worker.items()},
-                "last_worker": last_worker, "num_workers": self.num_workers}
+                "last_worker": last_worker, "num_workers": self.num_workers,
+                "world_size": ws}
 
     def state_dict(self) -> Dict[str, Any]:  # pragma: no cover - see the subclasses
         raise NotImplementedError
@@ -326,20 +296,46 @@ class StreamedDataLoader(LhotseDataLoader):
     def _batches(self, inner: Iterator[Any]) -> Iterator[Any]:
         # drop the round-robin placeholders of a restored epoch
         it: Iterator[Any] = self._absorb(item for item in inner if item is not SKIP_TURN)
+        self._rest: Optional[Iterator[Any]] = None
+        self._equal: Optional[EqualStepsIterator] = None
         if self.equal_steps_group is not None or self.max_steps is not None:
-            it = EqualStepsIterator(it, self.equal_steps_group, self.max_steps)
+            self._rest = it
+            it = self._equal = EqualStepsIterator(it, self.equal_steps_group, self.max_steps)
         return it
 
     def _absorb(self, it: Iterator[Any]) -> Iterator[Any]:
-        """Take the skips a worker forwards without a batch; they are not steps."""
+        """Take the skips (and filtered counts) a worker forwards without a batch, and
+        the left-over counts of a drained epoch; they are not steps."""
         for item in it:
-            if isinstance(item, (tuple, list)) and isinstance(item[-1], SkipsOnly):
-                self.skip_report.extend(item[-1].items)
+            if isinstance(item, WorkerBatch) and isinstance(item.batch, (SkipsOnly, LeftOver)):
+                if isinstance(item.batch, SkipsOnly):
+                    self.skip_report.extend(item.batch.items)
+                if self._ledger is not None:
+                    self._ledger.filtered += item.counts.filtered
+                    if isinstance(item.batch, LeftOver):
+                        self._ledger.left_over += item.batch.cuts
                 continue
             yield item
 
+    def _drain(self) -> None:
+        """Every rank stopped at the same step (or at ``steps_per_epoch``): read the
+        rest of this rank's epoch without decoding it and count it as left over."""
+        rest, self._rest = getattr(self, "_rest", None), None
+        if rest is None:
+            return
+        self.dataset.count_only()  # (batches already in flight arrive decoded)
+        held = self._equal.dropped if self._equal is not None else None
+        for item in chain([held] if held is not None else [], rest):
+            failed = item.batch if isinstance(item, WorkerBatch) else item
+            if isinstance(failed, WorkerFailed):
+                raise failed.error
+            _, counts = self._receive(item)
+            if self._ledger is not None:
+                self._ledger.left_over += counts.trained
+                self._ledger.filtered += counts.filtered
+
     def _unwrap(self, item: WorkerBatch) -> Any:
-        wid, batch = item
+        wid, batch = item.worker, item.batch
         self.per_worker[wid] = self.per_worker.get(wid, 0) + 1
         self.last_worker = wid
         return batch
@@ -358,6 +354,10 @@ class StreamedDataLoader(LhotseDataLoader):
             raise ValueError(f"state saved with num_workers={sd['num_workers']}; this loader "
                              f"has {self.num_workers}: streamed resume needs the same count")
         check_loader_state(sd, "streamed", self.num_workers)
+        ws = world_info()[0]
+        if int(sd.get("world_size", ws)) != ws and (sd.get("per_worker") or {}):
+            raise ValueError(f"state saved on {sd['world_size']} ranks; this run has {ws}: "
+                             "a streamed epoch resumes on the same number of ranks")
         per_worker = {int(k): int(v) for k, v in (sd.get("per_worker") or {}).items()}
         last = int(sd.get("last_worker", -1))
         offset = (last + 1) % max(self.num_workers, 1) if last >= 0 else 0

@@ -73,6 +73,9 @@ class EqualStepsIterator:
         self.max_steps = max_steps
         self.steps = 0
         self.done = False
+        #: the batch this rank had in hand when another rank ran out (not trained: the
+        #: loader counts it as left over)
+        self.dropped: Any = None
 
     def __iter__(self) -> EqualStepsIterator:
         return self
@@ -98,6 +101,7 @@ class EqualStepsIterator:
                     "(see loader.skip_report on that rank; fewer tars than ranks x workers?)")
         if not has:
             self.done = True
+            self.dropped = batch
             raise StopIteration
         self.steps += 1
         return batch

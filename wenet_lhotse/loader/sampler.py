@@ -317,10 +317,20 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
         if sd.get("version") != 2:
             raise ValueError(f"sampler state version {sd.get('version')} was written by an "
                              f"older wenet-lhotse; its batches cannot be reproduced")
-        if sd.get("world_size") != self.world_size:
-            raise ValueError(f"cannot restore a sampler saved with world_size="
-                             f"{sd.get('world_size')} into world_size={self.world_size}: "
-                             f"batches would differ")
+        saved_ws = sd.get("world_size")
+        if saved_ws != self.world_size:
+            # Elastic: the state is the global stream's after `consumed` rounds of
+            # `saved_ws` batches (the same on every rank); the rest of the epoch goes on
+            # in rounds of this world size, each batch drawn once: every cut once over
+            # the two halves.
+            logger.info("elastic resume: epoch %s after %s rounds of %s ranks goes on over "
+                        "%d ranks", sd.get("epoch"), sd.get("consumed"), saved_ws,
+                        self.world_size)
+            snap = sd.get("snapshot")
+            if snap is not None and snap.get("sel") is not None:
+                # the saved round was complete: the next draw picks a new bucket
+                sd["snapshot"] = {**snap, "sel": {**snap["sel"], "_bucket_idx": None,
+                                                  "_usage_count": 0}}
         if sd.get("seed") != self.seed:
             raise ValueError(f"sampler seed mismatch: saved {sd.get('seed')}, now {self.seed}")
         kept = check_sampler_state(sd, len(self.mux.streams))  # one-line StateError

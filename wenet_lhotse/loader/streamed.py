@@ -7,12 +7,17 @@ epoch, and runs its own :class:`~.bucketing.BucketingSampler` (Lhotse's
 yields to the loader (:class:`~.dataloader.StreamedDataLoader`) is the protocol below:
 a :class:`WorkerBatch` per batch, :data:`SKIP_TURN` from a worker whose turn a
 restored epoch skips, and last a ``WorkerBatch(worker, SkipsOnly(items))`` when the
-worker skipped items after its last batch (or had no batch): not a step.
+worker skipped or filtered items after its last batch (or had no batch): not a step.
+Each ``WorkerBatch`` carries the epoch ledger's counts (:class:`~.ledger.BatchCounts`).
+Once the loader sets :meth:`StreamedEpochDataset.count_only` (every rank stopped at the
+same step), workers read on without decoding and yield ``WorkerBatch(worker,
+LeftOver(cuts))``: the utterances the epoch leaves over are counted, not dropped unseen.
 """
 
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import random
 from itertools import chain, islice
 from typing import (
@@ -42,6 +47,7 @@ from wenet_lhotse.errors import (
 from wenet_lhotse.formats.split import reader_share
 from wenet_lhotse.loader.bins import WorkerEdges, log_edges
 from wenet_lhotse.loader.bucketing import BucketingSampler, SteppedBucketer
+from wenet_lhotse.loader.ledger import BatchCounts, batch_size_of
 from wenet_lhotse.sources import SourceSpec, mux_sources, open_source, spec_shar_fields
 
 #: Yielded by a worker that has no batch for its round-robin turn (restored epochs).
@@ -144,10 +150,19 @@ class WarmStartSampler(BucketingSampler):
 
 
 class WorkerBatch(NamedTuple):
-    """A batch and the DataLoader worker that made it (resume counts per worker)."""
+    """A batch and the DataLoader worker that made it (resume counts per worker), with
+    the ledger's counts for it."""
 
     worker: int
     batch: Any
+    counts: BatchCounts = BatchCounts()
+
+
+class LeftOver(NamedTuple):
+    """In place of a batch after :meth:`StreamedEpochDataset.count_only`: the number of
+    utterances the sampler put in it (read, not decoded, not trained)."""
+
+    cuts: int
 
 
 class StreamedEpochDataset(torch.utils.data.IterableDataset):
@@ -185,6 +200,10 @@ class StreamedEpochDataset(torch.utils.data.IterableDataset):
         # (epoch, {worker id: batches it already delivered in that epoch},
         #  the worker the restored epoch continues with)
         self._skip: Tuple[int, Dict[int, int], int] = (-1, {}, 0)
+        #: shared with the workers (made in prepare(), before they start): 1 = count the
+        #: rest of the epoch's cuts without decoding them
+        self._count_only: Any = None
+        self._filtered_sent = 0  # this worker's filtered count already forwarded
 
     def set_epoch(self, epoch: int) -> None:
         self._next_epoch = epoch
@@ -196,10 +215,26 @@ class StreamedEpochDataset(torch.utils.data.IterableDataset):
         self._prepare = prepare
 
     def prepare(self) -> None:
-        """Run the deferred preparation, once (the loader calls it before each epoch)."""
+        """Run the deferred preparation, once (the loader calls it before each epoch),
+        and clear the count-only flag of the previous epoch."""
+        if self._count_only is None:
+            self._count_only = multiprocessing.RawValue("b", 0)
+        self._count_only.value = 0
         if self._prepare is not None:
             self.sampler_kw.update(self._prepare())
             self._prepare = None
+
+    def count_only(self) -> None:
+        """From now on (this epoch) workers count their remaining cuts without decoding
+        them: the loader drains them into the ledger's ``left_over``."""
+        if self._count_only is not None:
+            self._count_only.value = 1
+
+    def _filtered(self) -> int:
+        """Cuts this process's filters removed since the last call."""
+        total = sum(getattr(tf, "filtered", 0) for tf in self.transforms)
+        delta, self._filtered_sent = total - self._filtered_sent, total
+        return delta
 
     def resume(self, epoch: int, per_worker: Mapping[int, int], next_worker: int) -> None:
         """Continue ``epoch`` after the batches each worker already delivered in it
@@ -256,6 +291,7 @@ class StreamedEpochDataset(torch.utils.data.IterableDataset):
         if wid == 0 and self.rank == 0 and not self._edges_logged:
             sampler.log_edges = self._edges_logged = True
         skip = per_worker.get(wid, 0)
+        self._filtered()  # the count starts with the epoch
         if wid < offset:
             # The DataLoader asks its workers round-robin from worker 0; a restored epoch
             # must go on with worker `offset` (the one after the last consumed batch's).
@@ -266,21 +302,30 @@ class StreamedEpochDataset(torch.utils.data.IterableDataset):
         except WenetDataError as err:  # raised as it is by the loader (one line)
             yield WorkerBatch(wid, WorkerFailed(err))
             return
-        skipped = self.skip_report.take_new()
-        if skipped:  # met after the last batch (or with no batch at all): still reported
-            yield WorkerBatch(wid, SkipsOnly(skipped))
+        skipped, filtered = self.skip_report.take_new(), self._filtered()
+        if skipped or filtered:  # after the last batch (or with no batch): still reported
+            yield WorkerBatch(wid, SkipsOnly(skipped), BatchCounts(0, filtered))
 
     def _batches(self, sampler: WarmStartSampler, wid: int, skip: int) -> Iterator[Any]:
         for i, batch in enumerate(sampler):
             if i < skip:
+                self._filtered()  # a restored epoch's ledger starts at the resume point
                 continue  # sampled from metadata; no audio decoded, no features computed
+            if self._count_only is not None and self._count_only.value:
+                skipped = self.skip_report.take_new()
+                yield WorkerBatch(wid, SkipsOnly(skipped) if skipped else LeftOver(len(batch)),
+                                  BatchCounts(0, self._filtered()))
+                if skipped:
+                    yield WorkerBatch(wid, LeftOver(len(batch)))
+                continue
             with self.ring.reserve() if self.ring is not None else contextlib.nullcontext():
                 out = self.dataset[batch]  # padded straight into shared memory
                 skipped = self.skip_report.take_new()
                 if skipped and isinstance(out, dict):
                     out.setdefault(BATCH_SKIPS_KEY, []).extend(skipped)
+                counts = BatchCounts(batch_size_of(out, len(batch)), self._filtered())
                 if self.ring is not None:
                     out = self.ring.pack(out)
             # The worker id travels with the batch: the loader counts batches per
             # worker, which makes resume exact even after some workers ran out of tars.
-            yield WorkerBatch(wid, out)
+            yield WorkerBatch(wid, out, counts)

@@ -15,7 +15,8 @@ from wenet_lhotse.sources import TagCuts
 
 class CutTransform:
     """Picklable ``CutSet -> CutSet``: WeNet's ``filter_conf`` (when a tokenizer is
-    given and the split is not ``infer``), then the source's tags."""
+    given and the split is not ``infer``), then the source's tags. ``filtered`` counts
+    the cuts the filters removed in this process (the epoch ledger reads it)."""
 
     def __init__(self, tokenizer: Any = None,
                  filter_conf: Union[None, Mapping[str, Any], FilterConf] = None,
@@ -25,6 +26,13 @@ class CutTransform:
                             else filter_conf)
         self.tags = dict(tags or {})
         self._filter: Any = None  # one WenetFilter for every pass (it caches token counts)
+        self.filtered = 0  # cuts removed by filter_conf in this process, all passes
+
+    def _keep(self, cut: Any) -> bool:
+        keep = bool(self._filter(cut))
+        if not keep:
+            self.filtered += 1
+        return keep
 
     def __call__(self, cuts: CutSet) -> CutSet:
         if self.filter_conf is not None:
@@ -32,7 +40,7 @@ class CutTransform:
                 from wenet_lhotse.dataset.filters import WenetFilter
 
                 self._filter = WenetFilter(self.tokenizer, self.filter_conf)
-            cuts = cuts.filter(self._filter)
+            cuts = cuts.filter(self._keep)
         if self.tags:
             cuts = cuts.map(TagCuts(self.tags), apply_fn=None)  # MetaCuts too
         return cuts

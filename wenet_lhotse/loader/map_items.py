@@ -1,0 +1,139 @@
+"""What map-style loading hands its DataLoader: the samplers (:class:`EpochTaggedSampler`
+over the train sampler, :class:`PlannedSampler` for a fixed cv/infer plan) and the
+dataset the workers run (:class:`LoaderDataset`: Shar audio attached, ``dataset[cuts]``,
+the batch returned as a :class:`~.streamed.WorkerBatch` with its ledger counts)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, Union
+
+import torch
+from lhotse import CutSet
+
+from wenet_lhotse.errors import BATCH_SKIPS_KEY, WenetDataError, WorkerFailed
+from wenet_lhotse.loader.ledger import BatchCounts, batch_size_of
+from wenet_lhotse.loader.sampler import ResumableBucketingSampler
+from wenet_lhotse.loader.streamed import WorkerBatch
+from wenet_lhotse.loader.transport import BatchRing
+
+
+class LoaderDataset(torch.utils.data.Dataset):
+    """What the DataLoader workers run for map-style loading: takes ``(epoch, cuts)``
+    from :class:`EpochTaggedSampler` (or plain ``cuts``), forwards a new epoch to
+    ``dataset.set_epoch`` (persistent workers never see the main process's epoch
+    otherwise; augmentation seeds depend on it), runs ``attach(cuts)`` (Shar audio
+    for these cuts only), then ``dataset[cuts]``."""
+
+    #: set by the loader: the shared-memory ring batches travel through (workers)
+    ring: Optional[BatchRing] = None
+
+    def __init__(self, dataset: Any, attach: Any = None) -> None:
+        self.dataset = dataset
+        self.attach = attach
+        self._epoch: Optional[int] = None
+
+    def __getitem__(self, item: Any) -> Any:
+        cuts = item[1] if isinstance(item, tuple) else item
+        drawn = len(cuts) if hasattr(cuts, "__len__") else 0
+        try:
+            if self.ring is None:
+                out = self._batch(item)
+                return WorkerBatch(-1, out, BatchCounts(batch_size_of(out, drawn)))
+            with self.ring.reserve():  # padded straight into shared memory
+                out = self._batch(item)
+                counts = BatchCounts(batch_size_of(out, drawn))
+                return WorkerBatch(-1, self.ring.pack(out), counts)
+        except WenetDataError as err:
+            if torch.utils.data.get_worker_info() is None:
+                raise
+            return WorkerFailed(err)  # raised as it is by the loader (one line)
+
+    def _batch(self, item: Any) -> Any:
+        if isinstance(item, tuple):
+            epoch, cuts = item
+            if epoch != self._epoch and hasattr(self.dataset, "set_epoch"):
+                self.dataset.set_epoch(epoch)
+            self._epoch = epoch
+        else:
+            cuts = item
+        if self.attach is None:
+            return self.dataset[cuts]
+        cuts = self.attach(cuts)
+        out = self.dataset[cuts]
+        skipped = self.attach.skip_report.take_new()  # members missing from Shar tars
+        if skipped and isinstance(out, dict):
+            out.setdefault(BATCH_SKIPS_KEY, []).extend(skipped)
+        return out
+
+
+class EpochTaggedSampler(torch.utils.data.Sampler):
+    """Yields ``(epoch, batch)`` from a :class:`ResumableBucketingSampler`."""
+
+    def __init__(self, sampler: ResumableBucketingSampler) -> None:
+        self.sampler = sampler
+        self._fresh: Optional[Iterator[CutSet]] = None  # an epoch not yet drawn from
+
+    def __iter__(self) -> Iterator[Tuple[int, CutSet]]:
+        # Start the epoch now (not at the first next()), so that a state_dict() taken
+        # right after iter(loader) already refers to the new epoch. torch's DataLoader
+        # iterator calls iter(sampler) twice when it starts its workers (in __init__ and
+        # in _reset) and draws from the second only: that is the same epoch, not the next
+        # (starting one would fill the sampler's buffer twice before the first batch).
+        if self._fresh is None:
+            self._fresh = iter(self.sampler)
+        return self._tagged(self._fresh)
+
+    def _tagged(self, it: Iterator[CutSet]) -> Iterator[Tuple[int, CutSet]]:
+        self._fresh = None
+        while True:  # not ``for``: iter(it) would start yet another epoch
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            yield self.sampler.epoch, batch
+
+
+class PlannedSampler(torch.utils.data.Sampler):
+    """Yields a fixed list of CutSet batches (the cv plan for this rank) on every ``iter()``,
+    each as ``(pass, batch)``: :class:`LoaderDataset` forwards the pass number to the
+    dataset's ``set_epoch``, so that cv dither draws new noise each pass, as WeNet's.
+
+    :param batches: the batches, or a function that plans them: called at the first
+        ``iter()`` or ``len()`` (a cv loader reads nothing before it is used; WeNet's
+        reads its list when first iterated too).
+    """
+
+    def __init__(self, batches: Union[Sequence[CutSet], Callable[[], Sequence[CutSet]]],
+                 transforms: Sequence[Any] = ()) -> None:
+        self._transforms = transforms  # their ``filtered`` counts while the plan is made
+        self._plan = batches if callable(batches) else None
+        self._batches: Optional[List[CutSet]] = None if callable(batches) else list(batches)
+        self.passes = 0
+        #: cuts the filters removed when the plan was made (the ledger's, every pass)
+        self.plan_filtered: Optional[int] = None
+        self._fresh: Optional[int] = None  # the pass of an iterator not yet drawn from
+
+    @property
+    def batches(self) -> List[CutSet]:
+        if self._batches is None:
+            before = sum(getattr(tf, "filtered", 0) for tf in self._transforms)
+            self._batches = list(self._plan())
+            self.plan_filtered = sum(getattr(tf, "filtered", 0)
+                                     for tf in self._transforms) - before
+            self._plan = None
+        return self._batches
+
+    def __iter__(self) -> Iterator[Tuple[int, CutSet]]:
+        # torch's DataLoader iterator calls iter(sampler) twice when it starts its workers
+        # (in __init__ and in _reset), drawing from the second only: one pass, not two
+        if self._fresh is None:
+            self._fresh, self.passes = self.passes, self.passes + 1
+        return self._pass(self._fresh)
+
+    def _pass(self, n: int) -> Iterator[Tuple[int, CutSet]]:
+        self._fresh = None
+        for b in self.batches:
+            yield n, b
+
+    def __len__(self) -> int:
+        return len(self.batches)
