@@ -26,6 +26,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.formats.checks import max_member_bytes
 from wenet_lhotse.formats.streams import BLOCK, is_local, local_path
+from wenet_lhotse.formats.tar_members import read_exact
 
 #: Bytes between two members read through rather than split into two requests.
 GAP = 1 << 20
@@ -101,14 +102,7 @@ def _read_range(url: str, start: int, length: int) -> bytes:
             raise WenetDataError(f"cannot read: {err}", url, kind="io") from None
     reader = _ranged_reader(url, start, length)
     try:  # an HTTP server must answer range requests (else: one line saying so)
-        parts, got = [], 0
-        while got < length:
-            chunk = reader.read(length - got)
-            if not chunk:
-                break
-            parts.append(chunk)
-            got += len(chunk)
-        return b"".join(parts)
+        return read_exact(reader, length)
     finally:
         reader.close()
 

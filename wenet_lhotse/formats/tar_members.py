@@ -38,7 +38,7 @@ from __future__ import annotations
 import re
 import tarfile
 import zlib
-from typing import Iterator, Optional, Tuple, Union
+from typing import Any, Iterator, Optional, Tuple, Union
 
 from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.formats.checks import RATIO_FLOOR_BYTES, max_member_ratio
@@ -115,8 +115,8 @@ def plain_header(buf: bytes) -> Optional[Tuple[str, int, bytes]]:
     return name, size, kind
 
 
-def _read_exact(stream: TailReader, n: int) -> bytes:
-    """``n`` bytes, fewer only at the end of the stream."""
+def read_exact(stream: Any, n: int) -> bytes:
+    """``n`` bytes of ``stream`` (anything with ``read``), fewer only at its end."""
     if n <= 0:
         return b""
     data = stream.read(n)
@@ -173,7 +173,7 @@ class TarMembers:
 
     def __iter__(self) -> Iterator[Member]:
         stream = self._stream
-        block = _read_exact(stream, BLOCK) if self._fast else b""
+        block = read_exact(stream, BLOCK) if self._fast else b""
         if not self._fast or block.startswith(_COMPRESSED):
             yield from self._hand_over(block, 0)
             return
@@ -191,12 +191,12 @@ class TarMembers:
             self._unread = size
             yield MemberHeader(name, size, kind)
             while self._unread:  # not read by the caller: skip it as tarfile does
-                skipped = len(_read_exact(stream, min(self._unread, 1 << 20)))
+                skipped = len(read_exact(stream, min(self._unread, 1 << 20)))
                 if not skipped:
                     raise tarfile.ReadError(_UNEXPECTED_END)
                 self._unread -= skipped
             pad = -size % BLOCK
-            buf = _read_exact(stream, pad + BLOCK)
+            buf = read_exact(stream, pad + BLOCK)
             if len(buf) < pad:
                 raise tarfile.ReadError(_UNEXPECTED_END)
             offset += BLOCK + size + pad
@@ -249,7 +249,7 @@ class TarMembers:
             if getattr(self._tar.fileobj, "comptype", "tar") == "tar":
                 return self._tar.extractfile(member).read(member.size)
             return self._read_compressed(member)
-        data = _read_exact(self._stream, member.size)
+        data = read_exact(self._stream, member.size)
         self._unread = 0
         if len(data) != member.size:
             raise tarfile.ReadError(_UNEXPECTED_END)
