@@ -26,7 +26,6 @@ import signal
 import threading
 import time
 import traceback
-from pathlib import Path
 
 import pytest
 
@@ -180,3 +179,18 @@ def test_a_kill_landing_inside_manifest_parsing(corpus12, sources, monkeypatch,
     assert_killed_worker(caught.value, loader)
     assert "deserialize_item" in frames, frames  # it did land inside the parser
     assert f"pid {armed['pid']}" in str(caught.value)
+
+
+def test_remote_reads_never_retry_or_wrap_a_killed_worker():
+    """A remote read in the main process (a manifest or list over HTTP/S3, map mode)
+    catches ``Exception`` to retry and to name the URL: torch's killed-worker error
+    raised there by its SIGCHLD handler is neither retried nor made an I/O error."""
+    from wenet_lhotse.formats.remote import is_transient, remote_error
+
+    death = RuntimeError("DataLoader worker (pid 4242) is killed by signal: Killed. ")
+    assert not is_transient(death)
+    with pytest.raises(RuntimeError) as e:
+        remote_error(death, "http://h/x.list")
+    assert e.value is death
+    other = remote_error(RuntimeError("connection reset"), "http://h/x.list")
+    assert isinstance(other, WenetDataError) and "http://h/x.list" in str(other)
