@@ -23,9 +23,12 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 import traceback
+from pathlib import Path
 
 import pytest
 
@@ -194,3 +197,40 @@ def test_remote_reads_never_retry_or_wrap_a_killed_worker():
     assert e.value is death
     other = remote_error(RuntimeError("connection reset"), "http://h/x.list")
     assert isinstance(other, WenetDataError) and "http://h/x.list" in str(other)
+
+
+@pytest.mark.parametrize("data_type", ["raw", "shard"])
+def test_a_killed_worker_under_the_wenet_drop_in(corpus12, sources, data_type):
+    """The loader WeNet's train.py gets from ``init_dataset_and_dataloader`` (WeNet's
+    args: ``num_workers``, ``prefetch``), strict as WeNet: a killed worker is reported
+    as a killed worker."""
+    from types import SimpleNamespace
+
+    from wenet_lhotse.wenet_compat import init_dataset_and_dataloader
+
+    train = sources["list"] if data_type == "raw" else sources["shards"]
+    args = SimpleNamespace(train_data=str(train), cv_data=str(train), data_type=data_type,
+                           num_workers=2, pin_memory=False, prefetch=2)
+    configs = {"dataset_conf": {**CONF, "lhotse_conf": {"buffer_size": BUFFER}}}
+    _, _, train_dl, _ = init_dataset_and_dataloader(args, configs,
+                                                    CharTokenizer(corpus12.units))
+    err = kill_during_iteration(train_dl, 0.005, victim=1)
+    assert_killed_worker(err, train_dl)
+
+
+def test_wenet_launch_reports_a_killed_worker_in_one_line(corpus12, sources):
+    """WeNet's scripts run by ``wenet_launch`` (``wenet-lhotse train``): a worker killed
+    from outside ends the run with one line saying so (not a traceback, not bad data)."""
+    here = Path(__file__).parent
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); "
+            "from wenet_lhotse.wenet_launch import run_patched; "
+            "run_patched(lambda: None, 'worker_kill_script', sys.argv[2:])")
+    env = {**os.environ, "PYTHONPATH": str(here.parent)}
+    proc = subprocess.run([sys.executable, "-c", code, str(here), str(sources["list"]),
+                           str(corpus12.units)], capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("error: ")]
+    assert "DataLoader worker (pid" in line and "killed" in line
+    assert "not a data error" in line and "manifest" not in line
