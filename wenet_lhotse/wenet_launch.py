@@ -18,8 +18,10 @@ The contract (used by :mod:`wenet_lhotse.wenet_train` and :mod:`wenet_lhotse.wen
    on stderr (``error: <rank N: >message``) and exit with status 1. Under ``torchrun``, WeNet's
    ``@record`` has already written the traceback to torch elastic's error file; the file is
    removed so that torchrun's failure summary does not print it again (torchrun still prints
-   its own summary naming the failed rank). Any other exception keeps its traceback: it is
-   a bug, not a user error.
+   its own summary naming the failed rank). A DataLoader worker killed from outside (torch's
+   ``DataLoader worker (pid N) is killed by signal: Killed.``, typically the out-of-memory
+   killer) is one line too, saying it is not a data error (issue 23). Any other exception
+   keeps its traceback: it is a bug, not a user error.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import sys
 import traceback
 from typing import Any, Callable, List, NoReturn, Optional
 
-from wenet_lhotse.errors import WenetDataError
+from wenet_lhotse.errors import WenetDataError, is_worker_death
 from wenet_lhotse.wenet_shims import MissingDependency, stand_ins
 
 #: the errors printed as one line (everything else keeps its traceback)
@@ -165,3 +167,15 @@ def run_patched(patch: Callable[[], None], module: str, argv: Optional[List[str]
              f"{e.strerror or 'No such file or directory'}: {e.filename}")
     except ImportError as e:  # a module WeNet imports inside a function
         fail(missing_module_message(e))
+    except RuntimeError as e:
+        if not is_worker_death(e):
+            raise
+        fail(worker_death_message(e))
+
+
+def worker_death_message(err: BaseException) -> str:
+    """torch's killed-worker error as our one line: its own first line (the pid and the
+    signal), and what it is not."""
+    first = " ".join(str(err).strip().split("\n")[0].split())
+    return (f"{first} (killed from outside the loader -- the out-of-memory killer? see "
+            "dmesg; not a data error)")

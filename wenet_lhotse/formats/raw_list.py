@@ -401,5 +401,6 @@ def _probe_url(url: str, key: str, fail) -> Recording:
             raise fail(f"audio file not found: {url} ({e.message})", "missing_audio") from None
         raise fail(f"cannot read audio header of {url}: {e.message}", e.kind) from None
     except Exception as e:  # Lhotse's backends on a format libsndfile does not read
+        reraise_worker_death(e)  # torch's SIGCHLD error, raised during the read
         raise fail(f"cannot read audio header of {url}: {short_error(e)}",
                    "bad_audio") from None

@@ -47,7 +47,7 @@ import time
 from contextlib import contextmanager
 from typing import BinaryIO, Iterator, List, Optional
 
-from wenet_lhotse.errors import WenetDataError
+from wenet_lhotse.errors import WenetDataError, is_worker_death, reraise_worker_death
 from wenet_lhotse.formats.checks import check_url
 from wenet_lhotse.formats.read_limits import (  # noqa: F401  (re-exported)
     BACKOFF,
@@ -105,7 +105,10 @@ def _status(err: BaseException) -> Optional[int]:
 
 def is_transient(err: BaseException) -> bool:
     """Worth retrying: network trouble, timeouts, 5xx, throttling. Not: a missing
-    object or bucket, denied access, bad arguments, or bad data."""
+    object or bucket, denied access, bad arguments, or bad data -- nor torch's error for a
+    killed DataLoader worker, which its SIGCHLD handler can raise inside a read here."""
+    if is_worker_death(err):
+        return False
     if isinstance(err, (FileNotFoundError, PermissionError, IsADirectoryError,
                         NotADirectoryError, WenetDataError, ValueError, TypeError)):
         return False
@@ -147,7 +150,10 @@ def _first_line(err: BaseException) -> str:
 def remote_error(err: BaseException, url: str, member: Optional[str] = None,
                  retries: int = 0) -> WenetDataError:
     """``err`` as a :class:`WenetDataError` naming ``url`` (and the tar ``member``
-    being read), saying how many retries were spent."""
+    being read), saying how many retries were spent. A killed DataLoader worker's error
+    (raised by torch's SIGCHLD handler in the middle of a read) is re-raised as it is:
+    it is not this URL's fault (issue 23)."""
+    reraise_worker_death(err)
     if isinstance(err, WenetDataError):
         return err
     kind = "missing_file" if isinstance(err, FileNotFoundError) else "io"

@@ -35,10 +35,11 @@ import random
 from collections import deque
 from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
+from wenet_lhotse.loader.epochs import EpochAdvance
 from wenet_lhotse.loader.mux import tuplify
 
 
-class BatchMuxSampler:
+class BatchMuxSampler(EpochAdvance):
     """Per-batch weighted choice among resumable samplers (see the module docstring).
 
     :param samplers: one per source, each with ``iter()``/``next()``, ``epoch``,
@@ -69,10 +70,7 @@ class BatchMuxSampler:
                              "epoch never ends")
         self.seed = seed
         self.steps_per_epoch = steps_per_epoch
-        self.epoch = 0
-        self._started = False
-        self._explicit = False
-        self._restored = False
+        self._init_epochs()
         self._history: Deque[Tuple[int, Dict[str, Any]]] = deque(maxlen=history + 1)
         self._ends: List[Dict[int, Dict[str, Any]]] = [{} for _ in range(n)]
         self._end_depth = history + 1
@@ -84,18 +82,13 @@ class BatchMuxSampler:
     # -- epochs
 
     def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-        self._explicit = True
+        super().set_epoch(epoch)
         for s in self.samplers:
             s.set_epoch(epoch)
 
     def __iter__(self) -> BatchMuxSampler:
-        if self._restored:
-            self._restored = False
+        if not self._start_iter():  # a restored state: resume it
             return self
-        if self._started and not self._explicit:
-            self.epoch += 1
-        self._started, self._explicit = True, False
         self.rng = random.Random(self.seed + self.epoch)
         n = len(self.samplers)
         self.exhausted = [False] * n
@@ -203,12 +196,11 @@ class BatchMuxSampler:
         if sd.get("seed") != self.seed or len(sd.get("subs") or self.samplers) != len(
                 self.samplers):
             raise ValueError("the sampler state was saved with another seed or other sources")
-        self.epoch = int(sd["epoch"])
-        self._started = True
         mark = sd["mark"]
-        if mark is None:
-            self._explicit = True
+        if mark is None:  # saved before its epoch began: iter() starts that epoch
+            self._restored_at(sd["epoch"], resume=False)
             return
+        self.epoch = int(sd["epoch"])
         for s, sub in zip(self.samplers, sd["subs"]):
             s.load_state_dict(sub)
         self.rng = random.Random()
@@ -226,5 +218,4 @@ class BatchMuxSampler:
         self._ends = [{} for _ in range(n)]
         self._history.clear()
         self._history.append((self.emitted, self._mark()))
-        self._restored = True
-        self._explicit = False
+        self._restored_at(self.epoch)

@@ -266,8 +266,9 @@ def shard_indexes(specs: Sequence[Any], lconf: Any, strict: bool,
         if parts is not None:
             out[i] = parts
             logger.info("source %s: sampled through its shard index", spec.name)
-        elif split == "train" and lconf.shard_index is not False and spec.name not in _HINTED:
-            _HINTED.add(spec.name)
+        elif (split == "train" and lconf.shard_index is not False
+              and tuple(spec.paths) not in _HINTED):  # by paths: names repeat (shards.list)
+            _HINTED.add(tuple(spec.paths))
             how = ("its tars are loaded into memory" if lconf.mode == "map"
                    else "its tars are streamed")
             logger.warning("source %s: no shard index, so %s; for exact per-epoch sampling "

@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from lhotse import CutSet
 from lhotse.utils import fastcopy
 
-from wenet_lhotse.errors import SkipReport, WenetDataError, short_error
+from wenet_lhotse.errors import SkipReport, WenetDataError, reraise_worker_death, short_error
 from wenet_lhotse.formats.audio import recording_from_bytes
 from wenet_lhotse.formats.member_reads import REINDEX, read_members
 from wenet_lhotse.formats.streams import is_local
@@ -198,6 +198,7 @@ def _with_audio(cut: Any, tar: str, data: Any) -> Any:
     try:
         rec = recording_from_bytes(data, recording_id=cut.recording.id)
     except Exception as e:
+        reraise_worker_death(e)  # torch's killed-worker error is not this member's fault
         return WenetDataError(f"cannot read audio: {short_error(e, audio=data)}", tar,
                               member=member, kind="bad_audio")
     if (rec.num_samples, rec.sampling_rate) != (cut.recording.num_samples,

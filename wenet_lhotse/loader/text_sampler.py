@@ -32,6 +32,7 @@ from lhotse.dataset.sampling.dynamic_bucketing import (
 )
 
 from wenet_lhotse.loader.distributed import plan_last_two_rounds, plan_partition
+from wenet_lhotse.loader.epochs import EpochAdvance
 
 
 @dataclass
@@ -80,7 +81,7 @@ def equal_rounds(batches: List[List[Any]], world_size: int) -> List[List[Any]]:
     return batches[:cut] + plan_last_two_rounds(batches[cut:], world_size)
 
 
-class TextBatchSampler:
+class TextBatchSampler(EpochAdvance):
     """Batches of text items limited by tokens, this rank's share of each epoch.
 
     :param items: ``TextExample`` / ``TextPairExample`` s (tokenized).
@@ -112,10 +113,7 @@ class TextBatchSampler:
                      if buckets > 1 else [])
         #: what reading the source did (set by the builder: sources.text.TextReadStats)
         self.read_stats: Any = None
-        self.epoch = 0
-        self._started = False
-        self._explicit = False
-        self._restored = False
+        self._init_epochs()
         self._plan: List[List[Any]] = []
         self._pos = 0
         self._done = False
@@ -140,17 +138,9 @@ class TextBatchSampler:
             batches = [list(b) for b in sampler]
         return equal_rounds(batches, self.world_size)
 
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-        self._explicit = True
-
     def __iter__(self) -> TextBatchSampler:
-        if self._restored:
-            self._restored = False
+        if not self._start_iter():  # a restored state: resume it
             return self
-        if self._started and not self._explicit:
-            self.epoch += 1
-        self._started, self._explicit = True, False
         self._plan = self.plan(self.epoch)[self.rank::self.world_size]
         self._pos = 0
         self._done = False
@@ -175,9 +165,7 @@ class TextBatchSampler:
         return {"kind": "text", "epoch": self.epoch, "consumed": consumed}
 
     def load_state_dict(self, sd: Dict[str, Any]) -> None:
-        self.epoch, self._started = int(sd["epoch"]), True
+        self._restored_at(sd["epoch"])
         self._plan = self.plan(self.epoch)[self.rank::self.world_size]
         self._pos = int(sd["consumed"])
         self._done = False
-        self._restored = True
-        self._explicit = False

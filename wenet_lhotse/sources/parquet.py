@@ -33,7 +33,7 @@ from lhotse import SupervisionSegment
 from lhotse.cut import Cut
 from lhotse.lazy import Dillable
 
-from wenet_lhotse.errors import SkipReport, WenetDataError
+from wenet_lhotse.errors import SkipReport, WenetDataError, reraise_worker_death
 from wenet_lhotse.formats.audio import recording_from_bytes
 
 
@@ -111,6 +111,7 @@ def row_cut(row: Dict[str, Any], cols: ParquetColumns, where: str, index: int,
     try:
         rec = recording_from_bytes(data, key)
     except Exception as err:  # noqa: BLE001 - any decoder error is this row's bad audio
+        reraise_worker_death(err)  # but not torch's killed-worker error (issue 23)
         raise bad(f"unreadable audio: {err}", "bad_audio") from None
     cut = rec.to_cut()
     text = row.get(cols.text) if cols.text else None
