@@ -24,9 +24,10 @@ from wenet_lhotse.features.fbank import WenetMfcc, WenetMfccConfig, WhisperLogMe
 from wenet_lhotse.formats.audio import load_samples, recording_from_bytes
 
 
-def device_path(features: PooledFeatures, cuts, augment: bool, epoch: int = 0):
-    """Worker side (plan_cut, collate_waves) + training side (DeviceFeatures), in cut
-    order, as the loader runs them (minus the DataLoader)."""
+def device_path(features: PooledFeatures, cuts, augment: bool, epoch: int = 0,
+                device: str = "cpu"):
+    """Worker side (plan_cut, collate_waves) on the CPU + training side (DeviceFeatures)
+    on ``device``, in cut order, as the loader runs them (minus the DataLoader)."""
     waves, draws = [], []
     for cut in cuts:
         w, d = plan_cut(features.pipeline, cut, cut_seed(features.seed, epoch, cut.id), augment)
@@ -36,7 +37,7 @@ def device_path(features: PooledFeatures, cuts, augment: bool, epoch: int = 0):
     batch = {"keys": [c.id for c in cuts], WAV_KEY: wav, WAV_LENGTHS_KEY: lens,
              DRAWS_KEY: draws, "target": torch.zeros(len(cuts), 1)}
     p = features.pipeline
-    out = DeviceFeatures(p.extractor, p.resample_to, device="cpu",
+    out = DeviceFeatures(p.extractor, p.resample_to, device=device,
                          return_pcm=p.return_audio)(batch)
     return out, wav
 

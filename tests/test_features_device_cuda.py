@@ -15,15 +15,12 @@ from __future__ import annotations
 import pytest
 import torch
 from lhotse import CutSet
+from test_features_device import device_path
 
-from wenet_lhotse.features import PooledFeatures, WenetFbank, WenetFbankConfig, cut_seed
+from wenet_lhotse.features import PooledFeatures, WenetFbank, WenetFbankConfig
 from wenet_lhotse.features.device import (
     DRAWS_KEY,
     WAV_KEY,
-    WAV_LENGTHS_KEY,
-    DeviceFeatures,
-    collate_waves,
-    plan_cut,
 )
 
 #: max abs log-mel difference allowed between the device path on CUDA and the worker path
@@ -45,19 +42,9 @@ def one_cpu_thread():
 
 
 def on_cuda(features: PooledFeatures, cuts, augment: bool, epoch: int = 0):
-    """The worker half (``plan_cut``, ``collate_waves``) on the CPU, then
-    :class:`DeviceFeatures` on ``cuda``, as the loader runs them (minus the DataLoader)."""
-    waves, draws = [], []
-    for cut in cuts:
-        w, d = plan_cut(features.pipeline, cut, cut_seed(features.seed, epoch, cut.id), augment)
-        waves.append(w)
-        draws.append(d)
-    wav, lens = collate_waves(waves)
-    batch = {"keys": [c.id for c in cuts], WAV_KEY: wav, WAV_LENGTHS_KEY: lens,
-             DRAWS_KEY: draws, "target": torch.zeros(len(cuts), 1)}
-    p = features.pipeline
-    return DeviceFeatures(p.extractor, p.resample_to, device="cuda",
-                          return_pcm=p.return_audio)(batch)
+    """The worker half on the CPU, then :class:`DeviceFeatures` on ``cuda``, as the loader
+    runs them (minus the DataLoader): test_features_device's path on another device."""
+    return device_path(features, cuts, augment, epoch, device="cuda")[0]
 
 
 def assert_close(worker_feats, worker_lens, device_batch):
