@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from wenet_lhotse.formats.parallel import map_bounded
+from wenet_lhotse.io.parallel import map_bounded
 
 
 def _square(x: int) -> int:

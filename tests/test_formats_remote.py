@@ -10,8 +10,8 @@ import pytest
 from servers import DUMMY_CREDENTIALS
 
 from wenet_lhotse.errors import WenetDataError
-from wenet_lhotse.formats.lhotse_io import install_lhotse_io_backend
-from wenet_lhotse.formats.remote import (
+from wenet_lhotse.io.lhotse_io import install_lhotse_io_backend
+from wenet_lhotse.io.remote import (
     RetryingReader,
     is_remote,
     open_remote,
@@ -204,7 +204,7 @@ def test_failures_past_retries_are_counted_in_fault_tolerant_mode(s3_proxy, monk
 def test_object_gone_mid_shard_names_the_member(s3, monkeypatch, tmp_path):
     """The object is deleted while its tar is being streamed (small range requests):
     the failure is permanent at once and names the URL and the member reached."""
-    import wenet_lhotse.formats.remote as remote
+    import wenet_lhotse.io.remote as remote
     from wenet_lhotse.errors import SkipReport
     from wenet_lhotse.formats import read_shard_list
 

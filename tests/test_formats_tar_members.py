@@ -23,8 +23,8 @@ from lhotse.utils import fastcopy
 from wenet_lhotse import SkipReport, WenetDataError
 from wenet_lhotse.formats.audio import recording_from_bytes
 from wenet_lhotse.formats.shard_reader import LazyWenetShardIterator
-from wenet_lhotse.formats.streams import TailReader
 from wenet_lhotse.formats.tar_members import TarMembers, plain_header
+from wenet_lhotse.io.streams import TailReader
 
 
 def members(data: bytes, fast: bool, chunk: int = 0):

@@ -17,7 +17,7 @@ import soundfile as sf
 from adversarial import REPO, add_sparse, cli, raw_line, tar_of, utt
 
 from wenet_lhotse import SkipReport, WenetDataError, read_raw_list, read_shard_list
-from wenet_lhotse.formats.checks import url_problem
+from wenet_lhotse.io.access import url_problem
 
 #: The address-space limit of the memory subprocesses (bytes): torch and Lhotse
 #: imported take ~1.5 GB of address space here.
@@ -210,7 +210,7 @@ def test_a_fifo_in_the_cli(fifo_shards, tmp_path, command):
 
 
 def test_a_fifo_as_a_list_or_manifest(tmp_path):
-    from wenet_lhotse.formats.streams import open_input
+    from wenet_lhotse.io.streams import open_input
     from wenet_lhotse.loader.readers import JsonlReader
     fifo = tmp_path / "cuts.jsonl"
     os.mkfifo(fifo)

@@ -145,7 +145,7 @@ def test_trickling_server_hits_the_request_deadline(corpus8, tmp_path, http_serv
 
 
 def test_trickling_server_hits_the_member_deadline(corpus8, tmp_path, http_serve):
-    from wenet_lhotse.formats.streams import ReadLimits
+    from wenet_lhotse.io.streams import ReadLimits
 
     base = http_serve(corpus8.root / "shards", mode="trickle", interval=0.2)
     lst = url_list(corpus8, base, tmp_path)

@@ -220,7 +220,7 @@ def test_a_second_writer_of_one_shar_dir_fails_fast(corpus12, tmp_path):
     out = tmp_path / "shar"
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time\n"
-         "from wenet_lhotse.formats.tempfiles import output_lock\n"
+         "from wenet_lhotse.io.tempfiles import output_lock\n"
          f"with output_lock({str(out)!r}):\n    print('held', flush=True)\n"
          "    time.sleep(120)\n"],
         stdout=subprocess.PIPE, text=True, env={**__import__("os").environ,

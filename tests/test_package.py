@@ -34,9 +34,9 @@ PUBLIC = {
 }
 
 #: Layers, bottom up: a module imports only from its own layer or those below.
-LAYERS = {"errors": 0, "formats": 1, "sources": 2, "text": 3, "features": 3, "dataset": 3,
-          "convert": 3, "loader": 4}
-TOP = 5  # wenet_compat, wenet_train, cli, demo, corpus
+LAYERS = {"errors": 0, "io": 1, "formats": 2, "sources": 3, "text": 4, "features": 4,
+          "dataset": 4, "convert": 4, "loader": 5}
+TOP = 6  # wenet_compat, wenet_train, cli, demo, corpus
 #: Side by side, never importing each other: training input and the conversion tools.
 APART = {("loader", "convert"), ("convert", "loader")}
 

@@ -17,7 +17,7 @@ class InputPath(click.Path):
     unchecked (its reader reports a missing object in one line)."""
 
     def convert(self, value, param, ctx):
-        from wenet_lhotse.formats.remote import is_remote
+        from wenet_lhotse.io.remote import is_remote
 
         if isinstance(value, str) and is_remote(value):
             return value

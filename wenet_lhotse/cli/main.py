@@ -66,8 +66,8 @@ def refuse_output_is_input(out, *inputs, option: str = "-o") -> None:
     """The one check of every command's output option: a ``click.UsageError`` (one
     line) when ``out`` names one of ``inputs`` (links resolved; None entries ignored),
     which writing would overwrite (``cmvn``, ``make-units`` and ``make-list`` did)."""
-    from wenet_lhotse.formats.remote import is_remote
-    from wenet_lhotse.formats.streams import same_file
+    from wenet_lhotse.io.remote import is_remote
+    from wenet_lhotse.io.streams import same_file
 
     if out is None or is_remote(str(out)):
         return

@@ -317,7 +317,7 @@ def compute_cmvn(
 
 def write_cmvn(stats: CmvnStats, out: Pathlike) -> Path:
     """Write WeNet's ``global_cmvn`` JSON atomically (a crash leaves no partial file)."""
-    from wenet_lhotse.formats.streams import atomic_output
+    from wenet_lhotse.io.streams import atomic_output
 
     with atomic_output(out, "w", encoding="utf-8") as f:
         f.write(json.dumps(stats.to_wenet_json()))

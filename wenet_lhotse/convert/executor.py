@@ -1,7 +1,7 @@
 """Where conversion tasks run: inline, a local process pool, or a Dask cluster.
 
 :func:`map_tasks` runs one function over a stream of jobs through the one bounded
-submit loop (:func:`~wenet_lhotse.formats.parallel.map_bounded`):
+submit loop (:func:`~wenet_lhotse.io.parallel.map_bounded`):
 
 * ``cluster=None``: a local process pool of ``num_jobs`` (the default; inline for 1);
 * ``cluster="tcp://HOST:PORT"``: the executor of a Dask ``Client`` connected to a
@@ -31,7 +31,7 @@ from concurrent.futures import CancelledError, Executor
 from contextlib import contextmanager
 from typing import Callable, Iterable, Iterator, Optional, Tuple, TypeVar
 
-from wenet_lhotse.formats.parallel import map_bounded
+from wenet_lhotse.io.parallel import map_bounded
 
 logger = logging.getLogger(__name__)
 
@@ -142,7 +142,7 @@ def map_tasks(fn: Callable[[J], R], jobs: Iterable[J], *, num_jobs: int = 1,
               timeout: float = 30.0) -> Iterator[Tuple[J, R]]:
     """``(job, fn(job))`` for every job: on the Dask cluster at ``cluster``, else on
     ``num_jobs`` local processes (inline for 1). Bounded and ordered (or as
-    completed) as :func:`~wenet_lhotse.formats.parallel.map_bounded`, which runs it.
+    completed) as :func:`~wenet_lhotse.io.parallel.map_bounded`, which runs it.
 
     On a cluster the tasks in flight follow its threads (:class:`LiveSlots`: workers
     that join later get work); a scheduler lost mid-job raises :class:`ClusterError`

@@ -34,7 +34,7 @@ from wenet_lhotse.formats.layout import is_file_or_remote, is_whole_recording
 from wenet_lhotse.formats.raw_list import raw_list_line
 from wenet_lhotse.formats.shard_writer import write_wenet_shards
 from wenet_lhotse.formats.split import chunked
-from wenet_lhotse.formats.streams import atomic_output, same_file
+from wenet_lhotse.io.streams import atomic_output, same_file
 from wenet_lhotse.sources.open import open_cuts
 
 logger = logging.getLogger(__name__)

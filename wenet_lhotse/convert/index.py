@@ -25,11 +25,11 @@ from typing import Any, Dict, List, Optional
 from wenet_lhotse.convert.executor import map_tasks
 from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.formats.keyset import KeySet
-from wenet_lhotse.formats.remote import is_remote
 from wenet_lhotse.formats.shard_index import ShardIndex, index_path, tar_problem, write_index
 from wenet_lhotse.formats.shard_list import read_shard_entries
-from wenet_lhotse.formats.streams import is_local, is_pipe
 from wenet_lhotse.formats.tar_index import TarRows, index_tar
+from wenet_lhotse.io.remote import is_remote
+from wenet_lhotse.io.streams import is_local, is_pipe
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ class IndexSummary:
 
 def _etag(url: str) -> Optional[str]:
     """The object's ETag (object storage), None when there is none."""
-    from wenet_lhotse.formats.remote import _filesystem
+    from wenet_lhotse.io.remote import _filesystem
 
     fs, path = _filesystem(url)
     try:

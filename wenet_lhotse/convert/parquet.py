@@ -30,7 +30,7 @@ from lhotse.cut import Cut
 from wenet_lhotse.errors import SkipReport
 from wenet_lhotse.formats.audio import encode_pcm16_wav, sniff_container
 from wenet_lhotse.formats.layout import cut_text
-from wenet_lhotse.formats.streams import atomic_output
+from wenet_lhotse.io.streams import atomic_output
 from wenet_lhotse.sources.parquet import LazyParquetCuts, ParquetColumns, _pyarrow
 
 EXTENSIONS = {"wav": "wav", "flac": "flac"}

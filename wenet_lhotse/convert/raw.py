@@ -28,10 +28,10 @@ from lhotse.utils import Pathlike
 from wenet_lhotse.convert.executor import map_tasks
 from wenet_lhotse.errors import SkippedItem, SkipReport, WenetDataError
 from wenet_lhotse.formats.keyset import KeySet
-from wenet_lhotse.formats.parallel import map_bounded
 from wenet_lhotse.formats.raw_list import LazyWenetRawListIterator
-from wenet_lhotse.formats.remote import is_remote
-from wenet_lhotse.formats.streams import as_path_list, atomic_output, open_input, same_file
+from wenet_lhotse.io.parallel import map_bounded
+from wenet_lhotse.io.remote import is_remote
+from wenet_lhotse.io.streams import as_path_list, atomic_output, open_input, same_file
 
 logger = logging.getLogger(__name__)
 

@@ -67,9 +67,9 @@ from wenet_lhotse.errors import SkippedItem, SkipReport, WenetDataError, short_e
 from wenet_lhotse.formats.checks import check_key
 from wenet_lhotse.formats.keyset import KeySet
 from wenet_lhotse.formats.layout import json_value
-from wenet_lhotse.formats.remote import is_remote, remote_put
 from wenet_lhotse.formats.shard_reader import ShardEntry, read_one_tar, read_shard_entries
-from wenet_lhotse.formats.tempfiles import output_lock
+from wenet_lhotse.io.remote import is_remote, remote_put
+from wenet_lhotse.io.tempfiles import output_lock
 from wenet_lhotse.sources.detect import detect_data_type
 from wenet_lhotse.sources.open import read_shar  # noqa: F401 - kept importable from here
 from wenet_lhotse.sources.shar_dir import shar_files, shard_paths

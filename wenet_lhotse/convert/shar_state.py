@@ -33,9 +33,9 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
 from lhotse.utils import Pathlike
 
 from wenet_lhotse.errors import SkippedItem, WenetDataError
-from wenet_lhotse.formats.remote import is_remote, remote_exists, remote_put
-from wenet_lhotse.formats.streams import open_input
-from wenet_lhotse.formats.tempfiles import process_running
+from wenet_lhotse.io.remote import is_remote, remote_exists, remote_put
+from wenet_lhotse.io.streams import open_input
+from wenet_lhotse.io.tempfiles import process_running
 from wenet_lhotse.sources.shar_dir import shard_paths
 
 logger = logging.getLogger(__name__)

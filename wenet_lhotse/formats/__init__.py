@@ -4,7 +4,6 @@ on a cut. Errors name file and line or tar and member (:mod:`wenet_lhotse.errors
 Telling input kinds apart and opening any of them is :mod:`wenet_lhotse.sources`."""
 
 from wenet_lhotse.errors import SkippedItem, SkipReport, WenetDataError
-from wenet_lhotse.formats.lhotse_io import install_lhotse_io_backend
 from wenet_lhotse.formats.raw_list import (
     LazyWenetRawListIterator,
     read_raw_list,
@@ -18,7 +17,8 @@ from wenet_lhotse.formats.shard_reader import (
     read_shard_list,
 )
 from wenet_lhotse.formats.shard_writer import write_wenet_shards
-from wenet_lhotse.formats.streams import ReadLimits, atomic_output, open_input
+from wenet_lhotse.io.lhotse_io import install_lhotse_io_backend
+from wenet_lhotse.io.streams import ReadLimits, atomic_output, open_input
 
 # Lhotse's readers and writers (Shar tars, manifests, url audio) reach object storage
 # from any process that imports wenet_lhotse.formats, DataLoader and Dask workers included.

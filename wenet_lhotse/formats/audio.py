@@ -265,7 +265,7 @@ def _read_pcm16(cut: Any) -> Optional[np.ndarray]:
         return None
     src = rec.sources[0]
     if src.type == "url":
-        from wenet_lhotse.formats.remote_audio import is_audio_url, read_remote_bytes
+        from wenet_lhotse.io.remote_audio import is_audio_url, read_remote_bytes
 
         if not is_audio_url(str(src.source)):
             return None

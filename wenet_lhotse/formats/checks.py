@@ -1,5 +1,5 @@
 """Checks at the boundary: what in the data may not become a file name, an
-allocation, a number or a command.
+allocation or a number.
 
 * keys (``key`` of a raw line, the member name of a tar, a cut id) become tar member
   names and file names on export; :func:`key_problem` refuses those that would be
@@ -18,15 +18,8 @@ allocation, a number or a command.
 * text must be valid Unicode (:func:`text_problem`): JSON's ``\\ud800`` escape decodes
   to a lone surrogate that no UTF-8 writer accepts.
 * times must be finite (:func:`is_finite_number`): JSON's ``NaN``/``Infinity``.
-* ``pipe:`` inputs run a shell command: only with an explicit opt-in
-  (:data:`PIPE_REFUSED`); WeNet has no ``pipe:`` at all.
-* URLs are read only through the protocols of :data:`DEFAULT_URL_PROTOCOLS`
-  (:func:`url_problem`): fsspec's archive and cache filesystems (``tar://m::x.tar``,
-  ``zip://``, ``simplecache::``) would read around the tar member checks, and
-  ``ftp://`` reaches any host and port. ``$WENET_LHOTSE_URL_PROTOCOLS`` (comma
-  separated) adds protocols; its token ``::`` allows chained URLs.
-* local inputs must be regular files (:func:`open_regular`): a FIFO named ``x.tar``
-  would block ``open()`` forever, a device (``/dev/zero``) never ends.
+* what may be opened at all (``pipe:`` commands, URL protocols, non-regular local
+  files) is :mod:`wenet_lhotse.io.access`.
 """
 
 from __future__ import annotations
@@ -34,11 +27,11 @@ from __future__ import annotations
 import math
 import os
 import re
-import stat
 import tarfile
-from typing import Any, BinaryIO, Optional
+from typing import Any, Optional
 
 from wenet_lhotse.errors import WenetDataError
+from wenet_lhotse.io.access import short as _short
 
 #: Longest key accepted, in bytes of UTF-8 (the usual file name limit).
 MAX_KEY_BYTES = 255
@@ -46,53 +39,6 @@ MAX_KEY_BYTES = 255
 #: Default cap on one tar member (bytes): 1 GiB, i.e. 9.3 h of 16 kHz 16-bit mono
 #: audio, far above any utterance; set ``WENET_LHOTSE_MAX_MEMBER_BYTES`` to change it.
 DEFAULT_MAX_MEMBER_BYTES = 1 << 30
-
-#: Why a ``pipe:`` input was not run (one line; the CLI, Python and yaml spellings).
-PIPE_REFUSED = ("'pipe:' runs a shell command; commands from data run only when allowed "
-                "(--allow-pipe on the CLI, allow_pipe=True in Python, "
-                "lhotse_conf.allow_pipe in yaml)")
-
-
-#: URL protocols read by default: local files, WeNet's http(s), object storage.
-DEFAULT_URL_PROTOCOLS = frozenset({"file", "http", "https", "s3", "s3a", "gs", "gcs", "az",
-                                   "abfs", "abfss", "adl", "hdfs", "webhdfs"})
-
-_URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
-
-
-def allowed_url_protocols() -> frozenset:
-    """:data:`DEFAULT_URL_PROTOCOLS` plus ``$WENET_LHOTSE_URL_PROTOCOLS``'s (and its
-    ``::`` token, which allows chained URLs)."""
-    extra = os.environ.get("WENET_LHOTSE_URL_PROTOCOLS", "")
-    return DEFAULT_URL_PROTOCOLS | {p.strip().lower() for p in extra.split(",") if p.strip()}
-
-
-def url_problem(url: str) -> Optional[str]:
-    """Why ``url`` is not read (a protocol outside the allow-list, or a chained
-    ``a::b`` URL), or None; a plain path or ``pipe:`` command is not a URL: None."""
-    parts = str(url).split("::")
-    if not any(_URL.match(part) for part in parts):
-        return None
-    allowed = allowed_url_protocols()
-    hint = "(allowed: " + ", ".join(sorted(allowed - {"::"})) + \
-        "; WENET_LHOTSE_URL_PROTOCOLS adds more)"
-    if "::" in str(url) and "::" not in allowed:
-        return ("chained '::' URLs read around the tar member checks: refused unless "
-                "WENET_LHOTSE_URL_PROTOCOLS holds '::'")
-    for part in parts:
-        pm = _URL.match(part)
-        if pm is not None and pm.group(1).lower() not in allowed:
-            return f"URL protocol {pm.group(1)!r} is not allowed {hint}"
-    return None
-
-
-def check_url(url: str, source: Optional[str] = None, line: Optional[int] = None) -> None:
-    """Raise :class:`WenetDataError` (kind ``"refused"``) when :func:`url_problem`."""
-    why = url_problem(url)
-    if why is not None:
-        raise WenetDataError(f"{_short(str(url), 80)}: {why}", source or str(url)[:200],
-                             line=line, kind="refused")
-
 
 #: A member of a compressed tar may decompress to at most this many times the
 #: compressed bytes it took, once past :data:`RATIO_FLOOR_BYTES` (audio compresses by
@@ -119,11 +65,6 @@ def max_member_bytes(value: Optional[int] = None) -> int:
 
 #: C0 and C1 control characters and DEL.
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
-
-
-def _short(s: str, n: int = 60) -> str:
-    r = repr(s)
-    return r if len(r) <= n else r[: n - 5] + "...'"
 
 
 def key_problem(key: Any) -> Optional[str]:
@@ -208,27 +149,3 @@ def member_problem(info: tarfile.TarInfo, limit: int) -> Optional[str]:
         return (f"member claims {info.size} bytes, over the {limit}-byte limit "
                 "(WENET_LHOTSE_MAX_MEMBER_BYTES)")
     return None
-
-
-def open_regular(path: str, name: Optional[str] = None) -> BinaryIO:
-    """``open(path, "rb")`` of a regular file only: opened non-blocking (a FIFO would
-    block ``open()`` until a writer comes), checked with ``fstat`` (no race with a
-    rename), then switched back to blocking reads. A FIFO, device, socket or directory
-    is a :class:`WenetDataError` (kind ``"io"``) naming ``name`` (default ``path``);
-    the ``OSError`` of ``open`` propagates as is."""
-    import fcntl
-
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            what = ("a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode)
-                    else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-                    else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
-            raise WenetDataError(f"{what}, not a regular file: refused (reading it could "
-                                 "block or never end)", name or path, kind="io")
-        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise

@@ -15,7 +15,7 @@ from typing import Dict, Optional, Tuple
 from lhotse.utils import Pathlike
 
 from wenet_lhotse.errors import WenetDataError
-from wenet_lhotse.formats.streams import atomic_output
+from wenet_lhotse.io.streams import atomic_output
 
 
 def _read_table(path: Pathlike, num_fields: int) -> Dict[str, Tuple[str, ...]]:

@@ -107,7 +107,7 @@ def is_whole_recording(cut) -> bool:
 def is_file_or_remote(source) -> bool:
     """True for an ``AudioSource`` that a raw list's ``wav`` can name: a file, an
     ``http(s)://`` URL or an object-storage URL (``s3://``, ...)."""
-    from wenet_lhotse.formats.remote_audio import is_audio_url
+    from wenet_lhotse.io.remote_audio import is_audio_url
 
     return source.type == "file" or source.type == "url" and is_audio_url(str(source.source))
 
@@ -126,7 +126,7 @@ def whole_recording_bytes(cut) -> Optional[Tuple[bytes, str]]:
         with open(src.source, "rb") as f:
             data = f.read()
     elif is_file_or_remote(src):
-        from wenet_lhotse.formats.remote_audio import read_remote_bytes
+        from wenet_lhotse.io.remote_audio import read_remote_bytes
 
         data = read_remote_bytes(src.source)
     else:

@@ -4,7 +4,7 @@ The members asked of one tar are sorted by offset and read in as few requests as
 possible: neighbours closer than ``gap`` bytes share one read (one ``pread`` locally).
 On object storage and HTTP a tar is read in aligned blocks of :data:`BLOCK_BYTES` (4 MiB;
 missing neighbours in one ranged GET, through the retrying readers of
-:mod:`~wenet_lhotse.formats.remote`), kept in a per-process LRU of
+:mod:`~wenet_lhotse.io.remote`), kept in a per-process LRU of
 ``$WENET_LHOTSE_RANGE_CACHE_MB`` (default 64 MiB): a sampler draws its batches from a
 buffer of a few tars read in order, so the next batches' members mostly lie in blocks
 already fetched -- large sequential ranges, not one request per utterance.
@@ -25,8 +25,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.formats.checks import max_member_bytes
-from wenet_lhotse.formats.streams import BLOCK, is_local, local_path
 from wenet_lhotse.formats.tar_members import read_exact
+from wenet_lhotse.io.streams import BLOCK, is_local, local_path
 
 #: Bytes between two members read through rather than split into two requests.
 GAP = 1 << 20
@@ -110,10 +110,10 @@ def _read_range(url: str, start: int, length: int) -> bytes:
 def _ranged_reader(url: str, start: int, length: int):
     """A retrying reader of ``url`` whose first request is for ``[start, start +
     length)`` (one range request; object storage through fsspec, HTTP through urllib3)."""
-    from wenet_lhotse.formats.http_reader import HttpReader
-    from wenet_lhotse.formats.read_limits import ReadLimits
-    from wenet_lhotse.formats.remote import RetryingReader
-    from wenet_lhotse.formats.remote_audio import is_http
+    from wenet_lhotse.io.http_reader import HttpReader
+    from wenet_lhotse.io.read_limits import ReadLimits
+    from wenet_lhotse.io.remote import RetryingReader
+    from wenet_lhotse.io.remote_audio import is_http
 
     base = HttpReader if is_http(url) else RetryingReader
 

@@ -19,7 +19,7 @@ working directory at the time :func:`read_raw_list` is called (WeNet opens them
 relative to the working directory); the recordings hold the resulting absolute paths.
 A ``wav`` may also be an ``http(s)://`` URL or an object-storage URL (``s3://...``,
 any fsspec URL; not in WeNet, whose ``torchaudio.load`` reads local files): its
-header is read in small range requests (:mod:`~wenet_lhotse.formats.remote_audio`),
+header is read in small range requests (:mod:`~wenet_lhotse.io.remote_audio`),
 retried like any remote read and within the network time limits, and the recording
 points at the URL.
 """
@@ -45,9 +45,7 @@ from wenet_lhotse.formats.checks import (
     check_key,
     is_finite_number,
     key_problem,
-    open_regular,
     text_problem,
-    url_problem,
 )
 from wenet_lhotse.formats.keyset import KeySet
 from wenet_lhotse.formats.layout import (
@@ -59,9 +57,10 @@ from wenet_lhotse.formats.layout import (
     is_whole_recording,
     json_value,
 )
-from wenet_lhotse.formats.remote import is_remote
-from wenet_lhotse.formats.remote_audio import is_audio_url, probe_remote_audio
-from wenet_lhotse.formats.streams import as_path_list, atomic_output, open_input
+from wenet_lhotse.io.access import open_regular, url_problem
+from wenet_lhotse.io.remote import is_remote
+from wenet_lhotse.io.remote_audio import is_audio_url, probe_remote_audio
+from wenet_lhotse.io.streams import as_path_list, atomic_output, open_input
 
 logger = logging.getLogger(__name__)
 
@@ -392,7 +391,7 @@ def raw_list_line(cut, list_path: str, audio_dir: Optional[Path] = None) -> byte
 
 
 def _probe_url(url: str, key: str, fail) -> Recording:
-    """:func:`~wenet_lhotse.formats.remote_audio.probe_remote_audio`, its failures as
+    """:func:`~wenet_lhotse.io.remote_audio.probe_remote_audio`, its failures as
     errors of the line (``fail``)."""
     try:
         return probe_remote_audio(url, key)

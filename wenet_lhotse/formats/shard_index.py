@@ -34,8 +34,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from wenet_lhotse.errors import WenetDataError
-from wenet_lhotse.formats.streams import atomic_output, is_local, local_path
 from wenet_lhotse.formats.tar_index import TarRows
+from wenet_lhotse.io.streams import atomic_output, is_local, local_path
 
 MAGIC = b"WENET-LHOTSE-SHARD-INDEX 1\n"
 SUFFIX = ".index"

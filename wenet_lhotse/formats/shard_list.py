@@ -11,9 +11,9 @@ from typing import List, Optional, Sequence, Union
 from lhotse.utils import Pathlike
 
 from wenet_lhotse.errors import SkipReport, WenetDataError
-from wenet_lhotse.formats.checks import PIPE_REFUSED, open_regular, url_problem
-from wenet_lhotse.formats.remote import is_remote
-from wenet_lhotse.formats.streams import as_path_list, is_local, is_pipe, local_path, open_input
+from wenet_lhotse.io.access import PIPE_REFUSED, open_regular, url_problem
+from wenet_lhotse.io.remote import is_remote
+from wenet_lhotse.io.streams import as_path_list, is_local, is_pipe, local_path, open_input
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 A shard list holds one tar per line: a local path (relative paths resolve
 against the working directory when :func:`read_shard_list` is called), an
-``http(s)://`` URL or ``pipe:CMD`` (see :mod:`wenet_lhotse.formats.streams`).
+``http(s)://`` URL or ``pipe:CMD`` (see :mod:`wenet_lhotse.io.streams`).
 Each tar is streamed once, front to back (any compression ``tarfile``'s mode
 ``r|*`` reads, no seeking; plain uncompressed tars through the faster
 :mod:`~wenet_lhotse.formats.tar_members`, with the same results). Members are
@@ -40,8 +40,8 @@ from wenet_lhotse.formats.keyset import KeySet
 from wenet_lhotse.formats.layout import AUDIO_SUFFIXES
 from wenet_lhotse.formats.shard_list import ShardEntry, read_shard_entries
 from wenet_lhotse.formats.split import reader_share
-from wenet_lhotse.formats.streams import ReadLimits, TailReader, open_input
 from wenet_lhotse.formats.tar_members import TarMembers
+from wenet_lhotse.io.streams import ReadLimits, TailReader, open_input
 
 logger = logging.getLogger(__name__)
 
@@ -346,7 +346,7 @@ def read_shard_list(
     :param max_member_bytes: largest tar member read (bytes); default
         ``$WENET_LHOTSE_MAX_MEMBER_BYTES`` or 1 GiB. Larger, sparse, link and device
         members are bad input (kind ``"bad_member"``) and never allocated.
-    :param limits: network deadlines (:class:`~wenet_lhotse.formats.read_limits.ReadLimits`;
+    :param limits: network deadlines (:class:`~wenet_lhotse.io.read_limits.ReadLimits`;
         default from the environment).
     """
     report = skip_report if skip_report is not None else SkipReport()

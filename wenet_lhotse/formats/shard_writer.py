@@ -27,9 +27,9 @@ from wenet_lhotse.formats.layout import (
     is_file_or_remote,
     whole_recording_bytes,
 )
-from wenet_lhotse.formats.parallel import map_bounded
 from wenet_lhotse.formats.split import chunked
-from wenet_lhotse.formats.streams import atomic_output
+from wenet_lhotse.io.parallel import map_bounded
+from wenet_lhotse.io.streams import atomic_output
 
 logger = logging.getLogger(__name__)
 

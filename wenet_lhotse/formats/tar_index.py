@@ -31,7 +31,7 @@ from wenet_lhotse.errors import SkipReport, WenetDataError
 from wenet_lhotse.formats.layout import AUDIO_SUFFIXES
 from wenet_lhotse.formats.shard_list import ShardEntry
 from wenet_lhotse.formats.shard_reader import LazyWenetShardIterator
-from wenet_lhotse.formats.streams import is_local, local_path
+from wenet_lhotse.io.streams import is_local, local_path
 
 #: Skip kinds after which the rest of a tar was not read.
 TAR_KINDS = ("truncated", "bad_tar", "missing_file", "io", "timeout", "bad_member")

@@ -1,7 +1,7 @@
 """The members of one tar read front to back: ``tarfile``'s results at a fraction of
 its CPU for the common tar.
 
-Contract: :class:`TarMembers` over a :class:`~wenet_lhotse.formats.streams.TailReader`
+Contract: :class:`TarMembers` over a :class:`~wenet_lhotse.io.streams.TailReader`
 yields the same members (name, size, type), returns the same member bytes, raises the
 same exceptions at the same members and reports the same end of archive
 (:meth:`TarMembers.end_problem`) as ``tarfile.open(fileobj=stream, mode="r|*")``
@@ -42,7 +42,7 @@ from typing import Any, Iterator, Optional, Tuple, Union
 
 from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.formats.checks import RATIO_FLOOR_BYTES, max_member_ratio
-from wenet_lhotse.formats.streams import BLOCK, TailReader
+from wenet_lhotse.io.streams import BLOCK, TailReader
 
 _ZERO_BLOCK = bytes(BLOCK)
 

@@ -34,8 +34,8 @@ from lhotse.cut import Cut
 from wenet_lhotse.errors import SkipReport, WenetDataError
 from wenet_lhotse.formats.shard_index import ShardIndex, index_path, tar_problem
 from wenet_lhotse.formats.shard_list import read_shard_entries
-from wenet_lhotse.formats.streams import is_local
 from wenet_lhotse.formats.tar_index import decode_extra
+from wenet_lhotse.io.streams import is_local
 from wenet_lhotse.loader.readers import PositionedReader
 from wenet_lhotse.loader.shar_audio import SHARD_KEYS  # noqa: F401  (the keys it sets)
 from wenet_lhotse.sources.meta_cut import MetaCut

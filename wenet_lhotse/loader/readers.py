@@ -24,7 +24,7 @@ from lhotse.serialization import open_best
 from lhotse.utils import compute_num_samples
 
 from wenet_lhotse.errors import SkipReport, WenetDataError
-from wenet_lhotse.formats.checks import open_regular
+from wenet_lhotse.io.access import open_regular
 from wenet_lhotse.loader.state_check import STATE_SOURCE, DuplicateIds, checked_state_line
 from wenet_lhotse.sources.manifest import parse_manifest_line, parse_manifest_meta
 from wenet_lhotse.sources.meta_cut import MetaCut

@@ -23,7 +23,7 @@ from lhotse.utils import fastcopy
 from wenet_lhotse.errors import SkipReport, WenetDataError, reraise_worker_death, short_error
 from wenet_lhotse.formats.audio import recording_from_bytes
 from wenet_lhotse.formats.member_reads import REINDEX, read_members
-from wenet_lhotse.formats.streams import is_local
+from wenet_lhotse.io.streams import is_local
 
 #: ``custom`` keys of an indexed shard cut that locate its audio (see :mod:`.index_reader`).
 SHARD_KEYS = ("shard_tar", "shard_member", "shard_offset", "shard_size")

@@ -22,7 +22,7 @@ from typing import Dict, Optional, Tuple
 from lhotse.utils import Pathlike
 
 from wenet_lhotse.errors import WenetDataError
-from wenet_lhotse.formats.remote import is_remote, open_remote
+from wenet_lhotse.io.remote import is_remote, open_remote
 from wenet_lhotse.sources.shar_dir import is_shar_dir
 
 #: Every input kind, and what it is.

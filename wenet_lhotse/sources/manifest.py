@@ -41,10 +41,11 @@ from lhotse.serialization import deserialize_item
 from lhotse.utils import Pathlike, compute_num_samples
 
 from wenet_lhotse.errors import SkipReport, WenetDataError, reraise_worker_death
-from wenet_lhotse.formats.checks import PIPE_REFUSED, TOO_DEEP, key_problem, text_problem
+from wenet_lhotse.formats.checks import TOO_DEEP, key_problem, text_problem
 from wenet_lhotse.formats.keyset import KeySet
-from wenet_lhotse.formats.remote import is_remote
-from wenet_lhotse.formats.streams import as_path_list, open_input
+from wenet_lhotse.io.access import PIPE_REFUSED
+from wenet_lhotse.io.remote import is_remote
+from wenet_lhotse.io.streams import as_path_list, open_input
 from wenet_lhotse.sources.meta_cut import MetaCut
 
 try:  # 4-5x faster than json.loads per line; Lhotse uses it too when installed

@@ -14,11 +14,11 @@ from lhotse.lazy import Dillable
 from lhotse.utils import Pathlike, fastcopy
 
 from wenet_lhotse.errors import SkipReport, WenetDataError
-from wenet_lhotse.formats.checks import PIPE_REFUSED
 from wenet_lhotse.formats.raw_list import read_raw_list
-from wenet_lhotse.formats.remote import is_remote
 from wenet_lhotse.formats.shard_reader import read_shard_list
-from wenet_lhotse.formats.streams import as_path_list
+from wenet_lhotse.io.access import PIPE_REFUSED
+from wenet_lhotse.io.remote import is_remote
+from wenet_lhotse.io.streams import as_path_list
 from wenet_lhotse.sources.detect import KINDS, detect_data_type, detect_input_kind
 from wenet_lhotse.sources.manifest import LazyCheckedManifest
 from wenet_lhotse.sources.meta_cut import MetaCut

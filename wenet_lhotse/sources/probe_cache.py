@@ -57,7 +57,7 @@ from lhotse.utils import Pathlike
 from wenet_lhotse.errors import SkippedItem, SkipReport, WenetDataError
 from wenet_lhotse.formats.keyset import KeySet
 from wenet_lhotse.formats.raw_list import LazyWenetRawListIterator
-from wenet_lhotse.formats.streams import as_path_list, atomic_output
+from wenet_lhotse.io.streams import as_path_list, atomic_output
 from wenet_lhotse.sources.manifest import LazyCheckedManifest
 
 logger = logging.getLogger(__name__)

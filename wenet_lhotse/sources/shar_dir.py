@@ -18,7 +18,7 @@ from typing import Dict, List, Optional, Tuple
 
 from lhotse.utils import Pathlike
 
-from wenet_lhotse.formats.remote import is_remote, remote_ls
+from wenet_lhotse.io.remote import is_remote, remote_ls
 
 
 def shard_index(path: Pathlike) -> Optional[int]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Union
 
 from wenet_lhotse.errors import WenetDataError
-from wenet_lhotse.formats.remote import is_remote, url_scheme
+from wenet_lhotse.io.remote import is_remote, url_scheme
 from wenet_lhotse.sources.detect import KINDS, STREAMED_KINDS, detect_input_kind
 from wenet_lhotse.sources.shar_dir import shar_fields
 

@@ -1,8 +1,8 @@
 """Text-only sources: sentences for language-model / text-decoder batches.
 
 A text source (``type: text`` in ``lhotse_conf.sources``) is one or more files, local or
-at any URL :func:`~wenet_lhotse.formats.streams.open_input` reads (``s3://`` and other
-fsspec URLs through :mod:`~wenet_lhotse.formats.remote`, ``http(s)://``), optionally
+at any URL :func:`~wenet_lhotse.io.streams.open_input` reads (``s3://`` and other
+fsspec URLs through :mod:`~wenet_lhotse.io.remote`, ``http(s)://``), optionally
 gzip-compressed (``.gz``):
 
 * plain text: one sentence a line (blank lines are skipped, and counted);
@@ -43,7 +43,7 @@ import numpy as np
 from lhotse.cut.text import TextExample, TextPairExample
 
 from wenet_lhotse.errors import SkipReport, WenetDataError
-from wenet_lhotse.formats.streams import open_input
+from wenet_lhotse.io.streams import open_input
 
 logger = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from typing import Iterable, Iterator, List, Optional, Tuple
 from lhotse.utils import Pathlike
 
 from wenet_lhotse.errors import WenetDataError
-from wenet_lhotse.formats.streams import atomic_output
+from wenet_lhotse.io.streams import atomic_output
 
 #: The special symbols, in WeNet's current order (ids 0, 1, 2).
 SPECIAL_UNITS = ("<blank>", "<unk>", "<sos/eos>")

@@ -1,9 +1,9 @@
 """Lhotse's IO for object-storage and HTTP URLs: :func:`install_lhotse_io_backend`
-registers :mod:`wenet_lhotse.formats.remote`'s retrying reader and atomic writer as a
+registers :mod:`wenet_lhotse.io.remote`'s retrying reader and atomic writer as a
 Lhotse IO backend, so Lhotse's own readers and writers (``CutSet.from_file``, Shar
 tars and manifests, ``SharWriter``, ``AudioSource(type="url")``) take ``s3://`` and
 other fsspec URLs; ``http(s)://`` URLs are read (not written) through
-:class:`~wenet_lhotse.formats.http_reader.HttpReader`. Lhotse would need
+:class:`~wenet_lhotse.io.http_reader.HttpReader`. Lhotse would need
 ``smart_open`` for them and has no resume-at-offset nor time limits.
 Importing :mod:`wenet_lhotse.formats` (any of its modules) installs it.
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 import io
 from typing import BinaryIO
 
-from wenet_lhotse.formats.remote import _filesystem, open_remote, remote_error
-from wenet_lhotse.formats.remote_audio import is_audio_url, is_http, open_audio_url
+from wenet_lhotse.io.remote import _filesystem, open_remote, remote_error
+from wenet_lhotse.io.remote_audio import is_audio_url, is_http, open_audio_url
 
 
 def _open_for_lhotse(url: str, mode: str):

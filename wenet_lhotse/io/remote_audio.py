@@ -1,9 +1,9 @@
 """Audio files at URLs named by a raw list's ``wav``: ``s3://`` (any fsspec URL, not
 in WeNet) and ``http(s)://``. Header probes and whole-file reads go through the
-retrying readers (:class:`~wenet_lhotse.formats.remote.RetryingReader` for fsspec,
-:class:`~wenet_lhotse.formats.http_reader.HttpReader` for HTTP): transient failures
+retrying readers (:class:`~wenet_lhotse.io.remote.RetryingReader` for fsspec,
+:class:`~wenet_lhotse.io.http_reader.HttpReader` for HTTP): transient failures
 retried, reading resumed at the offset reached, within the time limits of
-:class:`~wenet_lhotse.formats.read_limits.ReadLimits` (stall, whole-request deadline).
+:class:`~wenet_lhotse.io.read_limits.ReadLimits` (stall, whole-request deadline).
 
 * :func:`probe_remote_audio` reads the header through a seekable reader in small
   range requests (about 24 KiB for a WAV or FLAC file, measured in
@@ -11,7 +11,7 @@ retried, reading resumed at the offset reached, within the time limits of
   An HTTP server that ignores range requests sends the whole file, which is then
   probed in memory; so are formats libsndfile does not read (mp3, m4a, ...), by Lhotse.
 * The recording points at the URL (``AudioSource(type="url")``); Lhotse loads such
-  sources through the IO backend of :mod:`wenet_lhotse.formats.lhotse_io`, and
+  sources through the IO backend of :mod:`wenet_lhotse.io.lhotse_io`, and
   :func:`~wenet_lhotse.formats.audio.load_samples` through :func:`read_remote_bytes`.
 
 Failures are :class:`~wenet_lhotse.errors.WenetDataError` naming the URL (kind
@@ -26,8 +26,8 @@ import io
 
 from lhotse import AudioSource, Recording
 
-from wenet_lhotse.formats.read_limits import ReadLimits
-from wenet_lhotse.formats.remote import ResumableReader, RetryingReader, is_remote
+from wenet_lhotse.io.read_limits import ReadLimits
+from wenet_lhotse.io.remote import ResumableReader, RetryingReader, is_remote
 
 #: Bytes a header probe requests per range (fsspec's read-ahead block; one HTTP
 #: range request), and the buffer (bytes) libsndfile's small reads are served from.
@@ -49,7 +49,7 @@ def open_audio_url(url: str, block_size=None) -> ResumableReader:
     """The raw retrying reader of ``url`` (limits from the environment); seekable with
     ``block_size`` (bytes per range request)."""
     if is_http(url):
-        from wenet_lhotse.formats.http_reader import HttpReader
+        from wenet_lhotse.io.http_reader import HttpReader
 
         return HttpReader(url, ReadLimits(), block_size=block_size)
     return RetryingReader(url, block_size=block_size, limits=ReadLimits())

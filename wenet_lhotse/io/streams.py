@@ -7,12 +7,12 @@ streamed from anywhere), one of:
 * ``file://PATH``;
 * an ``http://`` / ``https://`` URL, streamed with urllib3 (WeNet pipes these
   through ``wget -O -``; we stream in-process, check the HTTP status, and resume a
-  dropped connection with a range request: :mod:`wenet_lhotse.formats.http_reader`);
+  dropped connection with a range request: :mod:`wenet_lhotse.io.http_reader`);
 * ``pipe:CMD``: the standard output of a shell command (``pipe:aws s3 cp s3://b/x.tar -``),
   only with ``allow_pipe=True`` (a command from data is never run otherwise).
   A command that exits with a non-zero status after its output was read to the
   end is an error naming the command and the tail of its stderr;
-* ``s3://`` and any other fsspec URL: :mod:`wenet_lhotse.formats.remote` (transient
+* ``s3://`` and any other fsspec URL: :mod:`wenet_lhotse.io.remote` (transient
   failures retried, reading resumed at the byte offset reached).
 
 Network reads have limits and retries (:class:`ReadLimits`, from the environment by
@@ -43,10 +43,10 @@ from typing import BinaryIO, Iterable, Iterator, List, Optional, Tuple, Union
 from lhotse.utils import Pathlike
 
 from wenet_lhotse.errors import WenetDataError
-from wenet_lhotse.formats.checks import PIPE_REFUSED, open_regular
-from wenet_lhotse.formats.http_reader import HttpReader, ReadLimits
-from wenet_lhotse.formats.remote import is_remote, open_remote, remote_output
-from wenet_lhotse.formats.tempfiles import remove_stale_temp_files, temp_prefix
+from wenet_lhotse.io.access import PIPE_REFUSED, open_regular
+from wenet_lhotse.io.http_reader import HttpReader, ReadLimits
+from wenet_lhotse.io.remote import is_remote, open_remote, remote_output
+from wenet_lhotse.io.tempfiles import remove_stale_temp_files, temp_prefix
 
 logger = logging.getLogger(__name__)
 
@@ -182,7 +182,7 @@ def atomic_output(path: Pathlike, mode: str = "wb", encoding: Optional[str] = No
     ``os.replace`` it onto ``path``; on error remove it. Parent dirs are created.
     The result gets the permissions a plain ``open()`` gives (0666 minus the umask),
     not ``mkstemp``'s 0600, so files written for a team stay readable by it.
-    An object-store URL is written with :func:`~wenet_lhotse.formats.remote.remote_output`
+    An object-store URL is written with :func:`~wenet_lhotse.io.remote.remote_output`
     (the object appears only when the upload completes).
 
     The temporary file is named ``.<name>.<pid>@<host>.XXXXXXXX.tmp`` (shortened for

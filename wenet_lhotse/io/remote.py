@@ -11,7 +11,7 @@ failure (no such bucket or object, access denied, or transient errors that outla
 ``retries``) raises :class:`~wenet_lhotse.errors.WenetDataError` (kind
 ``"io"`` or ``"missing_file"``) naming the URL; the shard reader adds the member
 reached and a fault-tolerant reader counts it. Reads are bounded in time like HTTP
-reads (:class:`~wenet_lhotse.formats.read_limits.ReadLimits`: each call into fsspec
+reads (:class:`~wenet_lhotse.io.read_limits.ReadLimits`: each call into fsspec
 within the stall limit, the object within the deadlines; final, kind ``"timeout"``).
 
 Credentials, endpoints and regions come only from the library's standard places
@@ -22,9 +22,9 @@ config files); this module never reads, passes or logs them.
 Writing (:func:`remote_output`) hands the bytes to fsspec and commits only on
 success: an S3 object appears when its (multipart) upload completes, and a failed
 write is discarded, so a reader never sees half a file -- the object-store
-counterpart of :func:`wenet_lhotse.formats.streams.atomic_output`.
+counterpart of :func:`wenet_lhotse.io.streams.atomic_output`.
 
-:func:`~wenet_lhotse.formats.lhotse_io.install_lhotse_io_backend` registers the
+:func:`~wenet_lhotse.io.lhotse_io.install_lhotse_io_backend` registers the
 same reader and writer as a Lhotse IO backend, so Lhotse's own readers and writers
 (``CutSet.from_file``, Shar tars and manifests, ``SharWriter``) take these URLs too;
 importing :mod:`wenet_lhotse.formats` (so any of its modules) installs it. Lhotse
@@ -32,8 +32,8 @@ would need ``smart_open`` for them and has no resume-at-offset; without
 ``smart_open`` it refuses them.
 
 :class:`ResumableReader` is the retry-and-resume loop; :class:`RetryingReader` runs it
-over fsspec, :class:`~wenet_lhotse.formats.http_reader.HttpReader` over urllib3.
-``http(s)://`` stays with :mod:`wenet_lhotse.formats.http_reader` for WeNet inputs
+over fsspec, :class:`~wenet_lhotse.io.http_reader.HttpReader` over urllib3.
+``http(s)://`` stays with :mod:`wenet_lhotse.io.http_reader` for WeNet inputs
 (WeNet's semantics).
 """
 
@@ -48,8 +48,8 @@ from contextlib import contextmanager
 from typing import BinaryIO, Iterator, List, Optional
 
 from wenet_lhotse.errors import WenetDataError, is_worker_death, reraise_worker_death
-from wenet_lhotse.formats.checks import check_url
-from wenet_lhotse.formats.read_limits import (  # noqa: F401  (re-exported)
+from wenet_lhotse.io.access import check_url
+from wenet_lhotse.io.read_limits import (  # noqa: F401  (re-exported)
     BACKOFF,
     RETRIES,
     BoundedCaller,
