@@ -1,4 +1,4 @@
-"""formats.parallel: results in input order, bounded in flight, any pool size."""
+"""io.parallel: results in input order, bounded in flight, any pool size."""
 
 from __future__ import annotations
 

@@ -65,7 +65,7 @@ def test_bad_lines_named_or_counted(corpus, tok, tmp_path):
 
 
 def test_text_from_object_storage(corpus, tok, s3, tmp_path):
-    """A gzipped text file on a (moto) S3 server, read through formats.remote."""
+    """A gzipped text file on a (moto) S3 server, read through io.remote."""
     ch = _chars(corpus)
     local = tmp_path / "up"
     local.mkdir()

@@ -90,7 +90,7 @@ def show_progress() -> bool:
 
 def _exit_on_sigterm(signum, frame) -> None:
     # SystemExit unwinds the stack: atomic writers remove their temporary files and
-    # process pools end their workers (formats.parallel) before the process exits.
+    # process pools end their workers (io.parallel) before the process exits.
     raise SystemExit(128 + signum)
 
 

@@ -66,7 +66,7 @@ logger = logging.getLogger(__name__)
 BLOCK_SIZE = 8 << 20
 
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
-#: Schemes handled elsewhere: local files, and WeNet's http(s) (formats.streams).
+#: Schemes handled elsewhere: local files, and WeNet's http(s) (io.streams).
 _NOT_REMOTE = {"file", "http", "https"}
 
 
