@@ -13,6 +13,7 @@ MODULES = [
     "wenet_lhotse.features.fbank",
     "wenet_lhotse.features.recipe",
     "wenet_lhotse.features.strategy",
+    "wenet_lhotse.io.policy",
     "wenet_lhotse.loader.build",
     "wenet_lhotse.loader.config",
     "wenet_lhotse.loader.schema",

@@ -1,0 +1,84 @@
+"""How inputs are read, in one object: :class:`ReadPolicy`.
+
+Every reader (raw lists, tar shards, manifests, Shar, Parquet, text sources, remote
+audio) takes one ``policy`` instead of loose flags: whether the first bad item raises
+(``strict``, WeNet's behaviour) or is skipped and recorded (``skip_report``), whether
+shell commands from the data may run (``allow_pipe``), which URL protocols may be read
+(``url_protocols``), the size cap of one tar member (``max_member_bytes``) and the time
+limits and retries of network reads (``limits``). Public entry points still accept the
+old keywords (``strict=``, ``skip_report=``, ``allow_pipe=``) and turn them into a policy
+once, at the boundary (:meth:`ReadPolicy.of`).
+
+A policy is picklable: it travels to DataLoader workers and pool processes with the
+reader; its ``skip_report`` is then the worker's copy, forwarded back with the batches
+(:data:`~wenet_lhotse.errors.BATCH_SKIPS_KEY`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, FrozenSet, Optional
+
+from wenet_lhotse.errors import SkipReport, WenetDataError
+from wenet_lhotse.io.read_limits import ReadLimits
+
+
+@dataclass
+class ReadPolicy:
+    """What a reader does with bad input and what it may open.
+
+    :param strict: raise on the first bad item (WeNet's behaviour); otherwise skip it
+        and record it in ``skip_report``.
+    :param skip_report: where skips are recorded (one is made when not given).
+    :param allow_pipe: run ``pipe:`` inputs and ``command`` audio sources (shell
+        commands from the data); refused otherwise.
+    :param url_protocols: URL protocols read besides the defaults of
+        :data:`~wenet_lhotse.io.access.DEFAULT_URL_PROTOCOLS` (``None``: only those and
+        ``$WENET_LHOTSE_URL_PROTOCOLS``).
+    :param max_member_bytes: largest tar member read, in bytes (``None``:
+        ``$WENET_LHOTSE_MAX_MEMBER_BYTES`` or 1 GiB).
+    :param limits: time limits (seconds) and retries of network reads.
+
+    >>> ReadPolicy().strict, ReadPolicy(strict=False).allow_pipe
+    (True, False)
+    >>> p = ReadPolicy(strict=False)
+    >>> p.handle(WenetDataError("bad json", "data.list", line=3)); len(p.skip_report)
+    1
+    """
+
+    strict: bool = True
+    skip_report: Optional[SkipReport] = None
+    allow_pipe: bool = False
+    url_protocols: Optional[FrozenSet[str]] = None
+    max_member_bytes: Optional[int] = None
+    limits: ReadLimits = field(default_factory=ReadLimits)
+
+    def __post_init__(self) -> None:
+        if self.skip_report is None:
+            self.skip_report = SkipReport()
+        if self.url_protocols is not None:
+            self.url_protocols = frozenset(p.lower() for p in self.url_protocols)
+
+    @classmethod
+    def of(cls, policy: Optional[ReadPolicy] = None, **legacy: Any) -> ReadPolicy:
+        """``policy``, or one made from the old keywords (``strict``, ``skip_report``,
+        ``allow_pipe``, ...; ``None`` values are left at their defaults). Giving both
+        a policy and keywords that differ from it is an error."""
+        given = {k: v for k, v in legacy.items() if v is not None}
+        if policy is None:
+            return cls(**given)
+        clash = [k for k, v in given.items()
+                 if getattr(policy, k) is not v and getattr(policy, k) != v]
+        if clash:
+            raise TypeError(f"give either policy= or {', '.join(sorted(clash))}=, not both")
+        return policy
+
+    def replace(self, **changes: Any) -> ReadPolicy:
+        """A copy with ``changes`` (the skip report is shared unless replaced)."""
+        return dataclasses.replace(self, **changes)
+
+    def handle(self, err: WenetDataError) -> None:
+        """Raise ``err`` when strict; otherwise record it in the skip report."""
+        assert self.skip_report is not None
+        self.skip_report.handle(err, self.strict)
