@@ -272,6 +272,10 @@ class LoaderConfig:
     def split(self) -> str:
         return self.rules.name
 
+    def read_policy(self, skip_report: Optional[SkipReport] = None) -> ReadPolicy:
+        """The loader's ONE read policy (:meth:`LhotseConf.read_policy`)."""
+        return self.lhotse.read_policy(skip_report)
+
     def for_split(self, split: str) -> LoaderConfig:
         """This ``dataset_conf`` read for ``split`` (``train``, ``cv`` or ``infer``): the one
         place where splits differ (:class:`~wenet_lhotse.dataset.splits.SplitRules`)."""
