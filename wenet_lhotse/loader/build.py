@@ -39,6 +39,7 @@ from wenet_lhotse.dataset.splits import SPLITS, split_rules  # noqa: F401  (SPLI
 from wenet_lhotse.errors import SkipReport
 from wenet_lhotse.features.device import DeviceFeatures
 from wenet_lhotse.formats.split import reader_share
+from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.loader.bins import (  # noqa: F401  (estimate_bins: public here before)
     WorkerEdges,
     bins_and_budget,
@@ -67,8 +68,7 @@ from wenet_lhotse.loader.index_reader import shard_indexes
 from wenet_lhotse.loader.mixed import build_mixed_loader, mixes_by_batch
 from wenet_lhotse.loader.mux import PositionedStream, ResumableMux
 from wenet_lhotse.loader.sampler import ResumableBucketingSampler
-from wenet_lhotse.loader.shar_audio import SharAudioAttacher
-from wenet_lhotse.loader.source_readers import map_reader, source_metadata
+from wenet_lhotse.loader.source_readers import audio_attacher, map_reader, source_metadata
 from wenet_lhotse.loader.streamed import INITIAL_FILL, StreamedEpochDataset
 from wenet_lhotse.loader.wenet_dataset import CutTransform, make_wenet_dataset
 from wenet_lhotse.sources import SourceSpec, mux_sources, parse_sources
@@ -116,6 +116,8 @@ class LoaderPlan:
     rank: int
     strict: bool
     skip_report: SkipReport
+    #: how every source is read (``lhotse_conf``'s :meth:`~.config.LhotseConf.read_policy`)
+    policy: ReadPolicy
     num_workers: int
     prefetch_factor: Optional[int]
     loader_kw: Dict[str, Any]
@@ -137,7 +139,7 @@ def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
 
     def mux_and_constraint() -> Tuple[ResumableMux, List[float], Any]:
         # train: the sampler holds metadata and builds only its rank's emitted cuts
-        streams = [PositionedStream(map_reader(s, cfg, seed, plan.strict, plan.skip_report,
+        streams = [PositionedStream(map_reader(s, cfg, seed, plan.policy,
                                                 light=cfg.rules.training,
                                                 index=plan.indexes.get(i)), tf)
                    for i, (s, tf) in enumerate(zip(specs, plan.transforms))]
@@ -169,14 +171,13 @@ def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
             batches = reader_share(plan_partition(batches, ws), rk, ws)
         return batches
 
-    attach = (SharAudioAttacher(plan.strict)
-              if any(get_kind(s.type).late_audio for s in specs) or plan.indexes else None)
+    attach = audio_attacher(specs, plan.policy, indexed=bool(plan.indexes))
     dataset_for_loader = LoaderDataset(dataset, attach)
     in_order = wants_in_order(cfg.dataset_conf, split, len(specs), cfg.shuffle,
                               cfg.list_shuffle, cfg.batching.by)
     if in_order:  # WeNet's deterministic order: its batches, planned once per rank
         def in_order_plan() -> List[CutSet]:
-            reader = map_reader(specs[0], cfg, seed, plan.strict, plan.skip_report,
+            reader = map_reader(specs[0], cfg, seed, plan.policy,
                                  index=plan.indexes.get(0))
             cuts, _ = PositionedStream(reader).open(0)
             return plan_in_order(cuts, plan.transforms[0], in_order_batcher(cfg, seed),
@@ -211,7 +212,7 @@ def build_streamed_loader(plan: LoaderPlan, dataset: Any) -> StreamedDataLoader:
     the loader's first ``iter()``)."""
     cfg, lconf, split = plan.cfg, plan.cfg.lhotse, plan.split
     specs, seed, ws, rk = plan.specs, plan.seed, plan.world_size, plan.rank
-    strict, weights, transforms = plan.strict, plan.weights, plan.transforms
+    weights, transforms = plan.weights, plan.transforms
     train = cfg.rules.training
     if lconf.bucket_bins_2d:  # (issue 22)
         raise ValueError("lhotse_conf.bucket_bins_2d: 2D buckets need map-style loading "
@@ -228,7 +229,7 @@ def build_streamed_loader(plan: LoaderPlan, dataset: Any) -> StreamedDataLoader:
 
     def sampled() -> Dict[str, Any]:
         """Budget (and edges) from the mean of the first cuts, read here."""
-        sample_cuts = mux_sources([source_metadata(s, strict, tf)
+        sample_cuts = mux_sources([source_metadata(s, plan.policy, tf)
                                    for s, tf in zip(specs, transforms)], weights, seed=seed)
         bins, max_duration, formula = bins_and_budget(
             iter(sample_cuts), cfg, min(lconf.num_cuts_for_bins_estimate, INITIAL_FILL),
@@ -256,7 +257,7 @@ def build_streamed_loader(plan: LoaderPlan, dataset: Any) -> StreamedDataLoader:
     ds = StreamedEpochDataset(dataset, specs, transforms, sampler_kw, seed=seed,
                               shuffle=cfg.shuffle, stop_early=lconf.mux_stop_early,
                               rank=rk if partition else 0, world_size=ws if partition else 1,
-                              strict=strict, cycle=cfg.cycle)
+                              policy=plan.policy, cycle=cfg.cycle)
     if need_mean:
         ds.defer(sampled)
     equal = train and lconf.equal_steps
@@ -335,7 +336,8 @@ def build_dataloader(
     specs = parse_sources(flatten_sources(sources, lconf.reweight_temperature),
                           allow_pipe=lconf.allow_pipe)
     ws, rk = world_info(world_size, rank)
-    strict = not lconf.fault_tolerant
+    policy = lconf.read_policy(skip_report)
+    strict = policy.strict
     if dataset is None:
         dataset = make_wenet_dataset(tokenizer, cfg.dataset_conf, split, seed=seed)
     transform = DeviceFeatures.for_dataset(dataset, lconf.features_on, lconf.device)
@@ -353,9 +355,9 @@ def build_dataloader(
         from lhotse.dataset.dataloading import make_worker_init_fn
 
         loader_kw["worker_init_fn"] = make_worker_init_fn(rank=rk, world_size=ws, seed=seed)
-    indexes = (shard_indexes(specs, lconf, strict, skip_report, split)
+    indexes = (shard_indexes(specs, lconf, split=split, policy=policy)
                if lconf.mode != "streamed" else {})
-    plan = LoaderPlan(specs, transforms, cfg, split, seed, ws, rk, strict, skip_report,
+    plan = LoaderPlan(specs, transforms, cfg, split, seed, ws, rk, strict, skip_report, policy,
                       num_workers, prefetch_factor, loader_kw, indexes)
     # (issue 22) text / speech-only sources or mix_by: batch -> one sampler per source
     if mixes_by_batch(specs, lconf.mix_by):

@@ -26,7 +26,7 @@ from wenet_lhotse.loader.constraints import batch_constraint
 from wenet_lhotse.loader.dataloader import EpochTaggedSampler, LoaderDataset, MapDataLoader
 from wenet_lhotse.loader.mux import PositionedStream, ResumableMux
 from wenet_lhotse.loader.sampler import ResumableBucketingSampler
-from wenet_lhotse.loader.shar_audio import SharAudioAttacher
+from wenet_lhotse.loader.source_readers import audio_attacher
 from wenet_lhotse.loader.text_sampler import TextBatchSampler
 from wenet_lhotse.loader.wenet_dataset import CutTransform
 from wenet_lhotse.sources.registry import get_kind
@@ -48,7 +48,7 @@ def mixes_by_batch(specs: List[SourceSpec], mix_by: str) -> bool:
 def _speech_sampler(plan: Any, spec: SourceSpec, transform: Any, seed: int, depth: int,
                     map_reader: Callable[..., Any]) -> ResumableBucketingSampler:
     cfg, lconf = plan.cfg, plan.cfg.lhotse
-    reader = map_reader(spec, cfg, seed, plan.strict, plan.skip_report, light=True)
+    reader = map_reader(spec, cfg, seed, plan.policy, light=True)
     mux = ResumableMux([PositionedStream(reader, transform)], [1.0], seed=seed)
     mux.start(0)
     lengths = split_lengths(cfg, "train", seed)
@@ -71,8 +71,7 @@ def _text_sampler(plan: Any, spec: SourceSpec, tokenizer: Any, seed: int) -> Tex
                          "lhotse_conf.max_tokens_in_batch (padded tokens per text batch)")
     items, stats = read_text_source(spec.paths, tokenizer, name=spec.name or "text",
                                     filter_conf=cfg.dataset_conf.get("filter_conf") or {},
-                                    tags=spec.tags, strict=plan.strict,
-                                    skip_report=plan.skip_report, allow_pipe=spec.allow_pipe)
+                                    tags=spec.tags, policy=plan.policy)
     sampler = TextBatchSampler(items, max_tokens=lconf.max_tokens_in_batch,
                                num_buckets=lconf.num_buckets, shuffle=cfg.shuffle,
                                world_size=plan.world_size, rank=plan.rank, seed=seed)
@@ -83,7 +82,7 @@ def _text_sampler(plan: Any, spec: SourceSpec, tokenizer: Any, seed: int) -> Tex
 def build_mixed_loader(plan: Any, dataset: Any, tokenizer: Any,
                        map_reader: Callable[..., Any]) -> MapDataLoader:
     """The mixed-by-batch training loader for ``plan`` (a :class:`~.build.LoaderPlan`);
-    ``map_reader(spec, cfg, seed, strict, skip_report, light=)`` opens a speech source as a
+    ``map_reader(spec, cfg, seed, policy, light=)`` opens a speech source as a
     positioned reader (the builder's, as map mode does)."""
     if plan.split != "train":
         raise ValueError("text sources, speech-only sources and mix_by: batch are for "
@@ -103,8 +102,7 @@ def build_mixed_loader(plan: Any, dataset: Any, tokenizer: Any,
     sampler = BatchMuxSampler(samplers, plan.weights, names=[s.name for s in plan.specs],
                               repeat=[s.repeat for s in plan.specs], seed=plan.seed,
                               steps_per_epoch=lconf.steps_per_epoch, history=depth)
-    attach = SharAudioAttacher(plan.strict) \
-        if any(get_kind(s.type).late_audio for s in plan.specs) else None
+    attach = audio_attacher(plan.specs, plan.policy)
     return MapDataLoader(LoaderDataset(KindDataset(dataset, attach)),
                          sampler=EpochTaggedSampler(sampler), skip_report=plan.skip_report,
                          **plan.loader_kw)

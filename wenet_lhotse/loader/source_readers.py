@@ -20,6 +20,7 @@ from wenet_lhotse.loader.config import LoaderConfig
 from wenet_lhotse.loader.cycle import CycledReader
 from wenet_lhotse.loader.index_reader import IndexReader
 from wenet_lhotse.loader.readers import JsonlReader, ListReader, shar_reader
+from wenet_lhotse.loader.shar_audio import SharAudioAttacher
 from wenet_lhotse.sources import SourceSpec
 from wenet_lhotse.sources.registry import get_kind
 
@@ -44,7 +45,7 @@ class SourceReaders:
 
     def _kw(self) -> dict:
         return {"shuffle_files": self.shuffle, "seed": self.seed, "light": self.light,
-                "strict": self.policy.strict, "skip_report": self.policy.skip_report}
+                "policy": self.policy}
 
     def jsonl(self, paths: Sequence[str]) -> JsonlReader:
         return JsonlReader(paths, **self._kw())
@@ -57,8 +58,8 @@ class SourceReaders:
                           buffer_size=self.buffer_size)
 
 
-def map_reader(spec: SourceSpec, cfg: LoaderConfig, seed: int, strict: bool,
-               skip_report: Optional[SkipReport], light: bool = False,
+def map_reader(spec: SourceSpec, cfg: LoaderConfig, seed: int, policy: ReadPolicy,
+               light: bool = False,
                index: Optional[List[Tuple[str, List[int]]]] = None) -> Any:
     """The source as a positioned reader: WeNet's ``list_shuffle`` reorders its lines
     (in memory) or files (manifests, Shar) or tars (indexed shards: ``index``, the parts
@@ -66,20 +67,29 @@ def map_reader(spec: SourceSpec, cfg: LoaderConfig, seed: int, strict: bool,
     many times per epoch (:class:`~.cycle.CycledReader`)."""
     reader: Any
     if index is not None:
-        reader = IndexReader(index, shuffle=cfg.list_shuffle, seed=seed, strict=strict,
-                             skip_report=skip_report, light=light)
+        reader = IndexReader(index, shuffle=cfg.list_shuffle, seed=seed, light=light,
+                             policy=policy)
     else:
-        readers = SourceReaders(ReadPolicy(strict=strict, skip_report=skip_report),
-                                shuffle=cfg.list_shuffle, seed=seed, light=light,
+        readers = SourceReaders(policy, shuffle=cfg.list_shuffle, seed=seed, light=light,
                                 buffer_size=cfg.list_shuffle_size,
                                 probe_cache=cfg.lhotse.probe_cache)
         reader = get_kind(spec.type).map_reader(spec, readers)
     return CycledReader(reader, cfg.cycle) if cfg.cycle > 1 else reader
 
 
-def source_metadata(spec: SourceSpec, strict: bool, transform: Any) -> CutSet:
+def source_metadata(spec: SourceSpec, policy: ReadPolicy, transform: Any) -> CutSet:
     """The source's cuts for estimating bins, ``transform`` applied: as its kind reads
     them without audio (Shar: its cuts jsonl only; shard lists read their first tars)."""
-    quiet = SkipReport(log=False)  # skips met here are met, and counted, again for batches
-    readers = SourceReaders(ReadPolicy(strict=strict, skip_report=quiet))
+    # skips met here are met, and counted, again for batches
+    readers = SourceReaders(policy.replace(skip_report=SkipReport(log=False)))
     return get_kind(spec.type).metadata(spec, readers, transform)
+
+
+def audio_attacher(specs: Sequence[SourceSpec], policy: ReadPolicy,
+                   indexed: bool = False) -> Optional[SharAudioAttacher]:
+    """What fetches the audio of map-style cuts read without it -- sources whose kind
+    has ``late_audio`` (Shar), or ``indexed`` shard lists -- or None. It reads as
+    ``policy`` says, into a report of its own (forwarded with each batch)."""
+    if not indexed and not any(get_kind(s.type).late_audio for s in specs):
+        return None
+    return SharAudioAttacher(policy=policy.replace(skip_report=SkipReport()))

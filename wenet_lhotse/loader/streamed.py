@@ -43,6 +43,7 @@ from wenet_lhotse.errors import (
     WenetDataError,
     WorkerFailed,
 )
+from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.loader.bins import WorkerEdges, log_edges
 from wenet_lhotse.loader.bucketing import BucketingSampler, SteppedBucketer
 from wenet_lhotse.loader.ledger import BatchCounts, batch_size_of
@@ -177,7 +178,8 @@ class StreamedEpochDataset(torch.utils.data.IterableDataset):
 
     def __init__(self, dataset: Any, specs: Sequence[SourceSpec], transforms: Sequence[Any],
                  sampler_kw: Dict[str, Any], seed: int, shuffle: bool, stop_early: bool,
-                 rank: int, world_size: int, strict: bool = True, cycle: int = 1) -> None:
+                 rank: int, world_size: int, strict: bool = True, cycle: int = 1, *,
+                 policy: Optional[ReadPolicy] = None) -> None:
         super().__init__()
         self.dataset = dataset
         self.specs = list(specs)
@@ -187,9 +189,12 @@ class StreamedEpochDataset(torch.utils.data.IterableDataset):
         self.shuffle = shuffle
         self.stop_early = stop_early
         self.rank, self.world_size = rank, world_size
-        self.strict = strict
         self.cycle = int(cycle)  # WeNet's dataset_conf.cycle: passes over the tars per epoch
         self.skip_report = SkipReport()  # this worker's reader skips, forwarded per batch
+        #: how the sources are read (default: ``strict``'s), skips into ``skip_report``
+        self.policy = (policy or ReadPolicy(strict=strict)).replace(
+            skip_report=self.skip_report)
+        self.strict = self.policy.strict
         self.epoch = -1
         self._next_epoch: Optional[int] = None
         self._edges_logged = False
@@ -258,9 +263,9 @@ class StreamedEpochDataset(torch.utils.data.IterableDataset):
             kw = get_kind(spec.type).stream_kw(
                 spec, rank=self.rank, world_size=self.world_size, worker=worker,
                 num_workers=num_workers, shuffle=self.shuffle, seed=self.seed, epoch=epoch)
-            cutsets.append(open_source(spec, strict=self.strict, shuffle_shards=self.shuffle,
+            cutsets.append(open_source(spec, policy=self.policy, shuffle_shards=self.shuffle,
                                        seed=self.seed, epoch=epoch, split_for_dataloading=True,
-                                       transform=tf, skip_report=self.skip_report, **kw))
+                                       transform=tf, **kw))
         return mux_sources(cutsets, [s.weight for s in self.specs], seed=self.seed + epoch,
                            stop_early=self.stop_early)
 

@@ -36,9 +36,7 @@ class CutsKind(InputKind):
         checked = [p for p in paths if ".jsonl" in p]
         out = [CutSet.from_file(p) for p in paths if ".jsonl" not in p]
         if checked:
-            out.insert(0, CutSet(LazyCheckedManifest(checked, strict=policy.strict,
-                                                     skip_report=policy.skip_report,
-                                                     allow_pipe=policy.allow_pipe)))
+            out.insert(0, CutSet(LazyCheckedManifest(checked, policy=policy)))
         cuts = out[0]
         for more in out[1:]:
             cuts = cuts + more

@@ -54,8 +54,7 @@ class LazyNeMoManifest(LazyWenetRawListIterator):
 
     def __init__(self, paths: Sequence[str], policy: ReadPolicy,
                  wav_root: Optional[str] = None) -> None:
-        super().__init__(paths, wav_root=wav_root, strict=policy.strict,
-                         skip_report=policy.skip_report)
+        super().__init__(paths, wav_root=wav_root, policy=policy)
         self.given_root = wav_root is not None
 
     def _parse_line(self, raw: bytes, path: str, lineno: int, seen: Optional[KeySet]):

@@ -26,8 +26,7 @@ class ParquetKind(InputKind):
              columns: Optional[Dict[str, Optional[str]]] = None, **_: Any) -> CutSet:
         from wenet_lhotse.sources.parquet import LazyParquetCuts, ParquetColumns
 
-        return CutSet(LazyParquetCuts(paths, ParquetColumns(**(columns or {})),
-                                      strict=policy.strict, skip_report=policy.skip_report))
+        return CutSet(LazyParquetCuts(paths, ParquetColumns(**(columns or {})), policy=policy))
 
     def open_source(self, spec: Any, policy: ReadPolicy, **_: Any) -> CutSet:
         return self.open(spec.paths, policy, columns=spec.columns)

@@ -35,8 +35,7 @@ class RawKind(InputKind):
 
     def open(self, paths: Sequence[str], policy: ReadPolicy, *, wav_root: Any = None,
              **_: Any) -> CutSet:
-        return read_raw_list(paths, wav_root=wav_root, strict=policy.strict,
-                             skip_report=policy.skip_report)
+        return read_raw_list(paths, wav_root=wav_root, policy=policy)
 
     def map_reader(self, spec: Any, readers: PositionedReaders) -> Any:
         if not readers.probe_cache:
@@ -44,11 +43,10 @@ class RawKind(InputKind):
         from wenet_lhotse.sources.probe_cache import probed_raw_list
 
         policy, cache = readers.policy, readers.probe_cache
-        probed = probed_raw_list(spec.paths, strict=policy.strict,
-                                 skip_report=policy.skip_report,
+        probed = probed_raw_list(spec.paths, policy=policy,
                                  cache_dir=None if cache is True else cache)
         # the cache is a manifest: metadata only for training (a fraction of the memory)
-        return readers.in_memory(list(probed.cuts(policy.strict, policy.skip_report,
+        return readers.in_memory(list(probed.cuts(policy=policy,
                                                   metadata_only=readers.light)))
 
 

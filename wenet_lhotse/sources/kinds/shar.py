@@ -112,8 +112,7 @@ def _chosen_shards(fields: Dict[str, List[str]], shards: Sequence[int],
     if not shards:
         return CutSet()
     if supported(chosen):  # pairs members with cuts by id; errors name files
-        return CutSet(LazyCheckedShar(chosen, strict=policy.strict,
-                                      skip_report=policy.skip_report))
+        return CutSet(LazyCheckedShar(chosen, policy=policy))
     return CutSet.from_shar(fields=chosen)
 
 

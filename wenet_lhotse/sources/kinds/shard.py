@@ -41,9 +41,8 @@ class ShardKind(InputKind):
              wav_root: Any = None, with_audio: bool = True, fields: Any = None,
              shar_shards: Any = None, **split_kw: Any) -> CutSet:
         return read_shard_list(paths, shuffle_shards=shuffle_shards, seed=seed, epoch=epoch,
-                               split_for_dataloading=split_for_dataloading,
-                               strict=policy.strict, skip_report=policy.skip_report,
-                               allow_pipe=policy.allow_pipe, **split_kw)
+                               split_for_dataloading=split_for_dataloading, policy=policy,
+                               **split_kw)
 
     def stream_kw(self, spec: Any, *, rank: int, world_size: int, worker: int,
                   num_workers: int, shuffle: bool, seed: int, epoch: int) -> Dict[str, Any]:
