@@ -44,3 +44,41 @@ def test_every_module_has_a_row():
             continue
         missing.append(name)
     assert not missing, f"docs/architecture.md has no row for {missing}"
+
+
+def _block(text: str, lang: str, after: str) -> str:
+    """The first ```lang block after the line ``after`` (its body)."""
+    rest = text[text.index(after):]
+    return rest.split(f"```{lang}\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_input_kind_example_is_the_code():
+    """"To add an input kind" shows a real commit: the module its stat names exists,
+    the registry line its diff adds is in registry.py's KIND_MODULES, the commit touched
+    one kind module, its test, docs and one registry line -- and, where the repository's
+    history is at hand, the stat shown is that commit's."""
+    import subprocess
+
+    from wenet_lhotse.sources.registry import KIND_MODULES, get_kind
+
+    text = DOC.read_text(encoding="utf-8")
+    commit = re.search(r"added by commit `([0-9a-f]{7,40})`", text).group(1)
+    stat = _block(text, "text", "added by commit")
+    diff = _block(text, "diff", "the registration line")
+    files = re.findall(r"^ (\S+)\s+\|", stat, re.M)
+    modules = [f for f in files if f.startswith("wenet_lhotse/")]
+    assert sorted(modules) == ["wenet_lhotse/sources/kinds/nemo.py",
+                               "wenet_lhotse/sources/registry.py"], files
+    assert all(f.startswith(("docs/", "tests/")) for f in set(files) - set(modules)), files
+    assert re.search(r"wenet_lhotse/sources/registry.py\s+\|\s+1 \+\n", stat)
+    assert (ROOT / "sources" / "kinds" / "nemo.py").is_file()
+    added = [ln[1:] for ln in diff.splitlines() if ln.startswith("+") and not
+             ln.startswith("+++")]
+    assert added == ['    "nemo",'], added
+    registry = (ROOT / "sources" / "registry.py").read_text(encoding="utf-8")
+    assert added[0] + "\n" in registry and "nemo" in KIND_MODULES
+    assert get_kind("nemo").name == "nemo"
+    git = subprocess.run(["git", "show", "--stat", "--format=", commit], cwd=ROOT.parent,
+                         capture_output=True, text=True)
+    if git.returncode == 0:  # a checkout with history (not an installed wheel)
+        assert git.stdout.strip("\n") == stat.strip("\n")
