@@ -37,11 +37,13 @@ from wenet_lhotse.loader.config_check import check_wenet_configs
 from wenet_lhotse.loader.distributed import world_info
 from wenet_lhotse.loader.wenet_dataset import CutTransform, make_wenet_dataset
 from wenet_lhotse.sources import SourceSpec, detect_source_type
+from wenet_lhotse.sources.detect import WENET_KINDS
+from wenet_lhotse.sources.registry import get_kind
 
 logger = logging.getLogger(__name__)
 
 #: ``--data_type`` values WeNet's ``train.py`` / ``recognize.py`` accept.
-WENET_DATA_TYPES = ("raw", "shard")
+WENET_DATA_TYPES = WENET_KINDS
 
 #: ``data_type`` -> source type, for our own CLI (``wenet-lhotse bench --data-type``).
 DATA_TYPES = {"raw": "raw", "shard": "shard", "lhotse": "cuts", "cuts": "cuts", "shar": "shar",
@@ -76,15 +78,15 @@ def wenet_sources(data: DataArg, data_type: str, arg: str = "--train_data") -> L
     if not paths:
         raise ValueError(f"{arg}: no data list given")
     kinds = [detect_source_type(p) for p in paths]
-    lhotse_kinds = [k for k in kinds if k in ("cuts", "shar")]
+    lhotse_kinds = [k for k in kinds if not get_kind(k).wenet]
     if not lhotse_kinds:
         return [SourceSpec(path=paths if len(paths) > 1 else paths[0], type=data_type)]
     if len(lhotse_kinds) != len(kinds) or len(set(kinds)) > 1:
         raise ValueError(f"{arg}: {paths} mixes kinds ({', '.join(kinds)}); give one kind, "
                          "or list them in dataset_conf.lhotse_conf.sources")
-    if kinds[0] == "shar":  # a Shar source is one directory: several are mixed by Lhotse
-        return [SourceSpec(path=p, type="shar") for p in paths]
-    return [SourceSpec(path=paths if len(paths) > 1 else paths[0], type="cuts")]
+    if get_kind(kinds[0]).single_path:  # e.g. Shar: one directory each, mixed by Lhotse
+        return [SourceSpec(path=p, type=kinds[0]) for p in paths]
+    return [SourceSpec(path=paths if len(paths) > 1 else paths[0], type=kinds[0])]
 
 
 def wenet_lhotse_conf(dataset_conf: Mapping[str, Any]) -> LhotseConf:

@@ -53,7 +53,6 @@ from wenet_lhotse.loader.bucketing import BucketingSampler
 from wenet_lhotse.loader.config import LoaderConfig
 from wenet_lhotse.loader.config_check import check_dataset_conf, check_special_tokens
 from wenet_lhotse.loader.constraints import batch_constraint
-from wenet_lhotse.loader.cycle import CycledReader
 from wenet_lhotse.loader.dataloader import (
     EpochTaggedSampler,
     LhotseDataLoader,
@@ -64,70 +63,19 @@ from wenet_lhotse.loader.dataloader import (
 )
 from wenet_lhotse.loader.distributed import gloo_group, plan_partition, world_info
 from wenet_lhotse.loader.in_order import in_order_batcher, plan_in_order, wants_in_order
-from wenet_lhotse.loader.index_reader import IndexReader, shard_indexes
+from wenet_lhotse.loader.index_reader import shard_indexes
 from wenet_lhotse.loader.mixed import build_mixed_loader, mixes_by_batch
 from wenet_lhotse.loader.mux import PositionedStream, ResumableMux
-from wenet_lhotse.loader.readers import JsonlReader, ListReader, shar_reader
 from wenet_lhotse.loader.sampler import ResumableBucketingSampler
 from wenet_lhotse.loader.shar_audio import SharAudioAttacher
+from wenet_lhotse.loader.source_readers import map_reader, source_metadata
 from wenet_lhotse.loader.streamed import INITIAL_FILL, StreamedEpochDataset
 from wenet_lhotse.loader.wenet_dataset import CutTransform, make_wenet_dataset
-from wenet_lhotse.sources import SourceSpec, mux_sources, open_source, parse_sources
+from wenet_lhotse.sources import SourceSpec, mux_sources, parse_sources
 from wenet_lhotse.sources.groups import flatten_sources
+from wenet_lhotse.sources.registry import get_kind
 
 logger = logging.getLogger(__name__)
-
-
-
-def _map_reader(spec: SourceSpec, cfg: LoaderConfig, seed: int, strict: bool,
-                skip_report: Optional[SkipReport], light: bool = False,
-                index: Optional[List[Tuple[str, List[int]]]] = None):
-    """The source as a positioned reader: WeNet's ``list_shuffle`` reorders its lines
-    (raw) or files (manifests, Shar) or tars (indexed shards: ``index``, the parts of
-    :func:`~.index_reader.open_shard_index`) each pass; ``cycle`` > 1 reads it that
-    many times per epoch (:class:`~.cycle.CycledReader`)."""
-    shuffle = cfg.list_shuffle
-    probe_cache = cfg.lhotse.probe_cache
-    reader: Any
-    kw = {"shuffle_files": shuffle, "seed": seed, "strict": strict, "skip_report": skip_report,
-          "light": light}
-    if index is not None:
-        reader = IndexReader(index, shuffle=shuffle, seed=seed, strict=strict,
-                             skip_report=skip_report, light=light)
-    elif spec.type == "cuts":
-        reader = JsonlReader(spec.paths, **kw)
-    elif spec.type == "shar":
-        reader = shar_reader(spec.paths[0], **kw)
-    else:
-        # raw lists (durations from audio headers, probed once) and, for cv, shard lists:
-        # held in memory, reshuffled each pass.
-        if spec.type == "raw" and probe_cache:
-            from wenet_lhotse.sources.probe_cache import probed_raw_list
-
-            probed = probed_raw_list(spec.paths, strict=strict, skip_report=skip_report,
-                                     cache_dir=None if probe_cache is True else probe_cache)
-            # the cache is a manifest: metadata only for training (a fraction of the memory)
-            cuts = list(probed.cuts(strict, skip_report, metadata_only=light))
-        else:
-            cuts = list(open_source(spec, strict=strict, skip_report=skip_report))
-        if spec.type == "shard":
-            logger.warning("source %s: WeNet shards loaded into memory for map-style "
-                           "loading (%d cuts)", spec.name, len(cuts))
-        reader = ListReader(cuts, shuffle=shuffle, seed=seed,
-                            buffer_size=cfg.list_shuffle_size)
-    return CycledReader(reader, cfg.cycle) if cfg.cycle > 1 else reader
-
-
-def _metadata(spec: SourceSpec, strict: bool, transform: Any) -> CutSet:
-    """The source's cuts for estimating bins: Shar from its cuts jsonl only (no audio);
-    other types as opened (shard lists read their first tars)."""
-    if spec.type == "shar" and spec.fields is not None:  # remote: the cuts field only
-        return transform(CutSet.from_shar(fields={"cuts": spec.fields["cuts"]}))
-    quiet = SkipReport(log=False)  # skips met here are met, and counted, again for batches
-    if spec.type == "shar":
-        return transform(CutSet(shar_reader(spec.paths[0], strict=strict,
-                                            skip_report=quiet).as_lazy_cuts()))
-    return open_source(spec, strict=strict, transform=transform, skip_report=quiet)
 
 
 def resolve_mode(mode: str, specs: Sequence[SourceSpec], split: str,
@@ -135,7 +83,7 @@ def resolve_mode(mode: str, specs: Sequence[SourceSpec], split: str,
     """``"map"`` or ``"streamed"`` for ``lhotse_conf.mode`` (``auto``, ``map`` or
     ``streamed``), the sources (``indexed[i]``: source ``i`` is a shard list with a
     valid index) and the split; ValueError for an impossible pair."""
-    streamable = all(s.type in ("shard", "shar") for s in specs)
+    streamable = all(get_kind(s.type).streamable for s in specs)
     training = split_rules(split).training
     indexed = list(indexed) + [False] * (len(specs) - len(indexed))
     if mode == "auto":
@@ -189,7 +137,7 @@ def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
 
     def mux_and_constraint() -> Tuple[ResumableMux, List[float], Any]:
         # train: the sampler holds metadata and builds only its rank's emitted cuts
-        streams = [PositionedStream(_map_reader(s, cfg, seed, plan.strict, plan.skip_report,
+        streams = [PositionedStream(map_reader(s, cfg, seed, plan.strict, plan.skip_report,
                                                 light=cfg.rules.training,
                                                 index=plan.indexes.get(i)), tf)
                    for i, (s, tf) in enumerate(zip(specs, plan.transforms))]
@@ -222,13 +170,13 @@ def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
         return batches
 
     attach = (SharAudioAttacher(plan.strict)
-              if any(s.type == "shar" for s in specs) or plan.indexes else None)
+              if any(get_kind(s.type).late_audio for s in specs) or plan.indexes else None)
     dataset_for_loader = LoaderDataset(dataset, attach)
     in_order = wants_in_order(cfg.dataset_conf, split, len(specs), cfg.shuffle,
                               cfg.list_shuffle, cfg.batching.by)
     if in_order:  # WeNet's deterministic order: its batches, planned once per rank
         def in_order_plan() -> List[CutSet]:
-            reader = _map_reader(specs[0], cfg, seed, plan.strict, plan.skip_report,
+            reader = map_reader(specs[0], cfg, seed, plan.strict, plan.skip_report,
                                  index=plan.indexes.get(0))
             cuts, _ = PositionedStream(reader).open(0)
             return plan_in_order(cuts, plan.transforms[0], in_order_batcher(cfg, seed),
@@ -280,8 +228,8 @@ def build_streamed_loader(plan: LoaderPlan, dataset: Any) -> StreamedDataLoader:
 
     def sampled() -> Dict[str, Any]:
         """Budget (and edges) from the mean of the first cuts, read here."""
-        sample_cuts = mux_sources([_metadata(s, strict, tf) for s, tf in zip(specs, transforms)],
-                                  weights, seed=seed)
+        sample_cuts = mux_sources([source_metadata(s, strict, tf)
+                                   for s, tf in zip(specs, transforms)], weights, seed=seed)
         bins, max_duration, formula = bins_and_budget(
             iter(sample_cuts), cfg, min(lconf.num_cuts_for_bins_estimate, INITIAL_FILL),
             specs, lengths)
@@ -411,7 +359,7 @@ def build_dataloader(
                       num_workers, prefetch_factor, loader_kw, indexes)
     # (issue 22) text / speech-only sources or mix_by: batch -> one sampler per source
     if mixes_by_batch(specs, lconf.mix_by):
-        return dataset, build_mixed_loader(plan, dataset, tokenizer, _map_reader)
+        return dataset, build_mixed_loader(plan, dataset, tokenizer, map_reader)
     mode = resolve_mode(lconf.mode, specs, split, [i in indexes for i in range(len(specs))])
     if mode != "map":
         plan.indexes = {}

@@ -39,6 +39,7 @@ from wenet_lhotse.io.streams import is_local
 from wenet_lhotse.loader.readers import PositionedReader
 from wenet_lhotse.loader.shar_audio import SHARD_KEYS  # noqa: F401  (the keys it sets)
 from wenet_lhotse.sources.meta_cut import MetaCut
+from wenet_lhotse.sources.registry import get_kind
 
 logger = logging.getLogger(__name__)
 
@@ -259,7 +260,7 @@ def shard_indexes(specs: Sequence[Any], lconf: Any, strict: bool,
     shard list without one, naming the command that makes it."""
     out: Dict[int, Any] = {}
     for i, spec in enumerate(specs):
-        if spec.type != "shard" or spec.fields is not None or not spec.paths:
+        if not get_kind(spec.type).indexable or spec.fields is not None or not spec.paths:
             continue
         parts = open_shard_index(spec.paths, lconf.shard_index, strict, skip_report,
                                  allow_pipe=lconf.allow_pipe)

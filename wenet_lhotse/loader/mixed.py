@@ -29,6 +29,7 @@ from wenet_lhotse.loader.sampler import ResumableBucketingSampler
 from wenet_lhotse.loader.shar_audio import SharAudioAttacher
 from wenet_lhotse.loader.text_sampler import TextBatchSampler
 from wenet_lhotse.loader.wenet_dataset import CutTransform
+from wenet_lhotse.sources.registry import get_kind
 from wenet_lhotse.sources.spec import SourceSpec
 from wenet_lhotse.sources.text import read_text_source
 
@@ -40,8 +41,8 @@ SEED_STRIDE = 7919
 
 def mixes_by_batch(specs: List[SourceSpec], mix_by: str) -> bool:
     """True when the loader must mix by batch (see the module docstring)."""
-    return mix_by == "batch" or any(s.type == "text" or not s.transcripts or s.repeat
-                                    for s in specs)
+    return mix_by == "batch" or any(get_kind(s.type).text_only or not s.transcripts
+                                    or s.repeat for s in specs)
 
 
 def _speech_sampler(plan: Any, spec: SourceSpec, transform: Any, seed: int, depth: int,
@@ -93,7 +94,7 @@ def build_mixed_loader(plan: Any, dataset: Any, tokenizer: Any,
     samplers: List[Any] = []
     for i, (spec, tf) in enumerate(zip(plan.specs, plan.transforms)):
         seed = plan.seed + SEED_STRIDE * i
-        if spec.type == "text":
+        if get_kind(spec.type).text_only:
             samplers.append(_text_sampler(plan, spec, tokenizer, seed))
             continue
         if not spec.transcripts:  # tag its cuts: the dataset leaves their targets empty
@@ -102,8 +103,8 @@ def build_mixed_loader(plan: Any, dataset: Any, tokenizer: Any,
     sampler = BatchMuxSampler(samplers, plan.weights, names=[s.name for s in plan.specs],
                               repeat=[s.repeat for s in plan.specs], seed=plan.seed,
                               steps_per_epoch=lconf.steps_per_epoch, history=depth)
-    attach = SharAudioAttacher(plan.strict) if any(s.type == "shar" for s in plan.specs) \
-        else None
+    attach = SharAudioAttacher(plan.strict) \
+        if any(get_kind(s.type).late_audio for s in plan.specs) else None
     return MapDataLoader(LoaderDataset(KindDataset(dataset, attach)),
                          sampler=EpochTaggedSampler(sampler), skip_report=plan.skip_report,
                          **plan.loader_kw)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
-import random
 from itertools import chain, islice
 from typing import (
     Any,
@@ -44,11 +43,11 @@ from wenet_lhotse.errors import (
     WenetDataError,
     WorkerFailed,
 )
-from wenet_lhotse.formats.split import reader_share
 from wenet_lhotse.loader.bins import WorkerEdges, log_edges
 from wenet_lhotse.loader.bucketing import BucketingSampler, SteppedBucketer
 from wenet_lhotse.loader.ledger import BatchCounts, batch_size_of
-from wenet_lhotse.sources import SourceSpec, mux_sources, open_source, spec_shar_fields
+from wenet_lhotse.sources import SourceSpec, mux_sources, open_source
+from wenet_lhotse.sources.registry import get_kind
 
 #: Yielded by a worker that has no batch for its round-robin turn (restored epochs).
 SKIP_TURN = None
@@ -256,16 +255,9 @@ class StreamedEpochDataset(torch.utils.data.IterableDataset):
     def _pass_cuts(self, epoch: int, worker: int, num_workers: int) -> CutSet:
         cutsets = []
         for spec, tf in zip(self.specs, self.transforms):
-            kw: Dict[str, Any] = {}
-            if spec.type == "shard":
-                kw = {"rank": self.rank, "world_size": self.world_size, "worker_id": worker,
-                      "num_workers": num_workers}
-            else:  # Shar: the same split, done here so that the worker id is ours
-                order = list(range(len(spec_shar_fields(spec)["cuts"])))
-                if self.shuffle:
-                    random.Random(self.seed + epoch).shuffle(order)
-                kw = {"shar_shards": reader_share(order, self.rank, self.world_size, worker,
-                                                  num_workers)}
+            kw = get_kind(spec.type).stream_kw(
+                spec, rank=self.rank, world_size=self.world_size, worker=worker,
+                num_workers=num_workers, shuffle=self.shuffle, seed=self.seed, epoch=epoch)
             cutsets.append(open_source(spec, strict=self.strict, shuffle_shards=self.shuffle,
                                        seed=self.seed, epoch=epoch, split_for_dataloading=True,
                                        transform=tf, skip_report=self.skip_report, **kw))

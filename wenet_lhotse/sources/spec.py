@@ -1,9 +1,9 @@
 """A data source as the yaml describes it: :class:`SourceSpec` and :func:`parse_sources`.
 
-A source is one of the kinds of :data:`~wenet_lhotse.sources.detect.KINDS` (or
-``auto``: detected from the path), with a mixing ``weight`` and ``tags`` (``task``,
-``lang`` or any key) that are written to ``cut.custom`` of each of its cuts, where
-the dataset reads ``task``/``lang`` into the batch's ``tasks``/``langs``.
+A source is one of the registered kinds (:mod:`wenet_lhotse.sources.registry`; or
+``auto``: detected from the path), checked by its kind, with a mixing ``weight`` and
+``tags`` (``task``, ``lang`` or any key) that are written to ``cut.custom`` of each of
+its cuts, where the dataset reads ``task``/``lang`` into the batch's ``tasks``/``langs``.
 """
 
 from __future__ import annotations
@@ -14,12 +14,14 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Union
 
 from wenet_lhotse.errors import WenetDataError
-from wenet_lhotse.io.remote import is_remote, url_scheme
+from wenet_lhotse.io.remote import url_scheme
 from wenet_lhotse.sources.detect import KINDS, STREAMED_KINDS, detect_input_kind
-from wenet_lhotse.sources.shar_dir import shar_fields
+from wenet_lhotse.sources.kinds.base import check_columns
+from wenet_lhotse.sources.registry import fields_kind, get_kind, kind_names
 
-#: ``text``: sentences / text pairs (:mod:`wenet_lhotse.sources.text`), mixed by batch.
-SOURCE_TYPES = (*KINDS, "auto", "text", "parquet")
+#: The detected kinds, ``auto``, then those only named in the yaml (``text``: sentences /
+#: text pairs, :mod:`wenet_lhotse.sources.text`, mixed by batch; ``parquet``).
+SOURCE_TYPES = (*KINDS, "auto", *kind_names(detected=False))
 #: Source types read as a stream of tar files inside DataLoader workers.
 STREAMED_TYPES = STREAMED_KINDS
 
@@ -67,34 +69,27 @@ class SourceSpec:
         if not self.weight > 0:
             raise ValueError(f"source {what!r}: weight must be > 0, got {self.weight}")
         if self.fields is not None:
-            if self.type not in ("auto", "shar") or self.path is not None:
+            if (self.type != "auto" and not get_kind(self.type).takes_fields) \
+                    or self.path is not None:
                 raise ValueError(f"source {what!r}: 'fields' describes a Shar source; give "
                                  "either 'path' or 'fields'")
             if "cuts" not in self.fields or any(
                     len(v) != len(self.fields["cuts"]) for v in self.fields.values()):
                 raise ValueError("Shar 'fields' need a 'cuts' list and lists of the same "
                                  "length for every field (one entry per shard)")
-            self.type = "shar"
-            self.name = self.name or "shar"
+            self.type = fields_kind()
+            self.name = self.name or self.type
             return
         if self.path is None:
             raise ValueError("a source needs 'path' (or 'fields' for Shar on object storage)")
-        if self.columns is not None and (self.type != "parquet" or set(self.columns) - {
-                "audio", "text", "id"}):
-            raise ValueError(f"source {what!r}: 'columns' names a parquet source's audio, "
-                             f"text and id columns, got {self.columns!r}")
-        if self.type == "text" and not self.transcripts:
-            raise ValueError(f"source {what!r}: a text source has no speech: 'transcripts' "
-                             "applies to speech sources")
         if self.type == "auto":
+            check_columns(self)
             self.type = detect_input_kind(self.paths[0])
+        else:
+            get_kind(self.type).check_spec(self)
         if self.name is None:
             self.name = Path(self.paths[0]).name
-        if self.type == "shar" and is_remote(self.paths[0]):
-            # A Shar prefix on object storage is read by its fields (streamed), as if
-            # the user had listed them.
-            self.fields = shar_fields(self.paths[0])
-            self.path = None
+        get_kind(self.type).resolve_spec(self)
 
     @property
     def paths(self) -> List[str]:
@@ -115,7 +110,7 @@ class SourceSpec:
     def streamed(self) -> bool:
         """True when the source can only be read as a stream of tars (WeNet shards, and
         Shar given by URLs)."""
-        return self.type in STREAMED_TYPES or self.fields is not None
+        return get_kind(self.type).streamed or self.fields is not None
 
     @classmethod
     def from_any(cls, obj: Union[SourceSpec, Mapping[str, Any], str, os.PathLike]) -> SourceSpec:

@@ -1,0 +1,85 @@
+"""A source as the map-style loader reads it: :func:`map_reader` (a positioned reader)
+and :func:`source_metadata` (cuts without audio, for bucket estimation).
+
+Each source's kind decides (:meth:`~wenet_lhotse.sources.kinds.base.InputKind.map_reader`
+and ``.metadata``); it builds its reader from :class:`SourceReaders`, the loader's readers
+(:mod:`.readers`) bound to the source's shuffling, seed and read policy. This module
+only binds them, so the loader never switches on a kind's name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, List, Optional, Sequence, Tuple
+
+from lhotse import CutSet
+
+from wenet_lhotse.errors import SkipReport
+from wenet_lhotse.io.policy import ReadPolicy
+from wenet_lhotse.loader.config import LoaderConfig
+from wenet_lhotse.loader.cycle import CycledReader
+from wenet_lhotse.loader.index_reader import IndexReader
+from wenet_lhotse.loader.readers import JsonlReader, ListReader, shar_reader
+from wenet_lhotse.sources import SourceSpec
+from wenet_lhotse.sources.registry import get_kind
+
+
+@dataclass
+class SourceReaders:
+    """The loader's positioned readers for one source
+    (:class:`~wenet_lhotse.sources.kinds.base.PositionedReaders`).
+
+    :param shuffle: WeNet's ``list_shuffle``: reorder lines (in memory) or files each pass.
+    :param buffer_size: ``list_shuffle_size`` of an in-memory list (``None``: whole list).
+    :param light: metadata-only cuts (the training sampler builds what it emits).
+    :param probe_cache: ``lhotse_conf.probe_cache`` (raw lists).
+    """
+
+    policy: ReadPolicy
+    shuffle: bool = False
+    seed: int = 0
+    light: bool = False
+    buffer_size: Optional[int] = None
+    probe_cache: Any = None
+
+    def _kw(self) -> dict:
+        return {"shuffle_files": self.shuffle, "seed": self.seed, "light": self.light,
+                "strict": self.policy.strict, "skip_report": self.policy.skip_report}
+
+    def jsonl(self, paths: Sequence[str]) -> JsonlReader:
+        return JsonlReader(paths, **self._kw())
+
+    def shar(self, in_dir: str) -> JsonlReader:
+        return shar_reader(in_dir, **self._kw())
+
+    def in_memory(self, cuts: List[Any]) -> ListReader:
+        return ListReader(cuts, shuffle=self.shuffle, seed=self.seed,
+                          buffer_size=self.buffer_size)
+
+
+def map_reader(spec: SourceSpec, cfg: LoaderConfig, seed: int, strict: bool,
+               skip_report: Optional[SkipReport], light: bool = False,
+               index: Optional[List[Tuple[str, List[int]]]] = None) -> Any:
+    """The source as a positioned reader: WeNet's ``list_shuffle`` reorders its lines
+    (in memory) or files (manifests, Shar) or tars (indexed shards: ``index``, the parts
+    of :func:`~.index_reader.open_shard_index`) each pass; ``cycle`` > 1 reads it that
+    many times per epoch (:class:`~.cycle.CycledReader`)."""
+    reader: Any
+    if index is not None:
+        reader = IndexReader(index, shuffle=cfg.list_shuffle, seed=seed, strict=strict,
+                             skip_report=skip_report, light=light)
+    else:
+        readers = SourceReaders(ReadPolicy(strict=strict, skip_report=skip_report),
+                                shuffle=cfg.list_shuffle, seed=seed, light=light,
+                                buffer_size=cfg.list_shuffle_size,
+                                probe_cache=cfg.lhotse.probe_cache)
+        reader = get_kind(spec.type).map_reader(spec, readers)
+    return CycledReader(reader, cfg.cycle) if cfg.cycle > 1 else reader
+
+
+def source_metadata(spec: SourceSpec, strict: bool, transform: Any) -> CutSet:
+    """The source's cuts for estimating bins, ``transform`` applied: as its kind reads
+    them without audio (Shar: its cuts jsonl only; shard lists read their first tars)."""
+    quiet = SkipReport(log=False)  # skips met here are met, and counted, again for batches
+    readers = SourceReaders(ReadPolicy(strict=strict, skip_report=quiet))
+    return get_kind(spec.type).metadata(spec, readers, transform)

@@ -1,0 +1,60 @@
+"""``shard``: a WeNet shard list (one tar path, URL or ``pipe:`` per line), read by
+:func:`~wenet_lhotse.formats.shard_reader.read_shard_list`.
+
+Detected by a first line that is a tar path, a URL or ``pipe:`` (of a file that is not
+gzip). Only readable as a stream of tars: ``auto`` mode streams it (each rank and
+DataLoader worker reads its own tars) unless a shard index (``wenet-lhotse index``)
+lets the map-style loader sample it by offset; map mode without an index loads its
+cuts into memory, with a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict, Sequence
+
+from lhotse import CutSet
+
+from wenet_lhotse.formats.shard_reader import read_shard_list
+from wenet_lhotse.io.policy import ReadPolicy
+from wenet_lhotse.sources.kinds.base import InputKind, PositionedReaders
+from wenet_lhotse.sources.kinds.sniff import NO, SURE, FirstLine, looks_like_shard_line
+
+logger = logging.getLogger(__name__)
+
+
+class ShardKind(InputKind):
+    name = "shard"
+    description = "WeNet shard list (one tar path, URL or pipe: per line)"
+    wenet = True
+    streamed = True
+    streamable = True
+    indexable = True
+    reader = staticmethod(read_shard_list)
+
+    def sniff(self, first: FirstLine) -> int:
+        ok = first.line and not first.is_json and not first.gz
+        return SURE if ok and looks_like_shard_line(first.line) else NO
+
+    def open(self, paths: Sequence[str], policy: ReadPolicy, *, shuffle_shards: bool = False,
+             seed: int = 0, epoch: int = 0, split_for_dataloading: bool = False,
+             wav_root: Any = None, with_audio: bool = True, fields: Any = None,
+             shar_shards: Any = None, **split_kw: Any) -> CutSet:
+        return read_shard_list(paths, shuffle_shards=shuffle_shards, seed=seed, epoch=epoch,
+                               split_for_dataloading=split_for_dataloading,
+                               strict=policy.strict, skip_report=policy.skip_report,
+                               allow_pipe=policy.allow_pipe, **split_kw)
+
+    def stream_kw(self, spec: Any, *, rank: int, world_size: int, worker: int,
+                  num_workers: int, shuffle: bool, seed: int, epoch: int) -> Dict[str, Any]:
+        return {"rank": rank, "world_size": world_size, "worker_id": worker,
+                "num_workers": num_workers}
+
+    def map_reader(self, spec: Any, readers: PositionedReaders) -> Any:
+        reader = super().map_reader(spec, readers)
+        logger.warning("source %s: WeNet shards loaded into memory for map-style "
+                       "loading (%d cuts)", spec.name, len(reader))
+        return reader
+
+
+KIND = ShardKind()

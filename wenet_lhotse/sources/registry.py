@@ -1,0 +1,102 @@
+"""The one place input kinds are registered, and the questions asked of all of them.
+
+Each kind is a module under :mod:`wenet_lhotse.sources.kinds` defining ``KIND`` (an
+:class:`~wenet_lhotse.sources.kinds.base.InputKind`); :data:`KIND_MODULES` lists them,
+one line each, in registration order, which breaks detection ties. Adding a kind is its
+module plus its line here (docs/architecture.md, "To add an input kind").
+
+:func:`detect` tells a path's kind from its content, never from its name alone: a
+directory (or object-store prefix) is asked of the directory kinds (``sniff_dir``); a
+file's first non-empty line of the file kinds (``sniff``): the first kind SURE of it
+wins, else the first that says MAYBE (a raw list takes any other JSON line and an empty
+file); a line no kind claims is not an input (a notes file is never taken for a list of
+commands).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+from typing import Dict, Optional, Tuple
+
+from lhotse.utils import Pathlike
+
+from wenet_lhotse.errors import WenetDataError
+from wenet_lhotse.io.remote import is_remote
+from wenet_lhotse.sources.kinds.base import InputKind
+from wenet_lhotse.sources.kinds.sniff import MAYBE, SURE, local_first_line, remote_first_line
+
+#: Every input kind's module (``wenet_lhotse.sources.kinds.<name>``), one line each.
+KIND_MODULES = (
+    "raw",
+    "shard",
+    "cuts",
+    "shar",
+    "text",
+    "parquet",
+)
+
+_KINDS: Dict[str, InputKind] = {}
+
+
+def kinds() -> Tuple[InputKind, ...]:
+    """Every registered kind, in registration order."""
+    if not _KINDS:
+        for module in KIND_MODULES:
+            kind = importlib.import_module(f"wenet_lhotse.sources.kinds.{module}").KIND
+            _KINDS[kind.name] = kind
+    return tuple(_KINDS.values())
+
+
+def kind_names(**flags: bool) -> Tuple[str, ...]:
+    """The names of the kinds whose flags have these values, e.g. ``wenet=True``."""
+    return tuple(k.name for k in kinds()
+                 if all(getattr(k, f) == v for f, v in flags.items()))
+
+
+def get_kind(name: str) -> InputKind:
+    """The kind called ``name``; ValueError naming the known kinds otherwise."""
+    kinds()
+    if name not in _KINDS:
+        raise ValueError(f"kind must be one of {kind_names(detected=True)} or 'auto', "
+                         f"got {name!r}")
+    return _KINDS[name]
+
+
+def fields_kind() -> str:
+    """The kind whose sources may give ``fields`` instead of ``path`` (Lhotse Shar)."""
+    return next(k.name for k in kinds() if k.takes_fields)
+
+
+def detect(path: Pathlike) -> str:
+    """The name of ``path``'s kind (see the module doc). Raises
+    :class:`WenetDataError` for a missing path and for content no kind claims."""
+    where = str(path)
+    remote = is_remote(where)
+    if not remote and not os.path.exists(where):
+        raise WenetDataError("no such file or directory", where, kind="missing_file")
+    if remote or os.path.isdir(where):
+        found = next((k for k in kinds() if k.detected and k.directory
+                      and k.sniff_dir(where)), None)
+        if found is not None:
+            return found.name
+        if not remote:
+            raise WenetDataError("directory without cuts.*.jsonl.gz: not a Lhotse Shar "
+                                 "directory", where, kind="format")
+    first = remote_first_line(where) if remote else local_first_line(Path(where))
+    fallback: Optional[InputKind] = None
+    for kind in kinds():
+        if not kind.detected or kind.directory:
+            continue
+        verdict = kind.sniff(first)
+        if verdict == SURE:
+            return kind.name
+        if verdict == MAYBE and fallback is None:
+            fallback = kind
+    if fallback is not None:
+        return fallback.name
+    raise WenetDataError(
+        f"not an input: its first line {first.line[:40]!r} is neither JSON (a raw list or "
+        "manifest) nor a tar path or URL (a shard list)", where, line=first.no, kind="format")
+
