@@ -16,7 +16,7 @@ from wenet_lhotse.corpus import generate_corpus
 from wenet_lhotse.errors import SkipReport
 from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.sources import detect_input_kind
-from wenet_lhotse.sources.kind_units import unit_reader
+from wenet_lhotse.sources.registry import get_kind
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,7 @@ def test_units_cover_the_input_in_order(inputs, kind, audio):
     paths, keys = inputs
     path = str(paths[kind])
     assert detect_input_kind(path) == kind
-    reader = unit_reader(kind)
+    reader = get_kind(kind)
     report = SkipReport()
     units, count = reader.work_units(path, ReadPolicy(strict=True, skip_report=report),
                                      audio=audio, chunk_size=3)
@@ -74,7 +74,7 @@ def test_raw_units_with_a_mapper_carry_lines(inputs):
     from wenet_lhotse.io.parallel import map_bounded
 
     paths, keys = inputs
-    units, _ = unit_reader("raw").work_units(
+    units, _ = get_kind("raw").work_units(
         str(paths["raw"]), ReadPolicy(), audio=False, chunk_size=5,
         mapper=functools.partial(map_bounded, num_workers=2))
     items = [i for u in units for i in u.payload]
@@ -93,7 +93,7 @@ def test_shar_unit_problems(inputs, tmp_path):
     (shar / "recording.000001.tar").unlink()
     (shar / "cuts.000002.jsonl.gz").unlink()
     report = SkipReport()
-    units, count = unit_reader("shar").work_units(
+    units, count = get_kind("shar").work_units(
         str(shar), ReadPolicy(strict=False, skip_report=report))
     assert count == 1
     assert [(i.kind, i.source.rsplit("/", 1)[-1]) for i in report] == [

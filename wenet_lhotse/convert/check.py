@@ -25,7 +25,7 @@ from wenet_lhotse.errors import SkipReport, WenetDataError, short_error
 from wenet_lhotse.formats.keyset import KeySet
 from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.sources.detect import detect_input_kind
-from wenet_lhotse.sources.kind_units import unit_reader
+from wenet_lhotse.sources.registry import get_kind
 from wenet_lhotse.sources.units import WorkUnit
 
 logger = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ class _Checked:
 def _check_unit(unit: WorkUnit, allow_pipe: bool = False) -> _Checked:
     """Decode every utterance of one work unit (a task); a unit that breaks off is one
     problem (``truncated``) after the cuts read before it."""
-    reader = unit_reader(unit.kind)
+    reader = get_kind(unit.kind)
     problems = SkipReport(log=False)
     for err in reader.audit_unit(unit):
         problems.add(err, log=False)
@@ -113,7 +113,7 @@ def validate(path: Pathlike, *, progress: bool = False, num_jobs: int = 1,
     problems = SkipReport(log=False)  # printed by the caller, not logged twice
     try:
         kind = detect_input_kind(path)
-        reader = unit_reader(kind)
+        reader = get_kind(kind)
         units, _ = reader.work_units(
             path, ReadPolicy(strict=False, skip_report=problems, allow_pipe=allow_pipe),
             audio=True, chunk_size=1)  # one cut per unit: problems stay in input order

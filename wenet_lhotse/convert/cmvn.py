@@ -43,7 +43,7 @@ import numpy as np
 from wenet_lhotse.convert.executor import map_tasks
 from wenet_lhotse.errors import SkippedItem, SkipReport, WenetDataError
 from wenet_lhotse.io.policy import ReadPolicy
-from wenet_lhotse.sources.kind_units import unit_reader
+from wenet_lhotse.sources.registry import get_kind
 from wenet_lhotse.sources.units import UnitCut, WorkUnit
 
 logger = logging.getLogger(__name__)
@@ -171,7 +171,7 @@ def chunk_stats(chunk: CmvnChunk, config: CmvnConfig, strict: bool = True) -> Ch
     stats = CmvnStats()
     policy = ReadPolicy(strict=strict, skip_report=SkipReport(log=False))
     report = policy.skip_report
-    for item in unit_reader(chunk.kind).read_unit(chunk, policy, audio=True):
+    for item in get_kind(chunk.kind).read_unit(chunk, policy, audio=True):
         cut = item.cut
         try:
             stats.add_features(cut_features(cut, config))
@@ -199,7 +199,7 @@ def iter_chunks(
     from wenet_lhotse.sources import detect_input_kind
 
     policy = ReadPolicy(strict=strict, skip_report=skip_report)
-    return unit_reader(detect_input_kind(path)).work_units(
+    return get_kind(detect_input_kind(path)).work_units(
         str(path), policy, audio=True, chunk_size=chunk_size, wav_root=wav_root)
 
 

@@ -149,13 +149,13 @@ def index_shards(list_path: str, *, cache_dir: Optional[str] = None, out: Option
 def index_input(path: str, **kw: Any) -> str:
     """Index any input kind; returns a one-line account of what was done."""
     from wenet_lhotse.sources.detect import detect_input_kind
-    from wenet_lhotse.sources.kind_units import unit_reader
+    from wenet_lhotse.sources.registry import get_kind
 
     if not is_local(path) and not kw.get("cache_dir") and not kw.get("out"):
         raise ValueError(f"{path}: the index of remote data is written to a local cache "
                          "directory: pass --cache-dir DIR (lhotse_conf.shard_index: DIR)")
-    reader = unit_reader(detect_input_kind(path))
-    if reader.shard_index:
+    reader = get_kind(detect_input_kind(path))
+    if reader.indexable:
         return str(index_shards(path, **kw))
     if kw.get("out"):
         raise ValueError(f"{path}: -o/--out is for shard lists (this is a {reader.name} "

@@ -17,7 +17,7 @@ from wenet_lhotse.convert.executor import map_tasks
 from wenet_lhotse.errors import SkipReport, WenetDataError
 from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.sources.detect import detect_input_kind
-from wenet_lhotse.sources.kind_units import unit_reader
+from wenet_lhotse.sources.registry import get_kind
 from wenet_lhotse.sources.units import WorkUnit
 
 logger = logging.getLogger(__name__)
@@ -97,7 +97,7 @@ def _unit_metadata(unit: WorkUnit, policy: ReadPolicy) -> Tuple[list, SkipReport
     """The metadata of every utterance of one work unit (a task: a tar must be read
     through to see its members); its skips come back in a report of their own."""
     local = policy.replace(skip_report=SkipReport(log=False))
-    return [_metadata(c.cut) for c in unit_reader(unit.kind).read_unit(
+    return [_metadata(c.cut) for c in get_kind(unit.kind).read_unit(
         unit, local, audio=False)], local.skip_report
 
 
@@ -121,7 +121,7 @@ def corpus_stats(path: Pathlike, *, strict: bool = False, progress: bool = False
 
     report = SkipReport()
     kind = detect_input_kind(path)
-    reader = unit_reader(kind)
+    reader = get_kind(kind)
     policy = ReadPolicy(strict=strict, skip_report=report, allow_pipe=allow_pipe)
     parallel = num_jobs > 1 or bool(cluster)
     mapper = functools.partial(map_tasks, num_jobs=num_jobs, cluster=cluster)

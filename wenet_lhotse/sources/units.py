@@ -25,8 +25,8 @@ Flags say what the generic loops must do for a kind: ``keys_repeat_across_units`
 (its reader sees one unit at a time: ``validate`` checks keys across units),
 ``reads_in_caller`` (its units carry cuts already read: a metadata-only tool reads
 them in the calling process), ``stats_fatal`` (problem kinds after which statistics
-would cover an unknown part of the input), ``shard_index`` (``index`` writes a shard
-index for it).
+would cover an unknown part of the input); ``index`` writes a shard index for the kinds
+that are ``indexable`` (:class:`~wenet_lhotse.sources.kinds.base.InputKind`).
 
 The default :meth:`UnitReader.work_units` slices the kind's own lazy CutSet
 (:meth:`UnitReader.open_cuts`), so a new kind that can open itself works with every
@@ -71,6 +71,10 @@ class UnitCut(NamedTuple):
 #: Cuts per unit when a reader yields them in the calling process.
 DEFAULT_UNIT_CUTS = 64
 
+#: What ``index`` says of a kind read by line number already (a manifest, Shar).
+MANIFEST_INDEX = ("its cuts manifests are the index already (map mode reads them by "
+                  "line number); nothing to write")
+
 
 def slices(items: Iterable[UnitCut], kind: str, label: str, size: int) -> Iterator[WorkUnit]:
     """``items`` cut into units of ``size`` cuts (the last one shorter)."""
@@ -97,16 +101,24 @@ class UnitReader:
     reads_in_caller: bool = True
     #: Problem kinds after which statistics would describe an unknown part of the input.
     stats_fatal: Tuple[str, ...] = ()
-    #: ``wenet-lhotse index`` writes a shard index for it.
-    shard_index: bool = False
     #: What ``index`` says when the kind needs no index written.
     index_note: str = "nothing to index: map mode reads it as it is; nothing to write"
 
     def open_cuts(self, path: str, policy: ReadPolicy, *, audio: bool = True,
                   wav_root: Optional[Pathlike] = None) -> Iterable[Cut]:
-        """The kind's cuts of ``path`` (lazily): what the default units slice."""
-        raise WenetDataError(f"the {self.name!r} input kind cannot be read by the data "
-                             "tools (it has no cuts of its own)", path, kind="format")
+        """The kind's cuts of ``path`` (lazily), what the default units slice: its
+        ``open`` (:class:`~wenet_lhotse.sources.kinds.base.InputKind`). A kind without
+        audio, asked for audio, or without cuts, raises a one-line
+        :class:`~wenet_lhotse.errors.WenetDataError` naming the kind."""
+        if audio and getattr(self, "text_only", False):
+            raise WenetDataError(f"a {self.name} input has no audio to read (validate and "
+                                 "cmvn need speech)", path, kind="format")
+        try:
+            return self.open([path], policy, wav_root=wav_root,  # type: ignore[attr-defined]
+                             with_audio=audio)
+        except (AttributeError, ValueError) as err:
+            raise WenetDataError(f"the {self.name} input kind cannot be read by the data "
+                                 f"tools: {err}", path, kind="format") from None
 
     def work_units(self, path: str, policy: ReadPolicy, *, audio: bool = True,
                    chunk_size: int = DEFAULT_UNIT_CUTS, wav_root: Optional[Pathlike] = None,
