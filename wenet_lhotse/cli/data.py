@@ -113,6 +113,7 @@ def import_cmd(data_list, out, data_type, shar_dir, shard_size, audio_format, wa
     from wenet_lhotse.convert.executor import ClusterError
     from wenet_lhotse.errors import SkipReport, WenetDataError
     from wenet_lhotse.sources import detect_data_type
+    from wenet_lhotse.sources.registry import get_kind
 
     if data_type == "auto":
         try:
@@ -124,14 +125,15 @@ def import_cmd(data_list, out, data_type, shar_dir, shard_size, audio_format, wa
     report = SkipReport()
     strict = not skip_errors
     try:
-        if data_type == "shard" or shar_dir is not None:
+        tars = get_kind(data_type).streamed  # a list of tars: imported as Shar only
+        if tars or shar_dir is not None:
             if shar_dir is None:
                 raise click.UsageError(
                     "a shard list is imported as Lhotse Shar: pass --shar DIR "
                     "(e.g. --shar data/train/shar)")
             if out is not None:
                 raise click.UsageError("-o/--out is for raw -> cuts.jsonl.gz; use --shar DIR")
-            if data_type == "shard" and shard_size is not None:
+            if tars and shard_size is not None:
                 raise click.UsageError("--shard-size applies to raw lists; a shard list keeps "
                                        "one Shar shard per input tar")
             from wenet_lhotse.convert.shar import wenet_to_shar
