@@ -35,6 +35,7 @@ KIND_MODULES = (
     "shar",
     "text",
     "parquet",
+    "nemo",
 )
 
 _KINDS: Dict[str, InputKind] = {}
