@@ -69,7 +69,7 @@ class CutsKind(InputKind):
             yield from (UnitCut(c, path) for c in self.open([path], policy))
             return
         seen = KeySet()
-        for item, no in iter_manifest(path, policy.allow_pipe):
+        for item, no in iter_manifest(path, policy=policy):
             if not isinstance(item, WenetDataError) and not seen.add(item.id):
                 item = duplicate_error(item.id, path, no)
             if isinstance(item, WenetDataError):

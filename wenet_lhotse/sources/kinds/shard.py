@@ -64,14 +64,12 @@ class ShardKind(InputKind):
 
     def work_units(self, path: str, policy: ReadPolicy, **_: Any
                    ) -> Tuple[Iterator[WorkUnit], Optional[int]]:
-        tars = read_shard_entries([path], strict=policy.strict,
-                                  skip_report=policy.skip_report, allow_pipe=policy.allow_pipe)
+        tars = read_shard_entries([path], policy=policy)
         return (WorkUnit(self.name, t.url, t) for t in tars), len(tars)
 
     def read_unit(self, unit: WorkUnit, policy: ReadPolicy, *, audio: bool = True
                   ) -> Iterator[UnitCut]:
-        for cut in read_one_tar(unit.payload, strict=policy.strict,
-                                skip_report=policy.skip_report, allow_pipe=policy.allow_pipe):
+        for cut in read_one_tar(unit.payload, policy=policy):
             yield UnitCut(cut, unit.label, cut.id)
 
 
