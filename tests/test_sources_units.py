@@ -134,3 +134,15 @@ def test_manifest_truncated_is_fatal_for_stats_only(inputs, tmp_path):
         corpus_stats(bad)
     assert e.value.kind == "truncated"
     assert "truncated" in validate(bad).problems.counts()
+
+
+def test_a_kind_without_audio_says_so(tmp_path):
+    """A text source has no audio to validate or featurize: one line naming the kind."""
+    from wenet_lhotse.errors import WenetDataError
+
+    lst = tmp_path / "sentences.txt"
+    lst.write_text("hello world\n", encoding="utf-8")
+    with pytest.raises(WenetDataError) as e:
+        get_kind("text").work_units(str(lst), ReadPolicy(), audio=True)
+    assert str(e.value).count("\n") == 0 and "a text input has no audio" in str(e.value)
+    assert e.value.source == str(lst)

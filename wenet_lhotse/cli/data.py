@@ -234,7 +234,8 @@ def validate_cmd(path, max_report, jobs, cluster, allow_pipe):
     """Read PATH completely, decoding every utterance's audio, and report each problem
     with its file and line (lists, manifests) or tar and member (shards, Shar).
 
-    PATH is a WeNet raw list, a shard list, a cuts manifest or a Shar directory.
+    PATH is a WeNet raw list, a shard list, a cuts manifest, a Shar directory or any
+    other input kind that is detected (docs/formats.md).
     Exits with status 1 if any problem was found, 0 otherwise.
 
     \b
@@ -276,7 +277,8 @@ def stats_cmd(path, plot, as_json, jobs, cluster, allow_pipe):
     """Describe PATH: utterances, hours, speakers, and the distribution
     (min/mean/percentiles/max) of duration (seconds) and text length (characters).
 
-    PATH is a WeNet raw list, a shard list, a cuts manifest or a Shar directory.
+    PATH is a WeNet raw list, a shard list, a cuts manifest, a Shar directory or any
+    other input kind that is detected (docs/formats.md).
     Only metadata is read (no audio is decoded); bad items are skipped and counted.
 
     \b

@@ -17,15 +17,17 @@ Where it differs from WeNet's tool, and why:
   ``feats_type`` (``mfcc_conf``, ``log_mel_spectrogram_conf`` too), dither forced to 0.
   WeNet's tool reads only ``num_mel_bins`` and keeps Kaldi's 25/10 ms povey frames; the
   two agree for every yaml that keeps those (all of WeNet's recipes).
-* Inputs: a WeNet raw list, shard list, Lhotse cuts manifest or Shar directory (WeNet's
-  tool reads a Kaldi ``wav.scp``; ``compute_shard_cmvn_stats.py`` shards).
+* Inputs: a WeNet raw list, shard list, Lhotse cuts manifest, Shar directory or any
+  other detected input kind, read as its work units (:mod:`wenet_lhotse.sources.units`)
+  (WeNet's tool reads a Kaldi ``wav.scp``; ``compute_shard_cmvn_stats.py`` shards).
 * Sums are accumulated in float64 per utterance (WeNet: float32 per batch of 20).
 * Bad items raise :class:`WenetDataError` naming file and line / tar and member, or with
   ``strict=False`` are skipped and counted (WeNet's tool stops with a traceback).
 
-The work is split into :class:`CmvnChunk` objects (a slice of cuts, one tar, one Shar
-shard), each turned into a :class:`ChunkResult` by the picklable :func:`chunk_stats`,
-so any executor with ``submit`` (a local process pool here) can run them.
+The work is split into :class:`CmvnChunk` objects (the kind's work units: a slice of
+cuts, one tar, one Shar shard), each turned into a :class:`ChunkResult` by the
+picklable :func:`chunk_stats`, so any executor with ``submit`` (a local process pool
+here) can run them.
 """
 
 from __future__ import annotations
