@@ -227,7 +227,8 @@ def export_cmd(source, out, shards_dir, shard_size, jobs, audio_dir, cluster, al
 @click.option("--max-report", type=int, default=100, show_default=True,
               help="Print at most this many problems (all are counted).")
 @click.option("-j", "--jobs", type=int, default=1, show_default=True,
-              help="Processes checking tars / Shar shards in parallel (shard lists, Shar).")
+              help="Processes decoding audio in parallel (one tar or Shar shard per task; "
+                   "a list or manifest: one utterance per task).")
 @click.option("--cluster", default=None, metavar="tcp://HOST:PORT", help=CLUSTER_HELP)
 @allow_pipe_option
 def validate_cmd(path, max_report, jobs, cluster, allow_pipe):
