@@ -27,12 +27,10 @@ NOT_KINDS = {
     ("sources/shar_dir.py", '"cuts" not in found'): "a Shar field's name",
     ("sources/shar_stream.py", 'set(fields) == {"cuts", "recording"}'): "Shar field names",
     ("sources/spec.py", '"cuts" not in self.fields'): "a Shar field's name",
-    ("convert/check.py", 'f != "cuts"'): "a Shar field's name",
+    ("sources/kinds/shar.py", 'f != "cuts"'): "a Shar field's name",
 }
-#: Modules still switching on kind names, moved to the registry by the tools' branch
-#: (r2-tools): this set only shrinks.
-PENDING = {"cli/data.py", "convert/check.py", "convert/cmvn.py", "convert/index.py",
-           "convert/shar.py", "convert/stats.py"}
+#: Modules still switching on kind names (none left: the tools ask the kinds too).
+PENDING: set = set()
 
 
 def _strings(node: ast.AST) -> set:

@@ -37,7 +37,8 @@ def cmvn_cmd(source, config_path, out, jobs, chunk_size, wav_root, skip_errors, 
     """Compute WeNet's global CMVN statistics (what WeNet's tools/compute_cmvn_stats.py
     writes: mean_stat, var_stat, frame_num) over every utterance of INPUT.
 
-    INPUT is a WeNet raw list, a shard list, a cuts manifest or a Shar directory.
+    INPUT is a WeNet raw list, a shard list, a cuts manifest, a Shar directory or any
+    other input kind that is detected (docs/formats.md).
     Features are the yaml's (fbank_conf with dither 0), after its resample_conf;
     the file is written atomically.
 

@@ -113,6 +113,7 @@ def import_cmd(data_list, out, data_type, shar_dir, shard_size, audio_format, wa
     from wenet_lhotse.convert.executor import ClusterError
     from wenet_lhotse.errors import SkipReport, WenetDataError
     from wenet_lhotse.sources import detect_data_type
+    from wenet_lhotse.sources.registry import get_kind
 
     if data_type == "auto":
         try:
@@ -124,14 +125,15 @@ def import_cmd(data_list, out, data_type, shar_dir, shard_size, audio_format, wa
     report = SkipReport()
     strict = not skip_errors
     try:
-        if data_type == "shard" or shar_dir is not None:
+        tars = get_kind(data_type).streamed  # a list of tars: imported as Shar only
+        if tars or shar_dir is not None:
             if shar_dir is None:
                 raise click.UsageError(
                     "a shard list is imported as Lhotse Shar: pass --shar DIR "
                     "(e.g. --shar data/train/shar)")
             if out is not None:
                 raise click.UsageError("-o/--out is for raw -> cuts.jsonl.gz; use --shar DIR")
-            if data_type == "shard" and shard_size is not None:
+            if tars and shard_size is not None:
                 raise click.UsageError("--shard-size applies to raw lists; a shard list keeps "
                                        "one Shar shard per input tar")
             from wenet_lhotse.convert.shar import wenet_to_shar
@@ -225,14 +227,16 @@ def export_cmd(source, out, shards_dir, shard_size, jobs, audio_dir, cluster, al
 @click.option("--max-report", type=int, default=100, show_default=True,
               help="Print at most this many problems (all are counted).")
 @click.option("-j", "--jobs", type=int, default=1, show_default=True,
-              help="Processes checking tars / Shar shards in parallel (shard lists, Shar).")
+              help="Processes decoding audio in parallel (one tar or Shar shard per task; "
+                   "a list or manifest: one utterance per task).")
 @click.option("--cluster", default=None, metavar="tcp://HOST:PORT", help=CLUSTER_HELP)
 @allow_pipe_option
 def validate_cmd(path, max_report, jobs, cluster, allow_pipe):
     """Read PATH completely, decoding every utterance's audio, and report each problem
     with its file and line (lists, manifests) or tar and member (shards, Shar).
 
-    PATH is a WeNet raw list, a shard list, a cuts manifest or a Shar directory.
+    PATH is a WeNet raw list, a shard list, a cuts manifest, a Shar directory or any
+    other input kind that is detected (docs/formats.md).
     Exits with status 1 if any problem was found, 0 otherwise.
 
     \b
@@ -274,7 +278,8 @@ def stats_cmd(path, plot, as_json, jobs, cluster, allow_pipe):
     """Describe PATH: utterances, hours, speakers, and the distribution
     (min/mean/percentiles/max) of duration (seconds) and text length (characters).
 
-    PATH is a WeNet raw list, a shard list, a cuts manifest or a Shar directory.
+    PATH is a WeNet raw list, a shard list, a cuts manifest, a Shar directory or any
+    other input kind that is detected (docs/formats.md).
     Only metadata is read (no audio is decoded); bad items are skipped and counted.
 
     \b

@@ -17,15 +17,17 @@ Where it differs from WeNet's tool, and why:
   ``feats_type`` (``mfcc_conf``, ``log_mel_spectrogram_conf`` too), dither forced to 0.
   WeNet's tool reads only ``num_mel_bins`` and keeps Kaldi's 25/10 ms povey frames; the
   two agree for every yaml that keeps those (all of WeNet's recipes).
-* Inputs: a WeNet raw list, shard list, Lhotse cuts manifest or Shar directory (WeNet's
-  tool reads a Kaldi ``wav.scp``; ``compute_shard_cmvn_stats.py`` shards).
+* Inputs: a WeNet raw list, shard list, Lhotse cuts manifest, Shar directory or any
+  other detected input kind, read as its work units (:mod:`wenet_lhotse.sources.units`)
+  (WeNet's tool reads a Kaldi ``wav.scp``; ``compute_shard_cmvn_stats.py`` shards).
 * Sums are accumulated in float64 per utterance (WeNet: float32 per batch of 20).
 * Bad items raise :class:`WenetDataError` naming file and line / tar and member, or with
   ``strict=False`` are skipped and counted (WeNet's tool stops with a traceback).
 
-The work is split into :class:`CmvnChunk` objects (a slice of cuts, one tar, one Shar
-shard), each turned into a :class:`ChunkResult` by the picklable :func:`chunk_stats`,
-so any executor with ``submit`` (a local process pool here) can run them.
+The work is split into :class:`CmvnChunk` objects (the kind's work units: a slice of
+cuts, one tar, one Shar shard), each turned into a :class:`ChunkResult` by the
+picklable :func:`chunk_stats`, so any executor with ``submit`` (a local process pool
+here) can run them.
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ import numpy as np
 
 from wenet_lhotse.convert.executor import map_tasks
 from wenet_lhotse.errors import SkippedItem, SkipReport, WenetDataError
+from wenet_lhotse.io.policy import ReadPolicy
+from wenet_lhotse.sources.registry import get_kind
+from wenet_lhotse.sources.units import UnitCut, WorkUnit
 
 logger = logging.getLogger(__name__)
 
@@ -124,15 +129,9 @@ class CmvnStats:
         return mean, np.sqrt(var)
 
 
-@dataclass
-class CmvnChunk:
-    """One unit of work, picklable: ``kind`` ``"cuts"`` (``items``: cut dicts),
-    ``"tar"`` (``items``: one WeNet tar entry) or ``"shar"`` (``items``: one Lhotse Shar
-    ``fields`` dict). ``label`` names it in logs."""
-
-    kind: str
-    items: List[Any]
-    label: str = ""
+#: One unit of work, picklable: a work unit of the input's kind
+#: (:class:`~wenet_lhotse.sources.units.WorkUnit`: a slice of cuts, one tar, one Shar shard).
+CmvnChunk = WorkUnit
 
 
 @dataclass
@@ -141,13 +140,14 @@ class ChunkResult:
     skipped: List[SkippedItem] = field(default_factory=list)
 
 
-def _audio_source(cut: Any, chunk: CmvnChunk) -> Tuple[str, Optional[str]]:
-    """``(source, member)`` for an error message about a cut's audio: its file, or the
-    tar / Shar shard it came from and the cut id."""
-    rec = getattr(cut, "recording", None)
+def _audio_source(item: UnitCut) -> Tuple[str, Optional[str], Optional[int]]:
+    """``(source, member, line)`` for an error message about a cut's audio: its file, or
+    where the cut is (the tar / Shar shard it came from and the cut id, or the list or
+    manifest and line)."""
+    rec = getattr(item.cut, "recording", None)
     if rec is not None and rec.sources and rec.sources[0].type == "file":
-        return str(rec.sources[0].source), None
-    return (chunk.label, cut.id) if chunk.kind != "cuts" else (f"cut {cut.id!r}", None)
+        return str(rec.sources[0].source), None, None
+    return item.source, item.member, item.line
 
 
 def cut_features(cut: Any, config: CmvnConfig) -> np.ndarray:
@@ -164,24 +164,6 @@ def cut_features(cut: Any, config: CmvnConfig) -> np.ndarray:
     return config.extractor.compute([samples], sr, dither=0.0)[0].numpy()
 
 
-def _iter_chunk_cuts(chunk: CmvnChunk, strict: bool, report: SkipReport) -> Iterator[Any]:
-    if chunk.kind == "cuts":
-        from lhotse.serialization import deserialize_item
-
-        for item in chunk.items:
-            yield deserialize_item(dict(item)) if isinstance(item, dict) else item
-    elif chunk.kind == "tar":
-        from wenet_lhotse.formats.shard_reader import read_one_tar
-
-        yield from read_one_tar(chunk.items[0], strict=strict, skip_report=report)
-    elif chunk.kind == "shar":
-        from lhotse import CutSet
-
-        yield from CutSet.from_shar(fields=chunk.items[0])
-    else:
-        raise ValueError(f"unknown chunk kind {chunk.kind!r}")
-
-
 def chunk_stats(chunk: CmvnChunk, config: CmvnConfig, strict: bool = True) -> ChunkResult:
     """The statistics of one chunk (picklable; runs in a worker process).
 
@@ -189,15 +171,17 @@ def chunk_stats(chunk: CmvnChunk, config: CmvnConfig, strict: bool = True) -> Ch
     naming its audio file (or tar and member); with ``strict=False`` it is skipped and
     returned in ``ChunkResult.skipped`` instead."""
     stats = CmvnStats()
-    report = SkipReport(log=False)
-    for cut in _iter_chunk_cuts(chunk, strict, report):
+    policy = ReadPolicy(strict=strict, skip_report=SkipReport(log=False))
+    report = policy.skip_report
+    for item in get_kind(chunk.kind).read_unit(chunk, policy, audio=True):
+        cut = item.cut
         try:
             stats.add_features(cut_features(cut, config))
         except Exception as err:
-            source, member = _audio_source(cut, chunk)
+            source, member, line = _audio_source(item)
             werr = err if isinstance(err, WenetDataError) else WenetDataError(
                 f"cut {cut.id!r}: cannot compute features: {type(err).__name__}: {err}",
-                source, member=member, kind="bad_audio")
+                source, line=line, member=member, kind="bad_audio")
             if strict:
                 raise werr from err
             report.add(werr)
@@ -212,34 +196,13 @@ def iter_chunks(
     skip_report: Optional[SkipReport] = None,
     wav_root: Optional[Pathlike] = None,
 ) -> Tuple[Iterator[CmvnChunk], Optional[int]]:
-    """``(chunks, number of chunks or None when not known up front)`` for ``path``: a
-    raw list, shard list, cuts manifest or Shar directory (told apart by content)."""
-    from wenet_lhotse.formats.shard_reader import read_shard_entries
-    from wenet_lhotse.sources import detect_input_kind, open_cuts, shar_fields
+    """``(chunks, number of chunks or None when not known up front)`` for ``path``: the
+    work units of its kind (told apart by content; :mod:`wenet_lhotse.sources.units`)."""
+    from wenet_lhotse.sources import detect_input_kind
 
-    kind = detect_input_kind(path)
-    if kind == "shard":
-        tars = read_shard_entries([str(path)], strict=strict, skip_report=skip_report)
-        return (CmvnChunk("tar", [t], t.url) for t in tars), len(tars)
-    if kind == "shar":
-        fields = shar_fields(path)
-        per_shard = [{f: [urls[i]] for f, urls in fields.items()}
-                     for i in range(len(fields["cuts"]))]
-        return (CmvnChunk("shar", [f], f["cuts"][0]) for f in per_shard), len(per_shard)
-    cuts, _ = open_cuts(path, kind=kind, strict=strict, skip_report=skip_report,
-                        wav_root=wav_root)
-
-    def slices() -> Iterator[CmvnChunk]:
-        batch: List[Dict[str, Any]] = []
-        for cut in cuts:
-            batch.append(cut.to_dict())
-            if len(batch) >= chunk_size:
-                yield CmvnChunk("cuts", batch, f"{path} ({batch[0]['id']}...)")
-                batch = []
-        if batch:
-            yield CmvnChunk("cuts", batch, f"{path} ({batch[0]['id']}...)")
-
-    return slices(), None
+    policy = ReadPolicy(strict=strict, skip_report=skip_report)
+    return get_kind(detect_input_kind(path)).work_units(
+        str(path), policy, audio=True, chunk_size=chunk_size, wav_root=wav_root)
 
 
 def _chunk_task(chunk: CmvnChunk, config: CmvnConfig, strict: bool) -> ChunkResult:

@@ -149,20 +149,15 @@ def index_shards(list_path: str, *, cache_dir: Optional[str] = None, out: Option
 def index_input(path: str, **kw: Any) -> str:
     """Index any input kind; returns a one-line account of what was done."""
     from wenet_lhotse.sources.detect import detect_input_kind
+    from wenet_lhotse.sources.registry import get_kind
 
     if not is_local(path) and not kw.get("cache_dir") and not kw.get("out"):
         raise ValueError(f"{path}: the index of remote data is written to a local cache "
                          "directory: pass --cache-dir DIR (lhotse_conf.shard_index: DIR)")
-    kind = detect_input_kind(path)
-    if kind == "shard":
+    reader = get_kind(detect_input_kind(path))
+    if reader.indexable:
         return str(index_shards(path, **kw))
     if kw.get("out"):
-        raise ValueError(f"{path}: -o/--out is for shard lists (this is a {kind} input)")
-    if kind == "raw":
-        from wenet_lhotse.sources.probe_cache import probed_raw_list
-
-        probed = probed_raw_list(path, cache_dir=kw.get("cache_dir"))
-        return (f"{path}: raw list, audio headers probed and cached in {probed.manifest} "
-                "(set lhotse_conf.probe_cache to use it)")
-    return (f"{path}: {kind} input: its cuts manifests are the index already (map mode "
-            "reads them by line number); nothing to write")
+        raise ValueError(f"{path}: -o/--out is for shard lists (this is a {reader.name} "
+                         "input)")
+    return reader.prepare_index(path, cache_dir=kw.get("cache_dir"))

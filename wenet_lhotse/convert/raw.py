@@ -16,32 +16,26 @@ import functools
 import gzip
 import json
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Iterator, Optional, Sequence, Tuple, Union
 
 from lhotse.cut import Cut, MonoCut
 from lhotse.utils import Pathlike
 
 from wenet_lhotse.convert.executor import map_tasks
-from wenet_lhotse.errors import SkippedItem, SkipReport, WenetDataError
-from wenet_lhotse.formats.keyset import KeySet
-from wenet_lhotse.formats.raw_list import LazyWenetRawListIterator
+from wenet_lhotse.errors import SkippedItem, SkipReport
 from wenet_lhotse.io.parallel import map_bounded
+from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.io.remote import is_remote
-from wenet_lhotse.io.streams import as_path_list, atomic_output, open_input, same_file
+from wenet_lhotse.io.streams import as_path_list, atomic_output, same_file
+from wenet_lhotse.sources.raw_lines import BLOCK_LINES, parse_raw_lines  # noqa: F401
 
 logger = logging.getLogger(__name__)
 
-#: Lines sent to a pool worker at a time.
-BLOCK_LINES = 256
-
 #: gzip level of written manifests (9, gzip's default, costs 2-3x the time for ~5% size).
 GZIP_LEVEL = 6
-
-_Block = Tuple[str, List[Tuple[int, bytes]]]  # (list path, [(1-based line, raw line)])
 
 
 @dataclass
@@ -96,48 +90,10 @@ def cut_to_dict(cut: Cut) -> dict:
     return d
 
 
-def _parse_block(block: _Block, wav_root: Optional[str], as_json: bool = False,
-                 probe: bool = True) -> List[Union[Cut, _JsonCut, WenetDataError, None]]:
-    """Parse and probe one block of lines (runs in a pool worker). With ``as_json``
-    the cuts come back already serialized: the caller then only writes bytes, so
-    the pool, not the caller, does nearly all the work."""
-    path, lines = block
-    # The reader's per-line parser (header probe included); duplicates are checked
-    # by the caller, in list order, hence seen=None.
-    reader = LazyWenetRawListIterator(path, wav_root=wav_root, check_duplicates=False,
-                                      probe=probe)
-    out: List[Union[Cut, _JsonCut, WenetDataError, None]] = []
-    for lineno, raw in lines:
-        try:
-            cut = reader.parse_line(raw, path, lineno, None)
-        except WenetDataError as err:
-            out.append(err)
-            continue
-        if as_json and cut is not None:
-            line = json.dumps(cut_to_dict(cut), ensure_ascii=False).encode("utf-8") + b"\n"
-            out.append((cut.id, cut.duration, line))
-        else:
-            out.append(cut)
-    return out
-
-
-def _blocks(paths: Sequence[str], strict: bool, report: SkipReport) -> Iterator[_Block]:
-    for path in paths:
-        try:
-            f = open_input(path) if is_remote(path) else open(path, "rb")
-        except OSError as e:
-            report.handle(WenetDataError(f"cannot open list: {e}", path, kind="missing_file"),
-                          strict)
-            continue
-        with f:
-            block: List[Tuple[int, bytes]] = []
-            for lineno, raw in enumerate(f, 1):
-                block.append((lineno, raw))
-                if len(block) == BLOCK_LINES:
-                    yield path, block
-                    block = []
-            if block:
-                yield path, block
+def _json_cut(cut: Cut) -> _JsonCut:
+    """A parsed line as a manifest line (runs in the pool: it serializes too)."""
+    line = json.dumps(cut_to_dict(cut), ensure_ascii=False).encode("utf-8") + b"\n"
+    return cut.id, cut.duration, line
 
 
 def iter_raw_cuts(
@@ -193,38 +149,16 @@ def iter_raw_cuts_with_lines(
         (fault-tolerant mode; it is recorded in ``skip_report`` too), so that a caller
         can count positions in the input, good and bad lines alike.
     """
-    list_paths = as_path_list(paths)
     report = skip_report if skip_report is not None else SkipReport()
-    root = os.path.abspath(str(wav_root) if wav_root is not None else os.getcwd())
-    seen = KeySet() if check_duplicates else None
-
-    def emit(results, block: _Block) -> Iterator[Tuple[Union[Cut, _JsonCut], str, int]]:
-        path = block[0]
-        for (lineno, _), res in zip(block[1], results):
-            if res is None:
-                continue  # empty line
-            if not isinstance(res, WenetDataError):
-                key = res[0] if as_json else res.id
-                if seen is None or seen.add(key):
-                    yield res, path, lineno
-                    continue
-                res = WenetDataError(f"duplicate key {key!r} (first seen earlier in this "
-                                     "input)", path, line=lineno, kind="duplicate")
-            report.handle(res, strict)
-            if yield_skips:
-                yield SkippedItem.from_error(res), path, lineno
-
-    parse = functools.partial(_parse_block, wav_root=root, as_json=as_json, probe=probe)
-    blocks = _blocks(list_paths, strict, report)
     if cluster:
-        done = map_tasks(parse, blocks, cluster=cluster)
+        mapper = functools.partial(map_tasks, cluster=cluster)
     else:
-        done = map_bounded(parse, blocks, num_workers, executor=executor)
-    try:
-        for block, results in done:
-            yield from emit(results, block)
-    finally:  # a strict error raised here: end the pool now, not at interpreter exit
-        done.close()
+        mapper = functools.partial(map_bounded, num_workers=num_workers, executor=executor)
+    yield from parse_raw_lines(as_path_list(paths), ReadPolicy(strict=strict, skip_report=report),
+                               mapper=mapper, wav_root=wav_root,
+                               check_duplicates=check_duplicates, probe=probe,
+                               serialize=_json_cut if as_json else None,
+                               yield_skips=yield_skips)
 
 
 def import_raw(

@@ -72,6 +72,7 @@ from wenet_lhotse.io.remote import is_remote, remote_put
 from wenet_lhotse.io.tempfiles import output_lock
 from wenet_lhotse.sources.detect import detect_data_type
 from wenet_lhotse.sources.open import read_shar  # noqa: F401 - kept importable from here
+from wenet_lhotse.sources.registry import get_kind, kind_names
 from wenet_lhotse.sources.shar_dir import shar_files, shard_paths
 
 logger = logging.getLogger(__name__)
@@ -244,7 +245,7 @@ def _iter_jobs(
     allow_pipe: bool = False,
 ) -> Tuple[Iterator[_Job], Optional[int]]:
     """Jobs for every output shard, and their number when known upfront."""
-    if data_type == "shard":
+    if get_kind(data_type).streamed:  # a list of tars: one Shar shard per tar
         jobs = _shard_list_jobs(data_lists, strict, skip_report, allow_pipe)
         return iter(jobs), len(jobs)
     from wenet_lhotse.convert.raw import iter_raw_cuts_with_lines
@@ -302,9 +303,10 @@ def wenet_to_shar(
     lists = [data_list] if isinstance(data_list, (str, os.PathLike)) else list(data_list)
     if data_type == "auto":
         data_type = detect_data_type(lists[0])
-    if data_type not in ("raw", "shard"):
-        raise ValueError(f"data_type must be 'raw', 'shard' or 'auto', got {data_type!r}")
-    if data_type == "shard" and shard_size is not None:
+    wenet = kind_names(wenet=True)
+    if data_type not in wenet:
+        raise ValueError(f"data_type must be one of {wenet} or 'auto', got {data_type!r}")
+    if get_kind(data_type).streamed and shard_size is not None:
         raise ValueError("shard_size applies to raw lists; a shard list keeps one Shar shard "
                          "per input tar (re-shard with export_shards if needed)")
     report = skip_report if skip_report is not None else SkipReport()
@@ -335,7 +337,7 @@ def _convert(out: Union[Path, str], lists: List[Pathlike], data_type: str,
     # their job: across tars, here, with the keys of the shards kept from a former run.
     seen: Optional[KeySet] = None
     kept: Optional[set] = None
-    if data_type == "shard":
+    if get_kind(data_type).streamed:
         seen, kept, job_list = KeySet(), set(), list(jobs)
         for job in job_list:
             job.input_id = job.fingerprint(options)

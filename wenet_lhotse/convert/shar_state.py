@@ -24,7 +24,6 @@ import json
 import logging
 import os
 import shutil
-import struct
 import tarfile
 import tempfile
 from pathlib import Path
@@ -37,15 +36,20 @@ from wenet_lhotse.io.remote import is_remote, remote_exists, remote_put
 from wenet_lhotse.io.streams import open_input
 from wenet_lhotse.io.tempfiles import process_running
 from wenet_lhotse.sources.shar_dir import shard_paths
+from wenet_lhotse.sources.shar_record import (  # noqa: F401 (moved; old import path)
+    _FCOMMENT,
+    _FHCRC,
+    _NO_MTIME,
+    _TAG,
+    FINGERPRINT_KEY,
+    _header_end,
+    _read_comment,
+    read_fingerprint,
+    read_record,
+)
 
 logger = logging.getLogger(__name__)
 
-_TAG = b"wenet-lhotse-skips:"
-#: The key of the input fingerprint in the header's record.
-FINGERPRINT_KEY = "input"
-_FHCRC, _FEXTRA, _FNAME, _FCOMMENT = 0x02, 0x04, 0x08, 0x10
-#: a gzip header's MTIME field (bytes 4-8) when no time stamp is stored (RFC 1952)
-_NO_MTIME = b"\0\0\0\0"
 #: Skipped items listed in a record (all are counted).
 RECORD_ITEMS = 20
 
@@ -57,24 +61,6 @@ def make_record(items: List[SkippedItem]) -> Dict[str, Any]:
         kinds[item.kind] = kinds.get(item.kind, 0) + 1
     return {"skipped": len(items), "kinds": kinds,
             "items": [str(i) for i in items[:RECORD_ITEMS]]}
-
-
-def _header_end(data: bytes) -> Optional[tuple]:
-    """``(flags, end of FEXTRA+FNAME, end of whole header)`` of a gzip member header."""
-    if len(data) < 10 or data[:2] != b"\x1f\x8b":
-        return None
-    flags, pos = data[3], 10
-    if flags & _FEXTRA:
-        (xlen,) = struct.unpack("<H", data[pos:pos + 2])
-        pos += 2 + xlen
-    if flags & _FNAME:
-        pos = data.index(b"\0", pos) + 1
-    name_end = pos
-    if flags & _FCOMMENT:
-        pos = data.index(b"\0", pos) + 1
-    if flags & _FHCRC:
-        pos += 2
-    return flags, name_end, pos
 
 
 def write_record(cuts_path: Pathlike, record: Optional[Dict[str, Any]],
@@ -98,40 +84,6 @@ def write_record(cuts_path: Pathlike, record: Optional[Dict[str, Any]],
     with open(cuts_path, "wb") as f:
         f.write(data[:3] + bytes([flags]) + _NO_MTIME + data[8:name_end] + comment
                 + data[end:])
-
-
-def read_record(cuts_path: Pathlike) -> Optional[Dict[str, Any]]:
-    """The skip record of a shard's manifest, or None (none, or not readable)."""
-    record = _read_comment(cuts_path)
-    if record is None or not record.get("skipped"):
-        return None
-    return {k: v for k, v in record.items() if k != FINGERPRINT_KEY}
-
-
-def read_fingerprint(cuts_path: Pathlike) -> Optional[str]:
-    """The input fingerprint a shard was written from (None: an older shard)."""
-    record = _read_comment(cuts_path)
-    value = record.get(FINGERPRINT_KEY) if record is not None else None
-    return value if isinstance(value, str) else None
-
-
-def _read_comment(cuts_path: Pathlike) -> Optional[Dict[str, Any]]:
-    try:
-        with open(cuts_path, "rb") as f:
-            head = f.read(1 << 16)
-        parsed = _header_end(head)
-    except (OSError, ValueError, struct.error):
-        return None
-    if parsed is None or not parsed[0] & _FCOMMENT:
-        return None
-    comment = head[parsed[1]:head.index(b"\0", parsed[1])]
-    if not comment.startswith(_TAG):
-        return None
-    try:
-        record = json.loads(comment[len(_TAG):])
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) else None
 
 
 def input_fingerprint(parts: Sequence[Any]) -> str:

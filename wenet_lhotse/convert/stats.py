@@ -3,6 +3,7 @@ hours, and the distributions of duration (seconds) and text length (characters).
 
 from __future__ import annotations
 
+import functools
 import logging
 from array import array
 from dataclasses import dataclass, field
@@ -14,9 +15,10 @@ from lhotse.utils import Pathlike
 
 from wenet_lhotse.convert.executor import map_tasks
 from wenet_lhotse.errors import SkipReport, WenetDataError
-from wenet_lhotse.formats.shard_reader import ShardEntry, read_one_tar, read_shard_entries
+from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.sources.detect import detect_input_kind
-from wenet_lhotse.sources.open import open_cuts
+from wenet_lhotse.sources.registry import get_kind
+from wenet_lhotse.sources.units import WorkUnit
 
 logger = logging.getLogger(__name__)
 
@@ -91,27 +93,27 @@ def _metadata(cut) -> Tuple[float, int, List[str]]:
             [s.speaker for s in cut.supervisions if s.speaker is not None])
 
 
-def _tar_metadata(job: Tuple[ShardEntry, bool, bool]) -> Tuple[list, SkipReport]:
-    """The metadata of every utterance of one WeNet tar (a task: tars must be read
-    through to see their members). ``job``: (tar, strict, allow_pipe)."""
-    tar, strict, allow_pipe = job
-    report = SkipReport(log=False)
-    return [_metadata(c) for c in read_one_tar(tar, strict=strict, skip_report=report,
-                                               allow_pipe=allow_pipe)], report
+def _unit_metadata(unit: WorkUnit, policy: ReadPolicy) -> Tuple[list, SkipReport]:
+    """The metadata of every utterance of one work unit (a task: a tar must be read
+    through to see its members); its skips come back in a report of their own."""
+    local = policy.replace(skip_report=SkipReport(log=False))
+    return [_metadata(c.cut) for c in get_kind(unit.kind).read_unit(
+        unit, local, audio=False)], local.skip_report
 
 
 def corpus_stats(path: Pathlike, *, strict: bool = False, progress: bool = False,
                  num_jobs: int = 1, cluster: Optional[str] = None,
                  allow_pipe: bool = False) -> CorpusStats:
-    """Statistics of a raw list, shard list, cuts manifest or Shar directory.
+    """Statistics of any input kind that is detected (raw list, shard list, cuts
+    manifest, Shar directory, ...).
 
-    Reads metadata only: raw lists probe audio headers, Shar reads just its cut
-    manifests; shard lists must stream their tars. Bad items are skipped and counted
-    unless ``strict``; a cuts manifest cut short is an error (the figures would cover an
-    unknown part of it).
+    Reads metadata only, as its kind's work units (:mod:`wenet_lhotse.sources.units`):
+    raw lists probe audio headers, Shar reads just its cut manifests; shard lists must
+    stream their tars. Bad items are skipped and counted unless ``strict``; a manifest
+    cut short is an error (the figures would cover an unknown part of it).
 
-    :param num_jobs: local processes for shard lists (one tar each) and raw lists
-        (header probing).
+    :param num_jobs: local processes reading the units (shard lists: one tar each) or
+        the input itself (raw lists: header probing).
     :param cluster: a Dask scheduler address: the same work on its workers.
     :param allow_pipe: run ``pipe:`` lines of shard lists (shell commands from the data).
     """
@@ -119,42 +121,29 @@ def corpus_stats(path: Pathlike, *, strict: bool = False, progress: bool = False
 
     report = SkipReport()
     kind = detect_input_kind(path)
+    reader = get_kind(kind)
+    policy = ReadPolicy(strict=strict, skip_report=report, allow_pipe=allow_pipe)
+    parallel = num_jobs > 1 or bool(cluster)
+    mapper = functools.partial(map_tasks, num_jobs=num_jobs, cluster=cluster)
+    units, _ = reader.work_units(str(path), policy, audio=False,
+                                 mapper=mapper if parallel else None)
+    if reader.reads_in_caller:  # the cuts are read already: nothing left to farm out
+        num_jobs, cluster = 1, None
     durations = array("d")  # 8 bytes per utterance
     text_lengths = array("q")
     speakers = set()
-    bar = tqdm(desc="stats", unit="utt", disable=not progress)
-
-    def add(items) -> None:
-        for d, n, spk in items:
-            durations.append(d)
-            text_lengths.append(n)
-            speakers.update(spk)
-        bar.update(len(items))
-
-    try:
-        if kind == "shard":
-            jobs = ((t, strict, allow_pipe) for t in read_shard_entries(
-                [str(path)], strict=strict, skip_report=report, allow_pipe=allow_pipe))
-            for _, (items, skips) in map_tasks(_tar_metadata, jobs, num_jobs=num_jobs,
-                                              cluster=cluster):
-                report.extend(skips.items)
-                add(items)
-        elif kind == "raw" and (num_jobs > 1 or cluster):
-            from wenet_lhotse.convert.raw import iter_raw_cuts
-
-            for cut in iter_raw_cuts(str(path), strict=strict, skip_report=report,
-                                     num_workers=num_jobs, cluster=cluster):
-                add([_metadata(cut)])
-        else:
-            cuts, kind = open_cuts(path, kind=kind, strict=strict, skip_report=report,
-                                   with_audio=False, allow_pipe=allow_pipe)
-            for cut in cuts:
-                add([_metadata(cut)])
-    finally:
-        bar.close()
-    cut_short = [i for i in report if i.kind == "truncated" and kind == "cuts"]
-    if cut_short:  # figures over an unknown part of the manifest would mislead
-        i = cut_short[0]
+    task = functools.partial(_unit_metadata, policy=policy.replace(skip_report=None))
+    with tqdm(desc="stats", unit="utt", disable=not progress) as bar:
+        for _, (items, skips) in map_tasks(task, units, num_jobs=num_jobs, cluster=cluster):
+            report.extend(skips.items)
+            for d, n, spk in items:
+                durations.append(d)
+                text_lengths.append(n)
+                speakers.update(spk)
+            bar.update(len(items))
+    fatal = [i for i in report if i.kind in reader.stats_fatal]
+    if fatal:  # figures over an unknown part of the input would mislead
+        i = fatal[0]
         raise WenetDataError(i.message, i.source, line=i.line, member=i.member, kind=i.kind)
     return CorpusStats(str(path), kind, np.frombuffer(durations, dtype=np.float64),
                        np.frombuffer(text_lengths, dtype=np.int64), len(speakers), report)

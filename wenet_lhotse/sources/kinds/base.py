@@ -40,6 +40,11 @@ Hooks (methods; the defaults suit a file kind read through :meth:`open`):
   (rank, DataLoader worker) its share of the tars in one epoch;
 * **count / metadata** -- :meth:`metadata`: the source's cuts without audio, for bucket
   estimation and statistics;
+* **work units** (for ``validate``, ``stats``, ``cmvn``, ``index``) -- inherited from
+  :class:`~wenet_lhotse.sources.units.UnitReader`: :meth:`work_units` (how the input
+  splits into tasks; default: slices of :meth:`open`'s cuts), :meth:`read_unit`,
+  :meth:`audit_unit`, :meth:`cut_label`, :meth:`line_finder`, :meth:`prepare_index`,
+  and the flags ``keys_repeat_across_units``, ``reads_in_caller``, ``stats_fatal``;
 * **map-style reading** -- :meth:`map_reader`: the source as the loader's positioned
   reader, built from the :class:`PositionedReaders` the loader passes in (the loader is
   a layer above, so it hands its readers down rather than being imported).
@@ -54,6 +59,7 @@ from lhotse import CutSet
 from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.sources.kinds.sniff import NO, FirstLine
 from wenet_lhotse.sources.tags import TagCuts
+from wenet_lhotse.sources.units import UnitReader
 
 
 class PositionedReaders(Protocol):
@@ -74,7 +80,7 @@ class PositionedReaders(Protocol):
         """Cuts held in memory."""
 
 
-class InputKind:
+class InputKind(UnitReader):
     """One input kind (see the module doc for every flag and hook)."""
 
     name: ClassVar[str] = ""

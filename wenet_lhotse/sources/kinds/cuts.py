@@ -9,13 +9,16 @@ map-style loader reads them lazily by line number (the loader's ``JsonlReader``)
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Iterator, Optional, Sequence, Tuple
 
 from lhotse import CutSet
 
+from wenet_lhotse.errors import WenetDataError
+from wenet_lhotse.formats.keyset import KeySet
 from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.sources.kinds.base import InputKind, PositionedReaders
 from wenet_lhotse.sources.kinds.sniff import NO, SURE, FirstLine
+from wenet_lhotse.sources.units import DEFAULT_UNIT_CUTS, MANIFEST_INDEX, UnitCut, WorkUnit, slices
 
 
 class CutsKind(InputKind):
@@ -44,6 +47,33 @@ class CutsKind(InputKind):
 
     def map_reader(self, spec: Any, readers: PositionedReaders) -> Any:
         return readers.jsonl(spec.paths)
+
+    # -- the tools' work units (sources/units.py): slices with their line numbers ------------
+    unit_name = "manifest"
+    stats_fatal = ("truncated",)
+    index_note = MANIFEST_INDEX
+
+    def work_units(self, path: str, policy: ReadPolicy, *, audio: bool = True,
+                   chunk_size: int = DEFAULT_UNIT_CUTS, **_: Any
+                   ) -> Tuple[Iterator[WorkUnit], Optional[int]]:
+        """Slices of the manifest's cuts, read here (repeated ids are checked over the
+        whole manifest), each with its line."""
+        return slices(self._located(path, policy), self.name, path, chunk_size), None
+
+    def _located(self, path: str, policy: ReadPolicy) -> Iterator[UnitCut]:
+        from wenet_lhotse.sources.manifest import duplicate_error, iter_manifest
+
+        if ".jsonl" not in path:  # a JSON manifest: Lhotse reads it whole, no lines
+            yield from (UnitCut(c, path) for c in self.open([path], policy))
+            return
+        seen = KeySet()
+        for item, no in iter_manifest(path, policy=policy):
+            if not isinstance(item, WenetDataError) and not seen.add(item.id):
+                item = duplicate_error(item.id, path, no)
+            if isinstance(item, WenetDataError):
+                policy.handle(item)
+                continue
+            yield UnitCut(item, path, None, no)
 
 
 KIND = CutsKind()

@@ -9,14 +9,37 @@ once with ``lhotse_conf.probe_cache``).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import json
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
 
 from lhotse import CutSet
+from lhotse.utils import Pathlike
 
 from wenet_lhotse.formats.raw_list import read_raw_list
 from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.sources.kinds.base import InputKind, PositionedReaders
 from wenet_lhotse.sources.kinds.sniff import MAYBE, NO, SURE, FirstLine
+from wenet_lhotse.sources.units import DEFAULT_UNIT_CUTS, UnitCut, WorkUnit, slices
+
+
+class _LineFinder:
+    """Finds the line of a key in a raw list; the index is built only on first use."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._index: Optional[Dict[str, int]] = None
+
+    def __call__(self, key: str) -> Optional[int]:
+        if self._index is None:
+            self._index = {}
+            with open(self.path, encoding="utf-8", errors="replace") as f:
+                for no, line in enumerate(f, 1):
+                    try:
+                        k = json.loads(line).get("key")
+                    except (json.JSONDecodeError, AttributeError, RecursionError):
+                        continue
+                    self._index.setdefault(k, no)
+        return self._index.get(key)
 
 
 class RawKind(InputKind):
@@ -48,6 +71,37 @@ class RawKind(InputKind):
         # the cache is a manifest: metadata only for training (a fraction of the memory)
         return readers.in_memory(list(probed.cuts(policy=policy,
                                                   metadata_only=readers.light)))
+
+    # -- the tools' work units (sources/units.py) -------------------------------------------
+    unit_name = "list"
+
+    def work_units(self, path: str, policy: ReadPolicy, *, audio: bool = True,
+                   chunk_size: int = DEFAULT_UNIT_CUTS, wav_root: Optional[Pathlike] = None,
+                   mapper: Optional[Callable] = None
+                   ) -> Tuple[Iterator[WorkUnit], Optional[int]]:
+        """Slices of the list's cuts, read here (the reader checks repeated keys over the
+        whole list); with a ``mapper`` the lines' audio headers are probed in parallel."""
+        if mapper is not None:
+            from wenet_lhotse.sources.raw_lines import parse_raw_lines
+
+            items = (UnitCut(c, p, None, no) for c, p, no in parse_raw_lines(
+                [path], policy, wav_root=wav_root, mapper=mapper))
+        else:
+            items = (UnitCut(c, path) for c in self.open([path], policy, wav_root=wav_root))
+        return slices(items, self.name, path, chunk_size), None
+
+    def cut_label(self, cut: Any) -> str:
+        return f"{cut.id!r} ({cut.recording.sources[0].source})"
+
+    def line_finder(self, path: str) -> Callable[[str], Optional[int]]:
+        return _LineFinder(path)
+
+    def prepare_index(self, path: str, cache_dir: Optional[str] = None) -> str:
+        from wenet_lhotse.sources.probe_cache import probed_raw_list
+
+        probed = probed_raw_list(path, cache_dir=cache_dir)
+        return (f"{path}: raw list, audio headers probed and cached in {probed.manifest} "
+                "(set lhotse_conf.probe_cache to use it)")
 
 
 KIND = RawKind()

@@ -11,7 +11,7 @@ id, errors naming files), as Lhotse's ``CutSet.from_shar`` would.
 from __future__ import annotations
 
 import random
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from lhotse import CutSet
 
@@ -21,7 +21,8 @@ from wenet_lhotse.io.access import PIPE_REFUSED
 from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.io.remote import is_remote
 from wenet_lhotse.sources.kinds.base import InputKind, PositionedReaders
-from wenet_lhotse.sources.shar_dir import cuts_files, is_shar_dir, shar_fields
+from wenet_lhotse.sources.shar_dir import cuts_files, is_shar_dir, shar_fields, shar_files
+from wenet_lhotse.sources.units import MANIFEST_INDEX, UnitCut, WorkUnit
 
 
 class SharKind(InputKind):
@@ -85,6 +86,58 @@ class SharKind(InputKind):
 
     def map_reader(self, spec: Any, readers: PositionedReaders) -> Any:
         return readers.shar(spec.paths[0])
+
+    # -- the tools' work units (sources/units.py): one per shard, read by the task -----------
+    unit_name = "shard"
+    keys_repeat_across_units = True
+    reads_in_caller = False
+    index_note = MANIFEST_INDEX
+
+    def work_units(self, path: str, policy: ReadPolicy, *, audio: bool = True, **_: Any
+                   ) -> Tuple[Iterator[WorkUnit], Optional[int]]:
+        """Its shards (for metadata, their cuts manifests alone); a shard without its
+        recording tar, or a tar without its manifest, goes to ``policy``."""
+        if not audio:
+            return (WorkUnit(self.name, c, {"cuts": [c]}) for c in cuts_files(path)), None
+        units = list(self._shards(path, policy))
+        return iter(units), len(units)
+
+    def _shards(self, in_dir: str, policy: ReadPolicy) -> Iterator[WorkUnit]:
+        files = shar_files(in_dir)
+        tars = {f: {i: p for i, p in by_index.items() if p.endswith(".tar")}
+                for f, by_index in files.items() if f != "cuts"}
+        cut_files = {i: p for i, p in files.get("cuts", {}).items() if ".jsonl" in p}
+        for i, cuts_path in sorted(cut_files.items()):
+            fields: Dict[str, List[str]] = {"cuts": [cuts_path]}
+            fields.update({f: [by_index[i]] for f, by_index in tars.items() if i in by_index})
+            if "recording" not in fields:
+                policy.handle(WenetDataError(f"no recording.{i:06d}.tar next to it",
+                                             cuts_path, kind="unpaired"))
+                continue
+            yield WorkUnit(self.name, fields["recording"][0], fields)
+        others = {i for by_index in tars.values() for i in by_index} - set(cut_files)
+        for i in sorted(others):
+            policy.handle(WenetDataError("tar without its cuts manifest", str(in_dir),
+                                         member=f"*.{i:06d}.tar", kind="unpaired"))
+
+    def read_unit(self, unit: WorkUnit, policy: ReadPolicy, *, audio: bool = True
+                  ) -> Iterator[UnitCut]:
+        for cut in CutSet.from_shar(fields=unit.payload):
+            yield UnitCut(cut, unit.label, cut.id)
+
+    def audit_unit(self, unit: WorkUnit) -> List[WenetDataError]:
+        """A shard written while items of its input were skipped (its skip record)."""
+        from wenet_lhotse.sources.shar_record import read_record
+
+        cuts_path = unit.payload["cuts"][0]
+        record = read_record(cuts_path)
+        if record is None:
+            return []
+        kinds = ", ".join(f"{k}: {v}" for k, v in sorted(record.get("kinds", {}).items()))
+        return [WenetDataError(
+            f"shard written with {record.get('skipped')} input items skipped ({kinds}); "
+            "fix the input and run the import again to rewrite it", cuts_path,
+            kind="incomplete_shard")]
 
 
 def spec_fields(spec: Any) -> Dict[str, List[str]]:

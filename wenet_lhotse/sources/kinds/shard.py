@@ -11,14 +11,15 @@ cuts into memory, with a warning.
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, Sequence
+from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 from lhotse import CutSet
 
-from wenet_lhotse.formats.shard_reader import read_shard_list
+from wenet_lhotse.formats.shard_reader import read_one_tar, read_shard_entries, read_shard_list
 from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.sources.kinds.base import InputKind, PositionedReaders
 from wenet_lhotse.sources.kinds.sniff import NO, SURE, FirstLine, looks_like_shard_line
+from wenet_lhotse.sources.units import UnitCut, WorkUnit
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +55,21 @@ class ShardKind(InputKind):
         logger.warning("source %s: WeNet shards loaded into memory for map-style "
                        "loading (%d cuts)", spec.name, len(reader))
         return reader
+
+    # -- the tools' work units (sources/units.py): one per tar, read by the task ---------------
+    unit_name = "tar"
+    keys_repeat_across_units = True
+    reads_in_caller = False
+
+    def work_units(self, path: str, policy: ReadPolicy, **_: Any
+                   ) -> Tuple[Iterator[WorkUnit], Optional[int]]:
+        tars = read_shard_entries([path], policy=policy)
+        return (WorkUnit(self.name, t.url, t) for t in tars), len(tars)
+
+    def read_unit(self, unit: WorkUnit, policy: ReadPolicy, *, audio: bool = True
+                  ) -> Iterator[UnitCut]:
+        for cut in read_one_tar(unit.payload, policy=policy):
+            yield UnitCut(cut, unit.label, cut.id)
 
 
 KIND = ShardKind()
