@@ -98,3 +98,13 @@ def test_a_bad_line_names_file_and_line(nemo, tmp_path, bad, why):
     report = SkipReport(log=False)
     cuts = list(open_cuts(path, strict=False, skip_report=report)[0])
     assert len(cuts) == len(nemo[1]) and [i.line for i in report] == [2]
+
+
+def test_the_drop_in_takes_a_nemo_manifest_as_train_data(nemo):
+    """WeNet's ``--train_data`` with a NeMo manifest: recognised from its content, as a
+    Lhotse manifest is, whatever ``--data_type`` says."""
+    from wenet_lhotse.wenet_compat import wenet_sources
+
+    path, _, _ = nemo
+    (spec,) = wenet_sources(str(path), "raw")
+    assert spec.type == "nemo" and spec.paths == [str(path)]

@@ -31,8 +31,10 @@ class SourceSpec:
     """One data source.
 
     :param path: list file, manifest, Shar directory, or a list of them (same type).
-    :param type: ``raw`` | ``shard`` | ``cuts`` | ``shar`` | ``auto``; ``text`` (sentences,
-        :mod:`~wenet_lhotse.sources.text`) | ``parquet`` (:mod:`~wenet_lhotse.sources.parquet`).
+    :param type: a registered kind (:mod:`~wenet_lhotse.sources.registry`): ``raw`` |
+        ``shard`` | ``cuts`` | ``shar`` | ``nemo`` (detected, or ``auto``); ``text``
+        (sentences, :mod:`~wenet_lhotse.sources.text`) | ``parquet``
+        (:mod:`~wenet_lhotse.sources.parquet`); checked by the kind's ``check_spec``.
     :param weight: relative mixing weight (only used with several sources).
     :param tags: written to ``cut.custom`` of every cut; ``task`` and ``lang`` reach
         the batch as ``tasks``/``langs``.
