@@ -17,6 +17,7 @@ MODULES = [
     "wenet_lhotse.loader.build",
     "wenet_lhotse.loader.config",
     "wenet_lhotse.loader.schema",
+    "wenet_lhotse.sources.registry",
     "wenet_lhotse.text.tokenizer",
 ]
 

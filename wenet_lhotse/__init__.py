@@ -36,6 +36,8 @@ _EXPORTS = {
     "ReadLimits": "wenet_lhotse.formats",
     "ReadPolicy": "wenet_lhotse.io.policy",
     "detect_data_type": "wenet_lhotse.sources",
+    "InputKind": "wenet_lhotse.sources.kinds.base",
+    "get_kind": "wenet_lhotse.sources.registry",
     "LazyWenetRawListIterator": "wenet_lhotse.formats",
     "LazyWenetShardIterator": "wenet_lhotse.formats",
     "kaldi_dir_to_raw_list": "wenet_lhotse.formats.kaldi",

@@ -1,4 +1,5 @@
-"""Every input kind, once: detect what a path is (:mod:`.detect`), the Shar directory
+"""Every input kind, once: the registry of kinds (:mod:`.registry`, one module each in
+:mod:`.kinds`), detect what a path is (:mod:`.detect`), the Shar directory
 layout (:mod:`.shar_dir`), yaml source specs (:mod:`.spec`) and opening any of them as
 a lazy ``CutSet``, with tags and weighted mixing (:mod:`.open`)."""
 
@@ -8,6 +9,7 @@ from wenet_lhotse.sources.detect import (
     detect_input_kind,
     detect_source_type,
 )
+from wenet_lhotse.sources.kinds.base import InputKind
 from wenet_lhotse.sources.open import (
     TagCuts,
     mux_sources,
@@ -18,17 +20,22 @@ from wenet_lhotse.sources.open import (
     read_wenet_list,
     spec_shar_fields,
 )
+from wenet_lhotse.sources.registry import detect, get_kind, kinds
 from wenet_lhotse.sources.shar_dir import shar_fields, shar_files, shard_index, shard_paths
 from wenet_lhotse.sources.spec import SOURCE_TYPES, SourceSpec, parse_sources
 
 __all__ = [
+    "InputKind",
     "KINDS",
     "SOURCE_TYPES",
     "SourceSpec",
     "TagCuts",
+    "detect",
     "detect_data_type",
     "detect_input_kind",
     "detect_source_type",
+    "get_kind",
+    "kinds",
     "mux_sources",
     "open_cuts",
     "open_kind",

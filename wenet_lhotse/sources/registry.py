@@ -51,13 +51,22 @@ def kinds() -> Tuple[InputKind, ...]:
 
 
 def kind_names(**flags: bool) -> Tuple[str, ...]:
-    """The names of the kinds whose flags have these values, e.g. ``wenet=True``."""
+    """The names of the kinds whose flags have these values, e.g. ``wenet=True``.
+
+    >>> kind_names(wenet=True), kind_names(streamable=True)
+    (('raw', 'shard'), ('shard', 'shar'))
+    """
     return tuple(k.name for k in kinds()
                  if all(getattr(k, f) == v for f, v in flags.items()))
 
 
 def get_kind(name: str) -> InputKind:
-    """The kind called ``name``; ValueError naming the known kinds otherwise."""
+    """The kind called ``name``; ValueError naming the known kinds otherwise.
+
+    >>> kind = get_kind("shard")
+    >>> kind.wenet, kind.streamed, kind.description
+    (True, True, 'WeNet shard list (one tar path, URL or pipe: per line)')
+    """
     kinds()
     if name not in _KINDS:
         raise ValueError(f"kind must be one of {kind_names(detected=True)} or 'auto', "
@@ -72,7 +81,19 @@ def fields_kind() -> str:
 
 def detect(path: Pathlike) -> str:
     """The name of ``path``'s kind (see the module doc). Raises
-    :class:`WenetDataError` for a missing path and for content no kind claims."""
+    :class:`WenetDataError` for a missing path and for content no kind claims.
+
+    >>> import json, os, tempfile
+    >>> lines = {"raw": {"key": "a", "wav": "a.wav"}, "cuts": {"id": "a"},
+    ...          "nemo": {"audio_filepath": "a.wav", "duration": 1.0}}
+    >>> for name, first in lines.items():
+    ...     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+    ...         print(json.dumps(first), file=f)
+    ...     print(name, detect(f.name)); os.unlink(f.name)
+    raw raw
+    cuts cuts
+    nemo nemo
+    """
     where = str(path)
     remote = is_remote(where)
     if not remote and not os.path.exists(where):
