@@ -97,3 +97,17 @@ def test_close_ends_workers_and_cuts_the_line():
     assert pool._lifeline.reader.poll(1.0)  # EOF: any straggler would exit too
     with pytest.raises(RuntimeError):
         pool.submit(abs, -1)
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_cutting_the_line_ends_a_worker_of_any_start_method(method):
+    """The lifeline's read end reaches spawned and forkserver workers too (pickled with
+    the process arguments): cut, the worker exits although its parent lives on."""
+    pool = ProcessPool(1, start_method=method)
+    try:
+        pid = pool.submit(os.getpid).result(timeout=120)
+        assert pid in pool.pids and alive(pid)
+        pool._lifeline.close()
+        wait_until(lambda: not alive(pid), 15, f"{method} worker {pid} to exit")
+    finally:
+        pool.close()
