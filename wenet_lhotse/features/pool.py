@@ -26,7 +26,7 @@ import logging
 import multiprocessing as mp
 import os
 from concurrent.futures import BrokenExecutor, Future
-from typing import Any, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
@@ -93,14 +93,21 @@ class WorkerPool:
         ``RuntimeError`` naming a cut it left unfinished; any exception here (e.g.
         KeyboardInterrupt) also closes the pool, so no stale work runs on.
         """
-        futures: List[Optional[Future]] = [None] * len(tasks)
+        futures: Dict[int, Future] = {}
         try:
             for i in sorted(range(len(tasks)), key=lambda i: -_task_size(tasks[i])):
                 futures[i] = self._pool.submit(_run_cut, *tasks[i])
-            return [fut.result() for fut in futures]  # type: ignore[union-attr]
-        except (BrokenExecutor, SystemExit) as err:  # SystemExit: a worker was ended
+            replies = []
+            for i in range(len(tasks)):
+                ended = futures[i].exception()  # returned: a worker's SIGTERM, not ours
+                if isinstance(ended, SystemExit):
+                    raise BrokenExecutor(f"a worker was ended ({ended!r})")
+                replies.append(futures[i].result())
+            return replies
+        except BrokenExecutor as err:  # BrokenProcessPool: a worker died
             self.close()
-            lost = [i for i, f in enumerate(futures) if f is None or not _succeeded(f)]
+            lost = [i for i in range(len(tasks)) if i not in futures
+                    or not _succeeded(futures[i])]
             cut = _cut_id(tasks[lost[0]][1]) if lost else "?"
             raise RuntimeError(f"a feature worker died; cut {cut!r} (1 of {len(lost)} "
                                f"unfinished) was not processed: {err}") from err

@@ -167,11 +167,11 @@ class ProcessPool(ProcessPoolExecutor):
                  initargs: Tuple = (), start_method: Optional[str] = None) -> None:
         self.owner_pid = os.getpid()
         self._lifeline = Lifeline()
+        weakref.finalize(self, self._lifeline.close)  # garbage collected unclosed
         super().__init__(num_workers, mp_context=mp.get_context(start_method),
                          initializer=worker_init,
                          initargs=(self._lifeline.reader, self.owner_pid, initializer,
                                    initargs))
-        weakref.finalize(self, self._lifeline.close)  # garbage collected unclosed
 
     def submit(self, fn, /, *args, **kwargs):  # type: ignore[override]
         with may_start_children():  # a submission may start workers
