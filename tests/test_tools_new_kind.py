@@ -10,19 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
-from click.testing import CliRunner
+from test_cli_data import run
 
 import wenet_lhotse
-from wenet_lhotse.cli import main
 from wenet_lhotse.corpus import generate_corpus
 
 ROOT = Path(wenet_lhotse.__file__).parent
-
-
-def run(*args, code=0):
-    res = CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
-    assert res.exit_code == code, res.output
-    return res
 
 
 @pytest.fixture(scope="module")
