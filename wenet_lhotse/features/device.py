@@ -266,11 +266,9 @@ class DeviceFeatures:
             row_draws = [d.augments.get(aug.name) for d in draws]
             if any(r is not None for r in row_draws):
                 padded = aug.apply_batch(padded, row_draws)
-        keep = [d.keep for d in draws]
-        t_max = max(keep, default=0)
-        if t_max < padded.shape[1]:
-            padded = padded[:, :t_max].contiguous()
-        for i, k in enumerate(keep):
-            if k < t_max:
-                padded[i, k:] = 0.0
-        return padded, torch.tensor(keep, dtype=torch.int32)
+        keep = torch.tensor([d.keep for d in draws], dtype=torch.int32)
+        t_max = int(keep.max()) if len(draws) else 0
+        if any(d.keep != d.frames for d in draws):  # rows trimmed: cut them, zeros after
+            beyond = torch.arange(t_max, device=dev)[None, :] >= keep.to(dev)[:, None]
+            padded = padded[:, :t_max].masked_fill(beyond[:, :, None], 0.0).contiguous()
+        return padded, keep
