@@ -11,7 +11,13 @@ recipe and its seeds), :mod:`.pool` (the process pool), :mod:`.strategy`
 
 from __future__ import annotations
 
-from wenet_lhotse.features.augmentations import SpecAugConfig, SpecSubConfig, SpecTrimConfig
+from wenet_lhotse.features.augmentations import (
+    AUGMENTATIONS,
+    FeatureAugmentation,
+    SpecAugConfig,
+    SpecSubConfig,
+    SpecTrimConfig,
+)
 from wenet_lhotse.features.device import DeviceFeatures
 from wenet_lhotse.features.fbank import (
     WenetFbank,
@@ -26,7 +32,9 @@ from wenet_lhotse.features.pipeline import cut_seed
 from wenet_lhotse.features.strategy import PooledBatch, PooledFeatures
 
 __all__ = [
+    "AUGMENTATIONS",
     "DeviceFeatures",
+    "FeatureAugmentation",
     "PooledBatch",
     "PooledFeatures",
     "SpecAugConfig",

@@ -266,7 +266,7 @@ class FeatureRecipe:
 
     @classmethod
     def build(cls, extractor: Optional[FeatureExtractor] = None,
-              speed_perturb: SpeedPerturb = None, resample_to: Optional[int] = 16000,
+              speed_perturb: SpeedPerturb = None, resample_to: Optional[int] = 16000, *,
               channel: int = 0, eval_dither: bool = False, **augmentations: Any
               ) -> FeatureRecipe:
         """A recipe from loose settings: ``speed_perturb`` as :func:`speed_factors`

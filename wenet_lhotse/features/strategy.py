@@ -82,6 +82,7 @@ class PooledFeatures:
         num_workers: int = 0,
         speed_perturb: Union[None, bool, Sequence[float]] = None,
         resample_to: Optional[int] = 16000,
+        *,
         seed: int = 0,
         fault_tolerant: bool = False,
         return_audio: bool = False,
@@ -95,8 +96,8 @@ class PooledFeatures:
             raise ValueError(f"num_workers must be >= 0, got {num_workers}")
         if features_on not in FEATURES_ON:
             raise ValueError(f"features_on must be one of {FEATURES_ON}, got {features_on!r}")
-        recipe = FeatureRecipe.build(extractor, speed_perturb, resample_to, channel,
-                                     eval_dither, **augmentations)
+        recipe = FeatureRecipe.build(extractor, speed_perturb, resample_to, channel=channel,
+                                     eval_dither=eval_dither, **augmentations)
         if features_on == "device":
             check_extractor(recipe.extractor)
         self.pipeline = CutPipeline(**vars(recipe), return_audio=return_audio,
