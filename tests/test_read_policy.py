@@ -183,6 +183,31 @@ def test_url_protocols_from_the_yaml_open_an_s3_archive_without_the_env_var(
     assert audio.shape[-1] == got[0].num_samples
 
 
+def test_url_protocols_reach_audio_that_lhotse_opens_later(made, tmp_path, s3, monkeypatch):
+    """A raw list's ``wav`` in an archive on S3: probed by the reader with its policy,
+    then decoded by Lhotse (its IO backend has no policy: the reader lends it the
+    protocols it allowed)."""
+    from wenet_lhotse.io import access
+
+    monkeypatch.delenv("WENET_LHOTSE_URL_PROTOCOLS", raising=False)
+    monkeypatch.setattr(access, "_LENT", set())  # nothing lent by earlier tests
+    cut = next(iter(made["cuts"]))
+    outer = tmp_path / "up" / "audio.tar"
+    outer.parent.mkdir()
+    with tarfile.open(outer, "w") as t:
+        t.add(cut.recording.sources[0].source, arcname="a.wav")
+    url = f"tar://a.wav::{s3.put_dir(outer.parent, 'audio')}/audio.tar"
+    lst = tmp_path / "data.list"
+    lst.write_text(json.dumps({"key": "a", "wav": url, "txt": "x"}) + "\n", encoding="utf-8")
+    with pytest.raises(WenetDataError) as err:
+        list(read_raw_list(lst, policy=ReadPolicy()))
+    assert err.value.kind == "refused"
+    policy = LhotseConf.from_dict({"url_protocols": ["tar", "::"]}).read_policy()
+    [got] = list(read_raw_list(lst, policy=policy))
+    assert got.num_samples == cut.num_samples
+    assert (got.load_audio() == cut.load_audio()).all()
+
+
 def test_url_protocols_key_is_checked():
     with pytest.raises(ValueError, match="lhotse_conf.url_protocols"):
         LhotseConf.from_dict({"url_protocols": "ftp"})

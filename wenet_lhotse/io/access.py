@@ -42,6 +42,22 @@ def allowed_url_protocols(extra: Optional[Iterable[str]] = None) -> frozenset:
     return DEFAULT_URL_PROTOCOLS | {p for p in added if p}
 
 
+#: Protocols a reader's policy allowed for the audio URLs it handed to Lhotse, which
+#: opens them later through :mod:`~wenet_lhotse.io.lhotse_io` with no policy at hand
+#: (this process only; a forked DataLoader worker inherits it).
+_LENT: set = set()
+
+
+def lend_url_protocols(protocols: Iterable[str]) -> None:
+    """Let Lhotse's IO backend open audio URLs of ``protocols`` in this process."""
+    _LENT.update(str(p).lower() for p in protocols)
+
+
+def lent_url_protocols() -> frozenset:
+    """The protocols :func:`lend_url_protocols` allowed."""
+    return frozenset(_LENT)
+
+
 def url_problem(url: str, extra: Optional[Iterable[str]] = None) -> Optional[str]:
     """Why ``url`` is not read (a protocol outside the allow-list, or a chained
     ``a::b`` URL), or None; a plain path or ``pipe:`` command is not a URL: None.

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, FrozenSet, Optional
 
 from wenet_lhotse.errors import SkipReport, WenetDataError
-from wenet_lhotse.io.access import url_problem
+from wenet_lhotse.io.access import lend_url_protocols, url_problem
 from wenet_lhotse.io.read_limits import ReadLimits
 
 
@@ -89,6 +89,12 @@ class ReadPolicy:
         """Why ``url`` is not read under this policy (its ``url_protocols`` added to
         the defaults and ``$WENET_LHOTSE_URL_PROTOCOLS``), or None."""
         return url_problem(url, self.url_protocols)
+
+    def lend_to_lhotse(self) -> None:
+        """Readers whose cuts carry audio URLs that Lhotse opens later, without a
+        policy (raw lists, manifests): let it open this policy's ``url_protocols``."""
+        if self.url_protocols:
+            lend_url_protocols(self.url_protocols)
 
     def handle(self, err: WenetDataError) -> None:
         """Raise ``err`` when strict; otherwise record it in the skip report."""
