@@ -7,7 +7,10 @@ protocols and local files that are not regular files.
   (:func:`url_problem`): fsspec's archive and cache filesystems (``tar://m::x.tar``,
   ``zip://``, ``simplecache::``) would read around the tar member checks, and
   ``ftp://`` reaches any host and port. ``$WENET_LHOTSE_URL_PROTOCOLS`` (comma
-  separated) adds protocols; its token ``::`` allows chained URLs.
+  separated) and a reader's policy (``ReadPolicy.url_protocols``, from
+  ``lhotse_conf.url_protocols``) add protocols; the token ``::`` allows chained URLs.
+  Lhotse's IO backend opens audio URLs later, with no policy at hand: it allows what
+  a reader's policy lent it (:func:`lend_url_protocols`, per process).
 * local inputs must be regular files (:func:`open_regular`): a FIFO named ``x.tar``
   would block ``open()`` forever, a device (``/dev/zero``) never ends.
 """
