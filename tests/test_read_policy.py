@@ -124,6 +124,8 @@ def test_old_keywords_still_make_the_policy_and_cannot_contradict_it(made, tmp_p
     assert len(report) == 1
     with pytest.raises(TypeError, match="strict"):
         read_shard_list(path, strict=True, policy=ReadPolicy(strict=False))
+    with pytest.raises(TypeError, match="skip_report"):  # another report: another object
+        read_shard_list(path, skip_report=SkipReport(), policy=ReadPolicy())
 
 
 def test_pipe_refused_unless_the_policy_allows_it(made, tmp_path):

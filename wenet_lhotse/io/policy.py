@@ -71,8 +71,9 @@ class ReadPolicy:
         given = {k: v for k, v in legacy.items() if v is not None}
         if policy is None:
             return cls(**given)
-        clash = [k for k, v in given.items()
-                 if getattr(policy, k) is not v and getattr(policy, k) != v]
+        clash = [k for k, v in given.items()  # a report is one object, not its contents
+                 if getattr(policy, k) is not v
+                 and (k == "skip_report" or getattr(policy, k) != v)]
         if clash:
             raise TypeError(f"give either policy= or {', '.join(sorted(clash))}=, not both")
         return policy
