@@ -103,33 +103,24 @@ class ReadPolicy:
         self.skip_report.handle(err, self.strict)
 
 
+def _view(name: str) -> Any:
+    """A property reading ``self.policy.<name>``; setting it gives the reader a copy of
+    its policy with that one field changed (the skip report stays shared)."""
+
+    def get(self: Any) -> Any:
+        return getattr(self.policy, name)
+
+    def put(self: Any, value: Any) -> None:
+        self.policy = self.policy.replace(**{name: value})
+
+    return property(get, put, doc=f"The policy's ``{name}``.")
+
+
 class PolicyHolder:
     """A reader that keeps its :class:`ReadPolicy` in ``self.policy``; ``strict``,
     ``skip_report`` and ``allow_pipe`` read (and, for old callers, set) the policy's."""
 
     policy: ReadPolicy
-
-    @property
-    def strict(self) -> bool:
-        return self.policy.strict
-
-    @strict.setter
-    def strict(self, value: bool) -> None:
-        self.policy = self.policy.replace(strict=value)
-
-    @property
-    def skip_report(self) -> SkipReport:
-        assert self.policy.skip_report is not None
-        return self.policy.skip_report
-
-    @skip_report.setter
-    def skip_report(self, value: SkipReport) -> None:
-        self.policy = self.policy.replace(skip_report=value)
-
-    @property
-    def allow_pipe(self) -> bool:
-        return self.policy.allow_pipe
-
-    @allow_pipe.setter
-    def allow_pipe(self, value: bool) -> None:
-        self.policy = self.policy.replace(allow_pipe=value)
+    strict: bool = _view("strict")
+    skip_report: SkipReport = _view("skip_report")
+    allow_pipe: bool = _view("allow_pipe")
