@@ -99,8 +99,8 @@ def _json_cut(cut: Cut) -> _JsonCut:
 def iter_raw_cuts(paths: Union[Pathlike, Sequence[Pathlike]], **kwargs: Any) -> Iterator[Cut]:
     """The cuts of WeNet raw list(s), in list order, with audio headers read by a pool.
     ``kwargs``: the keywords of :func:`iter_raw_cuts_with_lines` (``wav_root``,
-    ``strict``, ``skip_report``, ``num_workers``, ``executor``, ``check_duplicates``,
-    ``cluster``, ...)."""
+    ``strict``, ``skip_report``, ``policy``, ``num_workers``, ``executor``,
+    ``check_duplicates``, ``cluster``, ...)."""
     for cut, _, _ in iter_raw_cuts_with_lines(paths, **kwargs):
         yield cut
 
@@ -109,7 +109,7 @@ def iter_raw_cuts_with_lines(
     paths: Union[Pathlike, Sequence[Pathlike]],
     *,
     wav_root: Optional[Pathlike] = None,
-    strict: bool = True,
+    strict: Optional[bool] = None,
     skip_report: Optional[SkipReport] = None,
     num_workers: int = 4,
     executor: str = "process",
@@ -118,6 +118,7 @@ def iter_raw_cuts_with_lines(
     probe: bool = True,
     cluster: Optional[str] = None,
     yield_skips: bool = False,
+    policy: Optional[ReadPolicy] = None,
 ) -> Iterator[Tuple[Union[Cut, _JsonCut, SkippedItem], str, int]]:
     """``(cut, list file, 1-based line)`` for each line of WeNet raw list(s), in list
     order, with audio headers read by a pool.
@@ -137,14 +138,16 @@ def iter_raw_cuts_with_lines(
     :param yield_skips: also yield ``(SkippedItem, file, line)`` for each line skipped
         (fault-tolerant mode; it is recorded in ``skip_report`` too), so that a caller
         can count positions in the input, good and bad lines alike.
+    :param policy: strict or skip into its ``skip_report``, URL protocols and network
+        limits of the probes (:class:`~wenet_lhotse.io.policy.ReadPolicy`); the old
+        ``strict``/``skip_report`` keywords make one when it is not given.
     """
-    report = skip_report if skip_report is not None else SkipReport()
+    policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report)
     if cluster:
         mapper = functools.partial(map_tasks, cluster=cluster)
     else:
         mapper = functools.partial(map_bounded, num_workers=num_workers, executor=executor)
-    yield from parse_raw_lines(as_path_list(paths), ReadPolicy(strict=strict, skip_report=report),
-                               mapper=mapper, wav_root=wav_root,
+    yield from parse_raw_lines(as_path_list(paths), policy, mapper=mapper, wav_root=wav_root,
                                check_duplicates=check_duplicates, probe=probe,
                                serialize=_json_cut if as_json else None,
                                yield_skips=yield_skips)
@@ -154,8 +157,10 @@ def import_raw(
     data_list: Union[Pathlike, Sequence[Pathlike]],
     out_path: Pathlike,
     *,
+    strict: Optional[bool] = None,
     skip_report: Optional[SkipReport] = None,
     progress: bool = False,
+    policy: Optional[ReadPolicy] = None,
     **kwargs: Any,
 ) -> ImportResult:
     """Convert WeNet raw list(s) to a Lhotse cuts manifest whose recordings point at
@@ -163,9 +168,11 @@ def import_raw(
 
     :param out_path: ``.jsonl.gz`` (gzip) or ``.jsonl`` output.
     :param progress: show a tqdm bar (unit: lines turned into cuts).
+    :param policy: its ``strict`` (default True: raise on the first bad line; else
+        skip, log and count it in its ``skip_report``), URL protocols and network
+        limits; the old ``strict``/``skip_report`` keywords make one when not given.
     :param kwargs: how the lines are read, the keywords of
-        :func:`iter_raw_cuts_with_lines`: ``wav_root``; ``strict`` (default True:
-        raise on the first bad line; else skip, log and count it); ``num_workers``
+        :func:`iter_raw_cuts_with_lines`: ``wav_root``; ``num_workers``
         (header-probing pool size, default 4); ``executor``; ``check_duplicates``
         (default True: detect repeated keys, 32-64 bytes of memory per key; False keeps
         memory flat however long the list is); ``probe`` (see
@@ -176,7 +183,9 @@ def import_raw(
     """
     from tqdm.auto import tqdm
 
-    report = skip_report if skip_report is not None else SkipReport()
+    policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report)
+    report = policy.skip_report
+    assert report is not None
     out = out_path if is_remote(str(out_path)) else Path(out_path)
     for src in as_path_list(data_list):
         if not is_remote(str(out)) and not is_remote(src) and same_file(src, out):
@@ -184,7 +193,7 @@ def import_raw(
                              "manifest elsewhere (e.g. cuts.jsonl.gz)")
     res = ImportResult(out_path=out, skip_report=report)
     start = time.perf_counter()
-    items = iter_raw_cuts_with_lines(data_list, skip_report=report, as_json=True, **kwargs)
+    items = iter_raw_cuts_with_lines(data_list, as_json=True, policy=policy, **kwargs)
     with atomic_output(out, "wb") as raw_f:
         # no time stamp, and the output's name (not the temporary file's) in the header:
         # equal input gives equal bytes, locally, with -j or on a cluster

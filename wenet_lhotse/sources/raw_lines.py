@@ -34,15 +34,17 @@ Mapper = Callable[[Callable[[Any], Any], Iterator[Any]], Iterator[Tuple[Any, Any
 
 
 def parse_block(block: Block, wav_root: Optional[str], probe: bool = True,
-                serialize: Optional[Callable[[Any], Any]] = None) -> List[Any]:
-    """Parse and probe one block of lines (runs in a pool worker): per line its cut
-    (``serialize(cut)`` when given: the pool then does the serialization too), its
+                serialize: Optional[Callable[[Any], Any]] = None,
+                policy: Optional[ReadPolicy] = None) -> List[Any]:
+    """Parse and probe one block of lines (runs in a pool worker, the ``policy`` -- URL
+    protocols, network limits -- pickled to it): per line its cut (``serialize(cut)``
+    when given: the pool then does the serialization too), its
     :class:`WenetDataError`, or None for an empty line."""
     path, lines = block
     # The reader's per-line parser (header probe included); duplicates are checked
     # by the caller, in list order, hence seen=None.
     reader = LazyWenetRawListIterator(path, wav_root=wav_root, check_duplicates=False,
-                                      probe=probe)
+                                      probe=probe, policy=policy)
     out: List[Any] = []
     for lineno, raw in lines:
         try:
@@ -59,7 +61,7 @@ def line_blocks(paths: Sequence[str], policy: ReadPolicy) -> Iterator[Block]:
     opened goes to ``policy``."""
     for path in paths:
         try:
-            f = open_input(path) if is_remote(path) else open(path, "rb")
+            f = open_input(path, policy=policy) if is_remote(path) else open(path, "rb")
         except OSError as e:
             policy.handle(WenetDataError(f"cannot open list: {e}", path,
                                          kind="missing_file"))
@@ -85,7 +87,9 @@ def parse_raw_lines(paths: Sequence[str], policy: ReadPolicy, *, mapper: Mapper,
     the pool returns instead of each cut (a tuple whose first item is the cut id)."""
     root = os.path.abspath(str(wav_root) if wav_root is not None else os.getcwd())
     seen = KeySet() if check_duplicates else None
-    parse = functools.partial(parse_block, wav_root=root, probe=probe, serialize=serialize)
+    # the pool's copy of the policy starts with an empty report (its errors come back)
+    parse = functools.partial(parse_block, wav_root=root, probe=probe, serialize=serialize,
+                              policy=policy.replace(skip_report=None))
     done = mapper(parse, line_blocks(paths, policy))
     try:
         for (path, lines), results in done:
