@@ -238,3 +238,21 @@ def data(corpus, tmp_path_factory):
         big.append(path)
     return {"cuts": cuts, "manifest": root / "cuts.jsonl.gz", "shar": shar, "big": big,
             "raw": corpus.data_list}
+
+
+@pytest.fixture(scope="session")
+def cli_bin(tmp_path_factory):
+    """A directory holding a ``wenet-lhotse`` to put first on ``PATH``: each command is its
+    own process, forked from a server that imported the CLI once (tests/cli_server.py),
+    so a page or recipe of many commands does not pay torch's import per command."""
+    import os
+    from pathlib import Path
+
+    import cli_server
+
+    root = Path(__file__).resolve().parents[1]
+    directory = tmp_path_factory.mktemp("cli_bin")
+    proc = cli_server.start(directory, env=dict(os.environ, PYTHONPATH=str(root)))
+    yield directory
+    proc.terminate()
+    proc.wait(timeout=30)

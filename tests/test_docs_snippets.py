@@ -6,7 +6,9 @@ joined) runs in one temporary directory per page, so a page's later commands
 see the files its earlier ones wrote. On the pages in ``RUN_PYTHON`` the
 ```python blocks run too, in page order, in the same directory. The demo's
 full-size run is covered by tests/test_demo.py at a reduced size, so
-``wenet-lhotse demo`` lines here get ``--quick``.
+``wenet-lhotse demo`` lines here get ``--quick``. The ``wenet-lhotse`` on the shell's
+``PATH`` is the ``cli_bin`` fixture's: each command its own process, forked from a server
+that imported the CLI once (tests/cli_server.py), not a fresh interpreter per command.
 """
 
 from __future__ import annotations
@@ -53,9 +55,9 @@ PAGES_WITH_COMMANDS = [p for p in PAGES if any(k == "sh" for k, _ in steps(p))
 
 @pytest.mark.slow
 @pytest.mark.parametrize("page", PAGES_WITH_COMMANDS, ids=lambda p: p.name)
-def test_docs_commands_run(page, tmp_path):
+def test_docs_commands_run(page, tmp_path, cli_bin):
     env = dict(os.environ, PYTHONPATH=str(ROOT),
-               PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+               PATH=f"{cli_bin}:{Path(sys.executable).parent}:{os.environ['PATH']}")
     for kind, step in steps(page):
         cmd = [sys.executable, "-c", step] if kind == "python" else step
         res = subprocess.run(cmd, shell=kind == "sh", cwd=tmp_path, env=env,
