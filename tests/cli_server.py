@@ -102,7 +102,11 @@ def _run_command(request: dict) -> None:
 
 
 def _handle(conn: socket.socket) -> None:
-    """In a child of the server: fork the command's process, wait, send its status."""
+    """In a child of the server: fork the command's process, wait for it and send its
+    status. If the client goes away first (killed by its caller's timeout), the command
+    is killed too, as ``subprocess.run`` kills the process it started."""
+    import select
+
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     header, fds, _, _ = socket.recv_fds(conn, 4, 3)
     request = json.loads(_recv_exact(conn, struct.unpack("!I", header)[0]))
@@ -115,11 +119,15 @@ def _handle(conn: socket.socket) -> None:
         _run_command(request)
     for fd in fds:
         os.close(fd)
+    pidfd = os.pidfd_open(pid)
+    ready, _, _ = select.select([pidfd, conn], [], [])
+    if pidfd not in ready:  # the client's end closed: nobody waits for this command
+        os.kill(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
     code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
     try:
         conn.sendall(struct.pack("!i", code))
-    except OSError:  # the client was killed (a test timeout): nobody to tell
+    except OSError:  # the client was killed: nobody to tell
         pass
 
 
@@ -169,6 +177,37 @@ def start(directory: Path, env: Optional[dict] = None, timeout: float = 120.0):
     script.write_text(CLIENT.format(python=sys.executable, sock=str(sock)))
     script.chmod(0o755)
     return proc
+
+
+_SHARED: dict = {}
+
+
+def shared_bin() -> Path:
+    """The directory of this process' one server's ``wenet-lhotse`` (started on first use
+    with ``PYTHONPATH`` = the repository root, ended when this process exits)."""
+    if "bin" not in _SHARED:
+        import atexit
+        import tempfile
+
+        root = Path(__file__).resolve().parents[1]
+        directory = Path(tempfile.mkdtemp(prefix="wenet-lhotse-cli-"))
+        proc = start(directory, env=dict(os.environ, PYTHONPATH=str(root)))
+
+        def stop() -> None:
+            proc.terminate()
+            proc.wait(timeout=30)
+            import shutil
+
+            shutil.rmtree(directory, ignore_errors=True)
+
+        atexit.register(stop)
+        _SHARED["bin"] = directory
+    return _SHARED["bin"]
+
+
+def wenet_lhotse_cmd() -> list:
+    """``[path]`` of the shared server's ``wenet-lhotse``: a command's argv starts so."""
+    return [str(shared_bin() / "wenet-lhotse")]
 
 
 if __name__ == "__main__":

@@ -241,18 +241,29 @@ def data(corpus, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def cli_bin(tmp_path_factory):
+def cli_bin():
     """A directory holding a ``wenet-lhotse`` to put first on ``PATH``: each command is its
     own process, forked from a server that imported the CLI once (tests/cli_server.py),
     so a page or recipe of many commands does not pay torch's import per command."""
-    import os
-    from pathlib import Path
-
     import cli_server
 
+    return cli_server.shared_bin()
+
+
+@pytest.fixture(scope="session")
+def demo_quick(tmp_path_factory):
+    """``wenet-lhotse demo --quick -o DIR``, run once per session (a real subprocess, ~20 s)
+    for every test that checks it: tests/test_demo.py checks what it wrote, the docs pages
+    that show the command (index.md, quickstart.md) that it ran. Returns the finished
+    process and DIR."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
     root = Path(__file__).resolve().parents[1]
-    directory = tmp_path_factory.mktemp("cli_bin")
-    proc = cli_server.start(directory, env=dict(os.environ, PYTHONPATH=str(root)))
-    yield directory
-    proc.terminate()
-    proc.wait(timeout=30)
+    out = tmp_path_factory.mktemp("demo_quick") / "demo"
+    res = subprocess.run([sys.executable, "-m", "wenet_lhotse", "demo", "--quick", "-o",
+                          str(out)], capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, PYTHONPATH=str(root)))
+    return res, out
