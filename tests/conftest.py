@@ -216,7 +216,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
             + "; ".join(f"{n} x {why}" for why, n in sorted(reasons.items())), yellow=True)
 
 
-from servers import dask_cluster, moto_endpoint, s3, s3_auth, s3_proxy  # noqa: E402,F401
+from servers import (  # noqa: E402,F401
+    _shared_dask_cluster,
+    dask_cluster,
+    moto_endpoint,
+    s3,
+    s3_auth,
+    s3_proxy,
+)
 
 
 @pytest.fixture(scope="session")
