@@ -11,8 +11,14 @@ which forks a fresh child per command: the child takes the caller's cwd, environ
 fds, runs ``wenet_lhotse.cli.main`` exactly as the console script does
 (``sys.argv = [path, *args]; sys.exit(main())``) with Python's own exit steps (threads
 joined, ``atexit``), and its exit status (or the signal that ended it) is the script's.
-The installed console script itself is run by tests/test_cli_data.py::test_real_subprocess
-and tests/test_wheel.py.
+What a command takes from the server rather than from its caller: the interpreter's
+start-up state -- ``sys.path`` and the other ``PYTHON*`` variables (a caller whose
+``PYTHON*`` variables differ gets a fresh ``python -m wenet_lhotse`` instead), the hash
+seed (one per session, not one per command) -- and the modules imported before the fork,
+not yet used. Process-level limits a caller sets on its child (``preexec_fn``) would not
+reach the command: such calls run ``python -m wenet_lhotse`` (tests/adversarial.py). The
+installed console script itself is run by tests/test_cli_data.py::test_real_subprocess and
+tests/test_wheel.py.
 
 Usage: ``python tests/cli_server.py SOCKET`` (the server); :func:`start` in a fixture.
 """
@@ -30,9 +36,13 @@ import time
 from pathlib import Path
 from typing import Optional
 
-#: the script put on PATH as ``wenet-lhotse``: connects, sends, waits for the status
+#: the script put on PATH as ``wenet-lhotse``: connects, sends, waits for the status; a
+#: caller whose ``PYTHON*`` variables differ from the server's (read when an interpreter
+#: starts: PYTHONPATH, PYTHONWARNINGS, ...) gets a fresh interpreter instead
 CLIENT = r'''#!{python} -S
 import json, os, signal, socket, struct, sys
+if {{k: v for k, v in os.environ.items() if k.startswith("PYTHON")}} != {python_env!r}:
+    os.execv({python!r}, [{python!r}, "-m", "wenet_lhotse", *sys.argv[1:]])
 s = socket.socket(socket.AF_UNIX)
 s.connect({sock!r})
 msg = json.dumps({{"argv": sys.argv, "cwd": os.getcwd(), "env": dict(os.environ)}}).encode()
@@ -184,7 +194,10 @@ def start(directory: Path, env: Optional[dict] = None, timeout: float = 120.0):
                                f"{log.read_text(errors='replace')[-3000:]}")
         time.sleep(0.05)
     script = directory / "wenet-lhotse"
-    script.write_text(CLIENT.format(python=sys.executable, sock=str(sock)))
+    python_env = {k: v for k, v in (os.environ if env is None else env).items()
+                  if k.startswith("PYTHON")}
+    script.write_text(CLIENT.format(python=sys.executable, sock=str(sock),
+                                    python_env=python_env))
     script.chmod(0o755)
     return proc
 
