@@ -34,6 +34,7 @@ _EXPORTS = {
     "write_raw_list": "wenet_lhotse.formats",
     "write_wenet_shards": "wenet_lhotse.formats",
     "ReadLimits": "wenet_lhotse.formats",
+    "ReadPolicy": "wenet_lhotse.io.policy",
     "detect_data_type": "wenet_lhotse.sources",
     "LazyWenetRawListIterator": "wenet_lhotse.formats",
     "LazyWenetShardIterator": "wenet_lhotse.formats",

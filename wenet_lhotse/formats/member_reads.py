@@ -26,6 +26,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.formats.checks import max_member_bytes
 from wenet_lhotse.formats.tar_members import read_exact
+from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.io.streams import BLOCK, is_local, local_path
 
 #: Bytes between two members read through rather than split into two requests.
@@ -67,11 +68,11 @@ class _BlockCache:
 _CACHE = _BlockCache()
 
 
-def _read_blocks(url: str, start: int, length: int) -> bytes:
+def _read_blocks(url: str, start: int, length: int, policy: ReadPolicy) -> bytes:
     """``[start, start + length)`` of a remote tar through the block cache."""
     first, last = start // BLOCK_BYTES, (start + length - 1) // BLOCK_BYTES
     if last - first + 1 > _CACHE.capacity():
-        return _read_range(url, start, length)  # larger than the cache: read it through
+        return _read_range(url, start, length, policy)  # larger than the cache: read through
     have = {b: _CACHE.get(url, b) for b in range(first, last + 1)}
     missing = [b for b, d in have.items() if d is None]
     runs: List[List[int]] = []
@@ -81,7 +82,7 @@ def _read_blocks(url: str, start: int, length: int) -> bytes:
         else:
             runs.append([b])
     for run in runs:  # missing neighbours: one request
-        data = _read_range(url, run[0] * BLOCK_BYTES, len(run) * BLOCK_BYTES)
+        data = _read_range(url, run[0] * BLOCK_BYTES, len(run) * BLOCK_BYTES, policy)
         for i, b in enumerate(run):
             have[b] = data[i * BLOCK_BYTES:(i + 1) * BLOCK_BYTES]
             _CACHE.put(url, b, have[b])
@@ -89,7 +90,7 @@ def _read_blocks(url: str, start: int, length: int) -> bytes:
     return b"".join(have[b] for b in range(first, last + 1))[at:at + length]
 
 
-def _read_range(url: str, start: int, length: int) -> bytes:
+def _read_range(url: str, start: int, length: int, policy: ReadPolicy) -> bytes:
     if is_local(url):
         try:
             with open(local_path(url), "rb") as f:
@@ -100,18 +101,18 @@ def _read_range(url: str, start: int, length: int) -> bytes:
                                  kind="stale_index") from None
         except OSError as err:
             raise WenetDataError(f"cannot read: {err}", url, kind="io") from None
-    reader = _ranged_reader(url, start, length)
+    reader = _ranged_reader(url, start, length, policy)
     try:  # an HTTP server must answer range requests (else: one line saying so)
         return read_exact(reader, length)
     finally:
         reader.close()
 
 
-def _ranged_reader(url: str, start: int, length: int):
+def _ranged_reader(url: str, start: int, length: int, policy: ReadPolicy):
     """A retrying reader of ``url`` whose first request is for ``[start, start +
-    length)`` (one range request; object storage through fsspec, HTTP through urllib3)."""
+    length)`` (one range request; object storage through fsspec, HTTP through urllib3),
+    within the ``policy``'s limits and URL protocols."""
     from wenet_lhotse.io.http_reader import HttpReader
-    from wenet_lhotse.io.read_limits import ReadLimits
     from wenet_lhotse.io.remote import RetryingReader
     from wenet_lhotse.io.remote_audio import is_http
 
@@ -128,8 +129,8 @@ def _ranged_reader(url: str, start: int, length: int):
 
     block = max(length, 1 << 16)
     if base is HttpReader:
-        return _At(url, ReadLimits(), block_size=block)
-    return _At(url, block_size=block, limits=ReadLimits())
+        return _At(url, policy.read_limits(), block_size=block)
+    return _At(url, block_size=block, policy=policy)
 
 
 def _check_header(url: str, block: bytes, member: str, size: int) -> None:
@@ -144,12 +145,15 @@ def _check_header(url: str, block: bytes, member: str, size: int) -> None:
                              url, member=member, kind="stale_index")
 
 
-def read_members(url: str, members: Sequence[Tuple[str, int, int]], gap: int = GAP
-                 ) -> Dict[str, object]:
+def read_members(url: str, members: Sequence[Tuple[str, int, int]], gap: int = GAP,
+                 policy: Optional[ReadPolicy] = None) -> Dict[str, object]:
     """``{member: bytes or WenetDataError}`` for ``(member name, data offset, size)``
     of tar ``url`` (see the module doc). An error that concerns the whole tar (gone,
-    unreadable) is raised; one that concerns a member is returned for it."""
-    cap = max_member_bytes()
+    unreadable) is raised; one that concerns a member is returned for it. ``policy``:
+    the member size cap, network limits and URL protocols (default: the
+    environment's)."""
+    policy = policy if policy is not None else ReadPolicy()
+    cap = max_member_bytes(policy.max_member_bytes)
     out: Dict[str, object] = {}
     todo = []
     for name, offset, size in members:
@@ -168,7 +172,8 @@ def read_members(url: str, members: Sequence[Tuple[str, int, int]], gap: int = G
     for group in groups:
         start = group[0][0]
         end = max(e for _, e, _, _ in group)
-        data = (_read_range if is_local(url) else _read_blocks)(url, start, end - start)
+        data = (_read_range if is_local(url) else _read_blocks)(url, start, end - start,
+                                                                 policy)
         for lo, hi, name, size in group:
             piece: Optional[bytes] = data[lo - start: hi - start]
             if len(piece) < hi - lo:

@@ -57,7 +57,8 @@ from wenet_lhotse.formats.layout import (
     is_whole_recording,
     json_value,
 )
-from wenet_lhotse.io.access import open_regular, url_problem
+from wenet_lhotse.io.access import open_regular
+from wenet_lhotse.io.policy import PolicyHolder, ReadPolicy
 from wenet_lhotse.io.remote import is_remote
 from wenet_lhotse.io.remote_audio import is_audio_url, probe_remote_audio
 from wenet_lhotse.io.streams import as_path_list, atomic_output, open_input
@@ -73,7 +74,7 @@ def _is_number(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
-class LazyWenetRawListIterator(Dillable):
+class LazyWenetRawListIterator(PolicyHolder, Dillable):
     """Iterates the cuts of one or more WeNet raw lists, streaming line by line.
 
     Memory does not grow with the list, except for the duplicate-key set
@@ -81,24 +82,26 @@ class LazyWenetRawListIterator(Dillable):
     ``check_duplicates`` is on. Picklable (DataLoader workers); ``len()`` is not
     offered, since it would need a full pass with header reads.
 
-    Skipped items (``strict=False``) are logged and recorded in ``skip_report``
-    (a worker process records into its own copy).
+    Skipped items (``policy.strict`` False) are logged and recorded in the policy's
+    ``skip_report`` (a worker process records into its own copy). ``strict`` and
+    ``skip_report`` (old keywords) make the policy when none is given.
     """
 
     def __init__(
         self,
         paths: Union[Pathlike, Sequence[Pathlike]],
         wav_root: Optional[Pathlike] = None,
-        strict: bool = True,
+        strict: Optional[bool] = None,
         skip_report: Optional[SkipReport] = None,
         probe: bool = True,
         check_duplicates: bool = True,
+        *,
+        policy: Optional[ReadPolicy] = None,
     ) -> None:
         # Absolute now: iterating later from another directory reads the same files.
         self.paths = [p if is_remote(p) else os.path.abspath(p) for p in as_path_list(paths)]
         self.wav_root = os.path.abspath(str(wav_root) if wav_root is not None else os.getcwd())
-        self.strict = strict
-        self.skip_report = skip_report if skip_report is not None else SkipReport()
+        self.policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report)
         self.probe = probe
         self.check_duplicates = check_duplicates
 
@@ -106,21 +109,21 @@ class LazyWenetRawListIterator(Dillable):
         seen = KeySet() if self.check_duplicates else None
         for path in self.paths:
             try:
-                f = open_input(path) if is_remote(path) else open_regular(path)
+                f = open_input(path, policy=self.policy) if is_remote(path) \
+                    else open_regular(path)
             except OSError as e:
-                self.skip_report.handle(
-                    WenetDataError(f"cannot open list: {e}", path, kind="missing_file"),
-                    self.strict)
+                self.policy.handle(
+                    WenetDataError(f"cannot open list: {e}", path, kind="missing_file"))
                 continue
             except WenetDataError as e:  # a FIFO or device, refused before it blocks
-                self.skip_report.handle(e, self.strict)
+                self.policy.handle(e)
                 continue
             with f:
                 for lineno, raw in enumerate(f, 1):
                     try:
                         cut = self._parse(raw, path, lineno, seen)
                     except WenetDataError as err:
-                        self.skip_report.handle(err, self.strict)
+                        self.policy.handle(err)
                         continue
                     if cut is not None:
                         yield cut
@@ -166,7 +169,7 @@ class LazyWenetRawListIterator(Dillable):
         unsafe = key_problem(key)
         if unsafe is not None:
             raise fail(f"unsafe key {key[:40]!r}: {unsafe}", "unsafe_key")
-        unsafe = url_problem(wav)
+        unsafe = self.policy.url_problem(wav)
         if unsafe is not None:
             raise fail(f"'wav' {wav[:60]!r}: {unsafe}", "refused")
         if b"\\u" in data:  # only a \u escape can make a lone surrogate
@@ -268,10 +271,11 @@ def read_raw_list(
     paths: Union[Pathlike, Sequence[Pathlike]],
     *,
     wav_root: Optional[Pathlike] = None,
-    strict: bool = True,
+    strict: Optional[bool] = None,
     skip_report: Optional[SkipReport] = None,
     probe: bool = True,
     check_duplicates: bool = True,
+    policy: Optional[ReadPolicy] = None,
 ) -> CutSet:
     """Open WeNet raw list(s) as a lazy :class:`~lhotse.CutSet` (see the module doc
     for the cut layout). Several ``paths`` are read one after another.
@@ -289,7 +293,11 @@ def read_raw_list(
         still probed.
     :param check_duplicates: detect repeated keys (the later line is the bad one);
         costs 32-64 bytes per key. Turn off for O(1) memory on huge lists.
+    :param policy: how to read (:class:`~wenet_lhotse.io.policy.ReadPolicy`: strict or
+        skip, URL protocols, network limits); ``strict``/``skip_report`` make one
+        when it is not given (default strict, as WeNet).
     """
+    policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report)
     for path in as_path_list(paths):
         if not is_remote(path) and not os.path.isfile(path):
             raise WenetDataError("no such list file", path, kind="missing_file")
@@ -297,10 +305,9 @@ def read_raw_list(
         LazyWenetRawListIterator(
             paths,
             wav_root=wav_root,
-            strict=strict,
-            skip_report=skip_report,
             probe=probe,
             check_duplicates=check_duplicates,
+            policy=policy,
         )
     )
 

@@ -11,7 +11,8 @@ from typing import List, Optional, Sequence, Union
 from lhotse.utils import Pathlike
 
 from wenet_lhotse.errors import SkipReport, WenetDataError
-from wenet_lhotse.io.access import PIPE_REFUSED, open_regular, url_problem
+from wenet_lhotse.io.access import PIPE_REFUSED, open_regular
+from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.io.remote import is_remote
 from wenet_lhotse.io.streams import as_path_list, is_local, is_pipe, local_path, open_input
 
@@ -31,18 +32,24 @@ class ShardEntry:
 
 def read_shard_entries(
     paths: Union[Pathlike, Sequence[Pathlike]],
-    strict: bool = True,
+    strict: Optional[bool] = None,
     skip_report: Optional[SkipReport] = None,
-    allow_pipe: bool = False,
+    allow_pipe: Optional[bool] = None,
+    *,
+    policy: Optional[ReadPolicy] = None,
 ) -> List[ShardEntry]:
     """Read shard list file(s): one tar per non-empty line (LF or CRLF). Relative
     local paths are made absolute against the working directory. A ``pipe:`` line
-    without ``allow_pipe`` is bad input (kind ``"refused"``, never run)."""
-    report = skip_report if skip_report is not None else SkipReport()
+    the ``policy`` does not allow is bad input (kind ``"refused"``, never run), as is
+    a URL of a protocol it does not allow. ``strict``/``skip_report``/``allow_pipe``
+    (old keywords) make the policy when none is given."""
+    policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report,
+                           allow_pipe=allow_pipe)
     entries = []
     for path in as_path_list(paths):
         try:
-            with open_input(path) if is_remote(path) else open_regular(path) as f:
+            with open_input(path, policy=policy) if is_remote(path) \
+                    else open_regular(path) as f:
                 lines = f.read().split(b"\n")
         except OSError as e:
             raise WenetDataError(f"cannot open shard list: {e}", path, kind="missing_file") from e
@@ -55,16 +62,15 @@ def read_shard_entries(
             try:
                 name = raw.decode("utf-8")
             except UnicodeDecodeError:
-                report.handle(WenetDataError("line is not valid UTF-8", path, line=lineno,
-                                             kind="encoding"), strict)
+                policy.handle(WenetDataError("line is not valid UTF-8", path, line=lineno,
+                                             kind="encoding"))
                 continue
-            if is_pipe(name) and not allow_pipe:
-                report.handle(WenetDataError(PIPE_REFUSED, path, line=lineno, kind="refused"),
-                              strict)
+            if is_pipe(name) and not policy.allow_pipe:
+                policy.handle(WenetDataError(PIPE_REFUSED, path, line=lineno, kind="refused"))
                 continue
-            why = url_problem(name)
+            why = policy.url_problem(name)
             if why is not None:
-                report.handle(WenetDataError(why, path, line=lineno, kind="refused"), strict)
+                policy.handle(WenetDataError(why, path, line=lineno, kind="refused"))
                 continue
             if is_local(name):
                 name = os.path.abspath(local_path(name))

@@ -41,17 +41,21 @@ from wenet_lhotse.formats.layout import AUDIO_SUFFIXES
 from wenet_lhotse.formats.shard_list import ShardEntry, read_shard_entries
 from wenet_lhotse.formats.split import reader_share
 from wenet_lhotse.formats.tar_members import TarMembers
+from wenet_lhotse.io.policy import PolicyHolder, ReadPolicy
 from wenet_lhotse.io.streams import ReadLimits, TailReader, open_input
 
 logger = logging.getLogger(__name__)
 
-class LazyWenetShardIterator(Dillable):
+class LazyWenetShardIterator(PolicyHolder, Dillable):
     """Iterates the cuts of WeNet tar shards, each tar streamed once, in order or
     shuffled per epoch, optionally split across (rank, worker) so that every shard
     is read exactly once by all readers together. Picklable; no ``len()``.
 
     ``set_epoch(e)`` changes the shuffling (seed + epoch); with ``stateful_shuffle``
-    the epoch also advances by one after each complete pass.
+    the epoch also advances by one after each complete pass. How to read (strict or
+    skip, ``pipe:``, URL protocols, member cap, network limits) is ``policy``; the old
+    keywords (``strict``, ``skip_report``, ``allow_pipe``, ``max_member_bytes``,
+    ``limits``) make one when it is not given.
     """
 
     #: Read tars with :class:`~wenet_lhotse.formats.tar_members.TarMembers`' fast path
@@ -73,13 +77,15 @@ class LazyWenetShardIterator(Dillable):
         world_size: Optional[int] = None,
         worker_id: Optional[int] = None,
         num_workers: Optional[int] = None,
-        strict: bool = True,
+        strict: Optional[bool] = None,
         skip_report: Optional[SkipReport] = None,
         check_duplicates: bool = True,
         stateful_shuffle: bool = False,
-        allow_pipe: bool = False,
+        allow_pipe: Optional[bool] = None,
         max_member_bytes: Optional[int] = None,
         limits: Optional[ReadLimits] = None,
+        *,
+        policy: Optional[ReadPolicy] = None,
     ) -> None:
         explicit = (rank, world_size, worker_id, num_workers)
         if not split_for_dataloading and any(v is not None for v in explicit):
@@ -95,13 +101,11 @@ class LazyWenetShardIterator(Dillable):
         self.split_for_dataloading = split_for_dataloading
         self.rank, self.world_size = rank, world_size
         self.worker_id, self.num_workers = worker_id, num_workers
-        self.strict = strict
-        self.skip_report = skip_report if skip_report is not None else SkipReport()
+        self.policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report,
+                                    allow_pipe=allow_pipe, max_member_bytes=max_member_bytes,
+                                    limits=limits)
         self.check_duplicates = check_duplicates
         self.stateful_shuffle = stateful_shuffle
-        self.allow_pipe = allow_pipe
-        self.max_member_bytes = max_member_bytes  # None: from the environment when read
-        self.limits = limits  # None: from the environment when read
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -134,15 +138,15 @@ class LazyWenetShardIterator(Dillable):
 
     def _open_input(self, name: str, limits: ReadLimits):
         """The tar's byte stream (a hook: the indexer fingerprints what it reads)."""
-        return open_input(name, allow_pipe=self.allow_pipe, limits=limits)
+        return open_input(name, limits=limits, policy=self.policy)
 
     def _handle(self, err: WenetDataError) -> None:
-        self.skip_report.handle(err, self.strict)
+        self.policy.handle(err)
 
     def _read_tar(self, entry: ShardEntry, seen: Optional[KeySet]) -> Iterator:
         name = entry.url
-        limits = self.limits if self.limits is not None else ReadLimits()
-        cap = max_member_bytes(self.max_member_bytes)
+        limits = self.policy.read_limits()  # None in the policy: the environment's, now
+        cap = max_member_bytes(self.policy.max_member_bytes)
         try:
             stream = TailReader(self._open_input(name, limits),
                                 member_deadline_s=limits.member_deadline_s, source=name)
@@ -309,7 +313,7 @@ def read_shard_list(
     seed: int = 0,
     epoch: int = 0,
     split_for_dataloading: bool = False,
-    strict: bool = True,
+    strict: Optional[bool] = None,
     skip_report: Optional[SkipReport] = None,
     rank: Optional[int] = None,
     world_size: Optional[int] = None,
@@ -317,9 +321,10 @@ def read_shard_list(
     num_workers: Optional[int] = None,
     check_duplicates: bool = True,
     stateful_shuffle: bool = False,
-    allow_pipe: bool = False,
+    allow_pipe: Optional[bool] = None,
     max_member_bytes: Optional[int] = None,
     limits: Optional[ReadLimits] = None,
+    policy: Optional[ReadPolicy] = None,
 ) -> CutSet:
     """Open WeNet shard list(s) as a lazy :class:`~lhotse.CutSet` of cuts with
     in-memory audio (see the module doc for the layout). The list files are read
@@ -348,10 +353,15 @@ def read_shard_list(
         members are bad input (kind ``"bad_member"``) and never allocated.
     :param limits: network deadlines (:class:`~wenet_lhotse.io.read_limits.ReadLimits`;
         default from the environment).
+    :param policy: all of the above how-to-read settings in one
+        :class:`~wenet_lhotse.io.policy.ReadPolicy` (with its ``url_protocols``); the
+        old keywords ``strict``, ``skip_report``, ``allow_pipe``, ``max_member_bytes``
+        and ``limits`` make one when it is not given.
     """
-    report = skip_report if skip_report is not None else SkipReport()
-    entries = read_shard_entries(paths, strict=strict, skip_report=report,
-                                 allow_pipe=allow_pipe)
+    policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report,
+                           allow_pipe=allow_pipe, max_member_bytes=max_member_bytes,
+                           limits=limits)
+    entries = read_shard_entries(paths, policy=policy)
     return CutSet(
         LazyWenetShardIterator(
             entries,
@@ -363,22 +373,20 @@ def read_shard_list(
             world_size=world_size,
             worker_id=worker_id,
             num_workers=num_workers,
-            strict=strict,
-            skip_report=report,
             check_duplicates=check_duplicates,
             stateful_shuffle=stateful_shuffle,
-            allow_pipe=allow_pipe,
-            max_member_bytes=max_member_bytes,
-            limits=limits,
+            policy=policy,
         )
     )
 
 
-def read_one_tar(tar: Union[str, ShardEntry], *, strict: bool = True,
-                 skip_report: Optional[SkipReport] = None, allow_pipe: bool = False,
-                 check_duplicates: bool = True) -> CutSet:
+def read_one_tar(tar: Union[str, ShardEntry], *, strict: Optional[bool] = None,
+                 skip_report: Optional[SkipReport] = None, allow_pipe: Optional[bool] = None,
+                 check_duplicates: bool = True,
+                 policy: Optional[ReadPolicy] = None) -> CutSet:
     """Lazy cuts (in-memory audio) of one WeNet tar shard (path, URL or ``pipe:``),
-    streamed once."""
-    return CutSet(LazyWenetShardIterator([tar], strict=strict, skip_report=skip_report,
-                                         allow_pipe=allow_pipe,
-                                         check_duplicates=check_duplicates))
+    streamed once, read as ``policy`` says (or the old keywords)."""
+    policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report,
+                           allow_pipe=allow_pipe)
+    return CutSet(LazyWenetShardIterator([tar], check_duplicates=check_duplicates,
+                                         policy=policy))

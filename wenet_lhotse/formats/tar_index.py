@@ -31,6 +31,7 @@ from wenet_lhotse.errors import SkipReport, WenetDataError
 from wenet_lhotse.formats.layout import AUDIO_SUFFIXES
 from wenet_lhotse.formats.shard_list import ShardEntry
 from wenet_lhotse.formats.shard_reader import LazyWenetShardIterator
+from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.io.streams import is_local, local_path
 
 #: Skip kinds after which the rest of a tar was not read.
@@ -167,13 +168,18 @@ def decode_extra(extra: str) -> Tuple[Optional[str], Optional[str], Optional[Dic
     return obj.get("speaker"), obj.get("lang"), custom
 
 
-def index_tar(entry: Any, allow_pipe: bool = False) -> TarRows:
+def index_tar(entry: Any, allow_pipe: Optional[bool] = None, *,
+              policy: Optional[ReadPolicy] = None) -> TarRows:
     """Read one tar (path, URL or :class:`ShardEntry`) once and return its rows; never
-    raises for bad data (it goes to ``bad``; an unreadable tar is one bad item)."""
+    raises for bad data (it goes to ``bad``; an unreadable tar is one bad item).
+    ``policy`` gives ``allow_pipe``, URL protocols, member cap and network limits (the
+    old ``allow_pipe`` keyword makes one); whatever its ``strict``, the indexer skips
+    and records, into a report of its own."""
     entry = entry if isinstance(entry, ShardEntry) else ShardEntry(str(entry))
     report = SkipReport(log=False)
-    reader = _Indexer([entry], strict=False, skip_report=report, allow_pipe=allow_pipe,
-                      check_duplicates=True)
+    policy = ReadPolicy.of(policy, allow_pipe=allow_pipe)
+    reader = _Indexer([entry], check_duplicates=True,
+                      policy=policy.replace(strict=False, skip_report=report))
     out = TarRows(url=entry.url)
     for cut, suffix, offset, size in reader:
         rec = cut.recording

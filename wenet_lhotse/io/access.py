@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from typing import BinaryIO, Optional
+from typing import BinaryIO, Iterable, Optional
 
 from wenet_lhotse.errors import WenetDataError
 
@@ -34,25 +34,27 @@ DEFAULT_URL_PROTOCOLS = frozenset({"file", "http", "https", "s3", "s3a", "gs", "
 _URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
 
 
-def allowed_url_protocols() -> frozenset:
-    """:data:`DEFAULT_URL_PROTOCOLS` plus ``$WENET_LHOTSE_URL_PROTOCOLS``'s (and its
-    ``::`` token, which allows chained URLs)."""
-    extra = os.environ.get("WENET_LHOTSE_URL_PROTOCOLS", "")
-    return DEFAULT_URL_PROTOCOLS | {p.strip().lower() for p in extra.split(",") if p.strip()}
+def allowed_url_protocols(extra: Optional[Iterable[str]] = None) -> frozenset:
+    """:data:`DEFAULT_URL_PROTOCOLS` plus ``$WENET_LHOTSE_URL_PROTOCOLS``'s and
+    ``extra`` (a policy's ``url_protocols``; the token ``::`` allows chained URLs)."""
+    env = os.environ.get("WENET_LHOTSE_URL_PROTOCOLS", "")
+    added = [p.strip().lower() for p in env.split(",")] + [str(p).lower() for p in extra or ()]
+    return DEFAULT_URL_PROTOCOLS | {p for p in added if p}
 
 
-def url_problem(url: str) -> Optional[str]:
+def url_problem(url: str, extra: Optional[Iterable[str]] = None) -> Optional[str]:
     """Why ``url`` is not read (a protocol outside the allow-list, or a chained
-    ``a::b`` URL), or None; a plain path or ``pipe:`` command is not a URL: None."""
+    ``a::b`` URL), or None; a plain path or ``pipe:`` command is not a URL: None.
+    ``extra``: protocols allowed besides :func:`allowed_url_protocols`' defaults."""
     parts = str(url).split("::")
     if not any(_URL.match(part) for part in parts):
         return None
-    allowed = allowed_url_protocols()
+    allowed = allowed_url_protocols(extra)
     hint = "(allowed: " + ", ".join(sorted(allowed - {"::"})) + \
-        "; WENET_LHOTSE_URL_PROTOCOLS adds more)"
+        "; lhotse_conf.url_protocols or WENET_LHOTSE_URL_PROTOCOLS add more)"
     if "::" in str(url) and "::" not in allowed:
         return ("chained '::' URLs read around the tar member checks: refused unless "
-                "WENET_LHOTSE_URL_PROTOCOLS holds '::'")
+                "lhotse_conf.url_protocols or WENET_LHOTSE_URL_PROTOCOLS holds '::'")
     for part in parts:
         pm = _URL.match(part)
         if pm is not None and pm.group(1).lower() not in allowed:
@@ -60,9 +62,10 @@ def url_problem(url: str) -> Optional[str]:
     return None
 
 
-def check_url(url: str, source: Optional[str] = None, line: Optional[int] = None) -> None:
+def check_url(url: str, source: Optional[str] = None, line: Optional[int] = None,
+              extra: Optional[Iterable[str]] = None) -> None:
     """Raise :class:`WenetDataError` (kind ``"refused"``) when :func:`url_problem`."""
-    why = url_problem(url)
+    why = url_problem(url, extra)
     if why is not None:
         raise WenetDataError(f"{short(str(url), 80)}: {why}", source or str(url)[:200],
                              line=line, kind="refused")

@@ -17,10 +17,11 @@ reader; its ``skip_report`` is then the worker's copy, forwarded back with the b
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, FrozenSet, Optional
 
 from wenet_lhotse.errors import SkipReport, WenetDataError
+from wenet_lhotse.io.access import url_problem
 from wenet_lhotse.io.read_limits import ReadLimits
 
 
@@ -38,7 +39,9 @@ class ReadPolicy:
         ``$WENET_LHOTSE_URL_PROTOCOLS``).
     :param max_member_bytes: largest tar member read, in bytes (``None``:
         ``$WENET_LHOTSE_MAX_MEMBER_BYTES`` or 1 GiB).
-    :param limits: time limits (seconds) and retries of network reads.
+    :param limits: time limits (seconds) and retries of network reads (``None``:
+        :class:`~wenet_lhotse.io.read_limits.ReadLimits` from the environment, made
+        where the read happens: :meth:`read_limits`).
 
     >>> ReadPolicy().strict, ReadPolicy(strict=False).allow_pipe
     (True, False)
@@ -52,7 +55,7 @@ class ReadPolicy:
     allow_pipe: bool = False
     url_protocols: Optional[FrozenSet[str]] = None
     max_member_bytes: Optional[int] = None
-    limits: ReadLimits = field(default_factory=ReadLimits)
+    limits: Optional[ReadLimits] = None
 
     def __post_init__(self) -> None:
         if self.skip_report is None:
@@ -78,7 +81,48 @@ class ReadPolicy:
         """A copy with ``changes`` (the skip report is shared unless replaced)."""
         return dataclasses.replace(self, **changes)
 
+    def read_limits(self) -> ReadLimits:
+        """``limits``, else :class:`ReadLimits` from the environment (read now)."""
+        return self.limits if self.limits is not None else ReadLimits()
+
+    def url_problem(self, url: str) -> Optional[str]:
+        """Why ``url`` is not read under this policy (its ``url_protocols`` added to
+        the defaults and ``$WENET_LHOTSE_URL_PROTOCOLS``), or None."""
+        return url_problem(url, self.url_protocols)
+
     def handle(self, err: WenetDataError) -> None:
         """Raise ``err`` when strict; otherwise record it in the skip report."""
         assert self.skip_report is not None
         self.skip_report.handle(err, self.strict)
+
+
+class PolicyHolder:
+    """A reader that keeps its :class:`ReadPolicy` in ``self.policy``; ``strict``,
+    ``skip_report`` and ``allow_pipe`` read (and, for old callers, set) the policy's."""
+
+    policy: ReadPolicy
+
+    @property
+    def strict(self) -> bool:
+        return self.policy.strict
+
+    @strict.setter
+    def strict(self, value: bool) -> None:
+        self.policy = self.policy.replace(strict=value)
+
+    @property
+    def skip_report(self) -> SkipReport:
+        assert self.policy.skip_report is not None
+        return self.policy.skip_report
+
+    @skip_report.setter
+    def skip_report(self, value: SkipReport) -> None:
+        self.policy = self.policy.replace(skip_report=value)
+
+    @property
+    def allow_pipe(self) -> bool:
+        return self.policy.allow_pipe
+
+    @allow_pipe.setter
+    def allow_pipe(self, value: bool) -> None:
+        self.policy = self.policy.replace(allow_pipe=value)

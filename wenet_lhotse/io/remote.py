@@ -45,10 +45,11 @@ import logging
 import re
 import time
 from contextlib import contextmanager
-from typing import BinaryIO, Iterator, List, Optional
+from typing import BinaryIO, Iterable, Iterator, List, Optional
 
 from wenet_lhotse.errors import WenetDataError, is_worker_death, reraise_worker_death
 from wenet_lhotse.io.access import check_url
+from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.io.read_limits import (  # noqa: F401  (re-exported)
     BACKOFF,
     RETRIES,
@@ -82,10 +83,12 @@ def is_remote(name: str) -> bool:
     return scheme is not None and scheme not in _NOT_REMOTE
 
 
-def _filesystem(url: str):
+def _filesystem(url: str, protocols: Optional[Iterable[str]] = None):
+    """fsspec's filesystem and path of ``url``, its protocol checked first against the
+    allow-list (plus ``protocols``, a policy's ``url_protocols``)."""
     import fsspec
 
-    check_url(url)  # the protocol allow-list: no archive, cache or ftp filesystems
+    check_url(url, extra=protocols)  # the allow-list: no archive, cache or ftp filesystems
 
     try:
         return fsspec.core.url_to_fs(url)
@@ -264,19 +267,22 @@ class RetryingReader(ResumableReader):
     fsspec has no such limits of its own (s3fs retries a stalled request for minutes).
 
     ``retries``/``backoff`` (seconds), when given, override those of ``limits``
-    (default: :class:`ReadLimits` from the environment).
+    (default: the ``policy``'s, else :class:`ReadLimits` from the environment); the
+    ``policy``'s ``url_protocols`` are allowed besides the defaults.
     """
 
     def __init__(self, url: str, retries: Optional[int] = None,
                  backoff: Optional[float] = None, block_size: Optional[int] = None,
-                 limits: Optional[ReadLimits] = None) -> None:
-        limits = limits if limits is not None else ReadLimits()
+                 limits: Optional[ReadLimits] = None,
+                 policy: Optional[ReadPolicy] = None) -> None:
+        policy = policy if policy is not None else ReadPolicy()
+        limits = limits if limits is not None else policy.read_limits()
         if retries is not None or backoff is not None:
             limits = dataclasses.replace(
                 limits, retries=limits.retries if retries is None else retries,
                 backoff_s=limits.backoff_s if backoff is None else backoff)
         self._block_size = block_size or BLOCK_SIZE
-        self._fs, self._path = _filesystem(url)
+        self._fs, self._path = _filesystem(url, policy.url_protocols)
         self._caller = BoundedCaller()
         super().__init__(url, limits)
 
@@ -329,10 +335,12 @@ class RetryingReader(ResumableReader):
         self._caller.close()
 
 
-def open_remote(url: str, limits: Optional[ReadLimits] = None) -> BinaryIO:
+def open_remote(url: str, limits: Optional[ReadLimits] = None, *,
+                policy: Optional[ReadPolicy] = None) -> BinaryIO:
     """Open an object-storage URL for sequential binary reading (see module doc),
-    within ``limits`` (default: :class:`ReadLimits` from the environment)."""
-    reader = RetryingReader(url, limits=limits)
+    within ``limits`` (default: the ``policy``'s, else :class:`ReadLimits` from the
+    environment); the ``policy``'s ``url_protocols`` are allowed too."""
+    reader = RetryingReader(url, limits=limits, policy=policy)
     return io.BufferedReader(reader, buffer_size=1 << 16)
 
 

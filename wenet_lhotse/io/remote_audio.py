@@ -23,10 +23,11 @@ and line.
 from __future__ import annotations
 
 import io
+from typing import Optional
 
 from lhotse import AudioSource, Recording
 
-from wenet_lhotse.io.read_limits import ReadLimits
+from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.io.remote import ResumableReader, RetryingReader, is_remote
 
 #: Bytes a header probe requests per range (fsspec's read-ahead block; one HTTP
@@ -45,19 +46,22 @@ def is_audio_url(name: str) -> bool:
     return is_http(name) or is_remote(name)
 
 
-def open_audio_url(url: str, block_size=None) -> ResumableReader:
-    """The raw retrying reader of ``url`` (limits from the environment); seekable with
-    ``block_size`` (bytes per range request)."""
+def open_audio_url(url: str, block_size=None,
+                   policy: Optional[ReadPolicy] = None) -> ResumableReader:
+    """The raw retrying reader of ``url`` (limits and extra URL protocols from
+    ``policy``, default from the environment); seekable with ``block_size`` (bytes per
+    range request)."""
+    policy = policy if policy is not None else ReadPolicy()
     if is_http(url):
         from wenet_lhotse.io.http_reader import HttpReader
 
-        return HttpReader(url, ReadLimits(), block_size=block_size)
-    return RetryingReader(url, block_size=block_size, limits=ReadLimits())
+        return HttpReader(url, policy.read_limits(), block_size=block_size)
+    return RetryingReader(url, block_size=block_size, policy=policy)
 
 
-def read_remote_bytes(url: str) -> bytes:
+def read_remote_bytes(url: str, policy: Optional[ReadPolicy] = None) -> bytes:
     """The whole object (retried, resumed at the offset reached)."""
-    with io.BufferedReader(open_audio_url(url), buffer_size=1 << 16) as f:
+    with io.BufferedReader(open_audio_url(url, policy=policy), buffer_size=1 << 16) as f:
         return f.read()
 
 
@@ -94,12 +98,14 @@ class _Captured(io.RawIOBase):
             return 0
 
 
-def probe_remote_audio(url: str, recording_id: str) -> Recording:
+def probe_remote_audio(url: str, recording_id: str,
+                       policy: Optional[ReadPolicy] = None) -> Recording:
     """The recording of the audio object ``url`` from its header (see the module doc):
-    duration in seconds, sampling rate in Hz, channels; its source is the URL."""
+    duration in seconds, sampling rate in Hz, channels; its source is the URL. Read
+    within ``policy``'s limits and URL protocols (default: from the environment)."""
     import soundfile as sf
 
-    reader = open_audio_url(url, block_size=PROBE_BLOCK)
+    reader = open_audio_url(url, block_size=PROBE_BLOCK, policy=policy)
     info = data = None
     try:
         if not reader.seekable():  # a server without range support: the whole file
@@ -121,7 +127,7 @@ def probe_remote_audio(url: str, recording_id: str) -> Recording:
         except (sf.LibsndfileError, RuntimeError, TypeError):
             pass
     if info is None:  # not for libsndfile: Lhotse's backends, on the whole file
-        rec = Recording.from_bytes(data if data is not None else read_remote_bytes(url),
+        rec = Recording.from_bytes(data if data is not None else read_remote_bytes(url, policy),
                                    recording_id=recording_id)
         channels, rate, frames = rec.num_channels, rec.sampling_rate, rec.num_samples
     else:

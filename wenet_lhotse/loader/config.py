@@ -49,6 +49,7 @@ similar durations) and are ignored.
       pool_workers: 0          # feature threads inside each DataLoader worker
       fault_tolerant: false    # skip (and count) unreadable items instead of raising
       allow_pipe: false        # run 'pipe:' lines / 'command' sources of the data (shell)
+      url_protocols: null      # URL protocols read besides the defaults, e.g. [ftp]
       steps_per_epoch: null    # streamed mode: fixed steps per epoch (else: first rank out)
       equal_steps: true        # streamed train under DDP: every rank stops at the step the
                                # first runs out (the rest counted as left over); false:
@@ -91,8 +92,9 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from wenet_lhotse.dataset.filters import FilterConf
 from wenet_lhotse.dataset.splits import SplitRules, split_rules
-from wenet_lhotse.errors import WenetConfigError
+from wenet_lhotse.errors import SkipReport, WenetConfigError
 from wenet_lhotse.features.device import FEATURES_ON
+from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.loader.schema import (
     BATCH_TYPES,
     WENET_BATCH_CONF,
@@ -106,6 +108,7 @@ from wenet_lhotse.loader.schema import (
     number,
     optional,
     problem,
+    string,
     torch_device,
 )
 
@@ -149,6 +152,7 @@ class LhotseConf:
     pool_workers: int = key(0, _COUNT)
     fault_tolerant: bool = False
     allow_pipe: bool = False
+    url_protocols: Optional[List[str]] = key(None, optional(list_of(string, 1)))
     steps_per_epoch: Optional[int] = key(None, optional(_SIZE))
     equal_steps: bool = True
     resume_loader: bool = True
@@ -184,6 +188,14 @@ class LhotseConf:
             if bad:
                 raise WenetConfigError(f"lhotse_conf.{name}", bad)
         return cls(**conf)
+
+    def read_policy(self, skip_report: Optional[SkipReport] = None) -> ReadPolicy:
+        """How this loader reads its data, in one object: ``fault_tolerant`` (skip and
+        record into ``skip_report`` instead of raising), ``allow_pipe`` and
+        ``url_protocols`` (added to ``$WENET_LHOTSE_URL_PROTOCOLS``'s)."""
+        return ReadPolicy(strict=not self.fault_tolerant, skip_report=skip_report,
+                          allow_pipe=self.allow_pipe,
+                          url_protocols=frozenset(self.url_protocols or ()) or None)
 
 
 @dataclass
@@ -259,6 +271,10 @@ class LoaderConfig:
     @property
     def split(self) -> str:
         return self.rules.name
+
+    def read_policy(self, skip_report: Optional[SkipReport] = None) -> ReadPolicy:
+        """The loader's ONE read policy (:meth:`LhotseConf.read_policy`)."""
+        return self.lhotse.read_policy(skip_report)
 
     def for_split(self, split: str) -> LoaderConfig:
         """This ``dataset_conf`` read for ``split`` (``train``, ``cv`` or ``infer``): the one

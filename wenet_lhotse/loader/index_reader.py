@@ -35,6 +35,7 @@ from wenet_lhotse.errors import SkipReport, WenetDataError
 from wenet_lhotse.formats.shard_index import ShardIndex, index_path, tar_problem
 from wenet_lhotse.formats.shard_list import read_shard_entries
 from wenet_lhotse.formats.tar_index import decode_extra
+from wenet_lhotse.io.policy import PolicyHolder, ReadPolicy
 from wenet_lhotse.io.streams import is_local
 from wenet_lhotse.loader.readers import PositionedReader
 from wenet_lhotse.loader.shar_audio import SHARD_KEYS  # noqa: F401  (the keys it sets)
@@ -77,19 +78,20 @@ class IndexedCut(MetaCut):
         return self._reader.build_cut(self._part, self._row, self._tags)
 
 
-class IndexReader(PositionedReader):
+class IndexReader(PolicyHolder, PositionedReader):
     """The rows of one or more shard indexes (``parts``: ``(index path, usable tar
     numbers)``) in the epoch's order (see the module doc). ``light``: yield
-    :class:`IndexedCut` (training); else built cuts."""
+    :class:`IndexedCut` (training); else built cuts. What the indexer recorded as bad
+    is raised or skipped as ``policy`` (or the old ``strict``/``skip_report``) says."""
 
     def __init__(self, parts: Sequence[Tuple[str, Sequence[int]]], shuffle: bool = False,
-                 seed: int = 0, strict: bool = True, skip_report: Optional[SkipReport] = None,
-                 light: bool = True) -> None:
+                 seed: int = 0, strict: Optional[bool] = None,
+                 skip_report: Optional[SkipReport] = None, light: bool = True, *,
+                 policy: Optional[ReadPolicy] = None) -> None:
         self.parts = [(str(p), list(t)) for p, t in parts]
         self.shuffle = shuffle
         self.seed = seed
-        self.strict = strict
-        self.skip_report = skip_report if skip_report is not None else SkipReport()
+        self.policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report)
         self.light = light
         self.epoch = 0
         self._indexes: Dict[int, ShardIndex] = {}
@@ -128,8 +130,7 @@ class IndexReader(PositionedReader):
         self._reported.add(key)
         rec = self.index(part).tars[tar]
         for message, kind, member in rec["bad"]:
-            self.skip_report.handle(WenetDataError(message, rec["url"], member=member,
-                                                   kind=kind), self.strict)
+            self.policy.handle(WenetDataError(message, rec["url"], member=member, kind=kind))
 
     def _item(self, part: int, row: int) -> Any:
         cut = IndexedCut(self, part, row)
@@ -214,11 +215,16 @@ def find_shard_index(list_path: str, setting: Any = "auto") -> Optional[str]:
     return None
 
 
-def open_shard_index(list_paths: Sequence[str], setting: Any, strict: bool,
-                     skip_report: SkipReport, allow_pipe: bool = False
+def open_shard_index(list_paths: Sequence[str], setting: Any,
+                     strict: Optional[bool] = None, skip_report: Optional[SkipReport] = None,
+                     allow_pipe: Optional[bool] = None, *,
+                     policy: Optional[ReadPolicy] = None
                      ) -> Optional[List[Tuple[str, List[int]]]]:
     """``parts`` for :class:`IndexReader` when every list has an index, else None;
-    checks the tars (see the module doc)."""
+    checks the tars (see the module doc), a stale or bad one raised or skipped as
+    ``policy`` (or the old ``strict``/``skip_report``/``allow_pipe``) says."""
+    policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report,
+                           allow_pipe=allow_pipe)
     found = [find_shard_index(p, setting) for p in list_paths]
     if not found or any(f is None for f in found):
         return None
@@ -229,19 +235,18 @@ def open_shard_index(list_paths: Sequence[str], setting: Any, strict: bool,
         by_url: Dict[str, List[int]] = {}
         for t, rec in enumerate(ix.tars):  # a tar listed twice: its entries in order
             by_url.setdefault(rec["url"], []).append(t)
-        for entry in read_shard_entries(list_path, strict=strict, skip_report=skip_report,
-                                        allow_pipe=allow_pipe):
+        for entry in read_shard_entries(list_path, policy=policy):
             left = by_url.get(entry.url)
             t = left.pop(0) if left else None
             rec = ix.tars[t] if t is not None else None
             why = ("listed but not in the index" if rec is None else tar_problem(rec))
             if why is not None:
                 lost = f", its {rec['count']} utterances left out" if rec else ""
-                skip_report.handle(WenetDataError(
+                policy.handle(WenetDataError(
                     f"{why}{lost}; rerun: wenet-lhotse index {list_path}" + entry.listed_at,
-                    entry.url, kind="stale_index"), strict)
+                    entry.url, kind="stale_index"))
                 continue
-            if strict and rec["bad"]:
+            if policy.strict and rec["bad"]:
                 message, kind, member = rec["bad"][0]
                 raise WenetDataError(message, rec["url"], member=member, kind=kind)
             usable.append(t)
@@ -252,17 +257,21 @@ def open_shard_index(list_paths: Sequence[str], setting: Any, strict: bool,
 _HINTED: set = set()  # shard lists told about ``wenet-lhotse index`` (once per process)
 
 
-def shard_indexes(specs: Sequence[Any], lconf: Any, strict: bool,
-                   skip_report: SkipReport, split: str) -> Dict[int, Any]:
+def shard_indexes(specs: Sequence[Any], lconf: Any, strict: Optional[bool] = None,
+                  skip_report: Optional[SkipReport] = None, split: str = "train", *,
+                  policy: Optional[ReadPolicy] = None) -> Dict[int, Any]:
     """``{source number: index parts}`` for the shard lists that have an index
     (:mod:`.index_reader`, ``lhotse_conf.shard_index``); one line, once, for a training
-    shard list without one, naming the command that makes it."""
+    shard list without one, naming the command that makes it. ``policy``: how the
+    lists are read (default: ``lconf``'s, with the old ``strict``/``skip_report``)."""
+    if policy is None:
+        policy = lconf.read_policy(skip_report)
+        policy = policy if strict is None else policy.replace(strict=strict)
     out: Dict[int, Any] = {}
     for i, spec in enumerate(specs):
         if spec.type != "shard" or spec.fields is not None or not spec.paths:
             continue
-        parts = open_shard_index(spec.paths, lconf.shard_index, strict, skip_report,
-                                 allow_pipe=lconf.allow_pipe)
+        parts = open_shard_index(spec.paths, lconf.shard_index, policy=policy)
         if parts is not None:
             out[i] = parts
             logger.info("source %s: sampled through its shard index", spec.name)

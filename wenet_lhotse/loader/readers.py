@@ -25,6 +25,7 @@ from lhotse.utils import compute_num_samples
 
 from wenet_lhotse.errors import SkipReport, WenetDataError
 from wenet_lhotse.io.access import open_regular
+from wenet_lhotse.io.policy import PolicyHolder, ReadPolicy
 from wenet_lhotse.loader.state_check import STATE_SOURCE, DuplicateIds, checked_state_line
 from wenet_lhotse.sources.manifest import parse_manifest_line, parse_manifest_meta
 from wenet_lhotse.sources.meta_cut import MetaCut
@@ -165,7 +166,7 @@ class ListReader(PositionedReader):
         return len(self.cuts)
 
 
-class JsonlReader(PositionedReader):
+class JsonlReader(PolicyHolder, PositionedReader):
     """Lhotse cuts manifests (``.jsonl`` / ``.jsonl.gz``), read lazily.
 
     A position is a line number counted over the files in their per-epoch order
@@ -176,20 +177,22 @@ class JsonlReader(PositionedReader):
     :param shar_tars: for Shar, the ``recording.*.tar`` of each cuts file; each cut
         then gets ``custom["shar_tar"]`` so that :class:`SharAudioAttacher` can
         fetch its audio later.
-    :param strict: a bad line (see :mod:`wenet_lhotse.sources.manifest`) or a file cut
-        short raises :class:`WenetDataError` naming file and line; else it is recorded
-        in ``skip_report`` (once per epoch) and skipped (a cut-short file ends there).
+    :param policy: ``strict``: a bad line (see :mod:`wenet_lhotse.sources.manifest`)
+        or a file cut short raises :class:`WenetDataError` naming file and line; else
+        it is recorded in the policy's ``skip_report`` (once per epoch) and skipped (a
+        cut-short file ends there); ``allow_pipe``: ``command`` audio sources. The old
+        ``strict``/``skip_report`` keywords make one when not given.
     :param light: yield plain cuts as :class:`~wenet_lhotse.sources.meta_cut.MetaCut`
         (Lhotse objects built when asked for: the training sampler materializes only
         the cuts of its rank's emitted batches).
     """
 
     def __init__(self, paths: Sequence[str], shuffle_files: bool = False, seed: int = 0,
-                 shar_tars: Optional[Sequence[Optional[str]]] = None, strict: bool = True,
-                 skip_report: Optional[SkipReport] = None, light: bool = False) -> None:
+                 shar_tars: Optional[Sequence[Optional[str]]] = None,
+                 strict: Optional[bool] = None, skip_report: Optional[SkipReport] = None,
+                 light: bool = False, *, policy: Optional[ReadPolicy] = None) -> None:
         self.light = light
-        self.strict = strict
-        self.skip_report = skip_report if skip_report is not None else SkipReport()
+        self.policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report)
         self._reported: set = set()  # (epoch, file, line): a pass read again is not a new skip
         self.paths = [str(p) for p in paths]
         self.shuffle_files = shuffle_files
@@ -200,9 +203,9 @@ class JsonlReader(PositionedReader):
 
     def _skip(self, err: WenetDataError) -> None:
         key = (self.epoch, err.source, err.line)
-        if self.strict or key not in self._reported:
+        if self.policy.strict or key not in self._reported:
             self._reported.add(key)
-            self.skip_report.handle(err, self.strict)
+            self.policy.handle(err)
 
     def _file_order(self) -> List[int]:
         order = list(range(len(self.paths)))
@@ -230,7 +233,7 @@ class JsonlReader(PositionedReader):
                         seen.note_line(line)  # skipped lines are not decoded nor parsed
                         continue
                     try:
-                        cut = parse(line, path, n, extra_custom=extra)
+                        cut = parse(line, path, n, self.policy.allow_pipe, extra_custom=extra)
                         seen.check(cut.id, path, n)
                     except (WenetDataError, UnicodeDecodeError) as err:
                         self._skip(err if isinstance(err, WenetDataError)
@@ -295,7 +298,7 @@ class JsonlReader(PositionedReader):
         # the checked path again: a line read back on restore may have changed since
         line, tar = raw[:2]
         source, lineno = raw[2:] if len(raw) == 4 else (STATE_SOURCE, None)
-        return parse_manifest_line(line, source, lineno,
+        return parse_manifest_line(line, source, lineno, self.policy.allow_pipe,
                                    extra_custom={"shar_tar": tar} if tar is not None else None)
 
     def state(self) -> Dict[str, Any]:
@@ -337,17 +340,20 @@ def _open_lines(path: str):
     return open_best(path, "rb")
 
 
-def shar_reader(in_dir: str, shuffle_files: bool = False, seed: int = 0, strict: bool = True,
-                skip_report: Optional[SkipReport] = None, light: bool = False) -> JsonlReader:
-    """A :class:`JsonlReader` over a Shar directory's ``cuts.*.jsonl*`` (metadata only)."""
+def shar_reader(in_dir: str, shuffle_files: bool = False, seed: int = 0,
+                strict: Optional[bool] = None, skip_report: Optional[SkipReport] = None,
+                light: bool = False, *, policy: Optional[ReadPolicy] = None) -> JsonlReader:
+    """A :class:`JsonlReader` over a Shar directory's ``cuts.*.jsonl*`` (metadata only),
+    read as ``policy`` (or the old ``strict``/``skip_report``) says."""
+    policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report)
     files = shar_files(in_dir)
     cuts = {i: p for i, p in files.get("cuts", {}).items() if ".jsonl" in p}
     if not cuts:
         raise ValueError(f"{Path(in_dir)}: no Shar cuts.*.jsonl* files")
     recordings = {i: p for i, p in files.get("recording", {}).items() if ".tar" in p}
     return JsonlReader([cuts[i] for i in sorted(cuts)], shuffle_files=shuffle_files, seed=seed,
-                       shar_tars=[recordings.get(i) for i in sorted(cuts)], strict=strict,
-                       skip_report=skip_report, light=light)
+                       shar_tars=[recordings.get(i) for i in sorted(cuts)], light=light,
+                       policy=policy)
 
 
 class Tracked(Dillable):

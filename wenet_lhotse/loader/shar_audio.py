@@ -20,9 +20,10 @@ from typing import Any, Dict, List, Optional, Tuple
 from lhotse import CutSet
 from lhotse.utils import fastcopy
 
-from wenet_lhotse.errors import SkipReport, WenetDataError, reraise_worker_death, short_error
+from wenet_lhotse.errors import WenetDataError, reraise_worker_death, short_error
 from wenet_lhotse.formats.audio import recording_from_bytes
 from wenet_lhotse.formats.member_reads import REINDEX, read_members
+from wenet_lhotse.io.policy import PolicyHolder, ReadPolicy
 from wenet_lhotse.io.streams import is_local
 
 #: ``custom`` keys of an indexed shard cut that locate its audio (see :mod:`.index_reader`).
@@ -94,25 +95,28 @@ class _TarScan:
         return self.index.get(key)
 
 
-class SharAudioAttacher:
+class SharAudioAttacher(PolicyHolder):
     """Attach Shar audio to metadata cuts: ``custom["shar_tar"]`` names the tar; the
     member ``<cut_id>.<ext>`` is located from the tar headers (read incrementally, data
     seeked over, remembered per process) and read with one seek. Thread-safe; a copy
     sent to a DataLoader worker starts with an empty index. A cut whose member is
-    missing raises :class:`WenetDataError` naming the tar (``strict``), or is left out
-    and recorded in ``skip_report`` (the loader forwards it with the batch)."""
+    missing raises :class:`WenetDataError` naming the tar (``policy.strict``), or is
+    left out and recorded in the policy's ``skip_report`` (the loader forwards it with
+    the batch; a copy starts with an empty one). The policy also gives the member size
+    cap, network limits and URL protocols of indexed shard reads; the old ``strict``
+    keyword makes one."""
 
-    def __init__(self, strict: bool = True) -> None:
-        self.strict = strict
-        self.skip_report = SkipReport()
+    def __init__(self, strict: Optional[bool] = None, *,
+                 policy: Optional[ReadPolicy] = None) -> None:
+        self.policy = ReadPolicy.of(policy, strict=strict)
         self._scans: Dict[str, _TarScan] = {}
         self._lock = threading.Lock()
 
     def __getstate__(self) -> Dict[str, Any]:
-        return {"strict": self.strict}
+        return {"policy": self.policy.replace(skip_report=None)}  # a report of its own
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
-        self.__init__(state.get("strict", True))
+        self.__init__(policy=state["policy"])
 
     def _locate(self, tar: str, cut_id: str) -> Tuple[int, int, str]:
         with self._lock:
@@ -135,7 +139,8 @@ class SharAudioAttacher:
             group = by_tar[tar]
             try:
                 data = read_members(tar, [(c.custom["shard_member"], c.custom["shard_offset"],
-                                           c.custom["shard_size"]) for c in group])
+                                           c.custom["shard_size"]) for c in group],
+                                    policy=self.policy)
             except WenetDataError as err:
                 return {c.id: err for c in group}
             return {c.id: _with_audio(c, tar, data[c.custom["shard_member"]]) for c in group}
@@ -164,7 +169,7 @@ class SharAudioAttacher:
             if cut.id in filled and cut.custom and "shard_offset" in cut.custom:
                 got = filled[cut.id]
                 if isinstance(got, WenetDataError):
-                    self.skip_report.handle(got, self.strict)
+                    self.policy.handle(got)
                 else:
                     out.append(got)
                 continue
@@ -178,12 +183,12 @@ class SharAudioAttacher:
                     f.seek(offset)
                     data = f.read(size)
             except (OSError, tarfile.TarError) as err:
-                self.skip_report.handle(WenetDataError(
+                self.policy.handle(WenetDataError(
                     f"cannot read audio of cut {cut.id!r}: {err}", tar, member=cut.id,
-                    kind="missing_audio"), self.strict)
+                    kind="missing_audio"))
                 continue
             except WenetDataError as err:
-                self.skip_report.handle(err, self.strict)
+                self.policy.handle(err)
                 continue
             fill_shar_placeholder(cut.recording, data=data, tarpath=name)
             out.append(cut)

@@ -44,6 +44,7 @@ from wenet_lhotse.errors import SkipReport, WenetDataError, reraise_worker_death
 from wenet_lhotse.formats.checks import TOO_DEEP, key_problem, text_problem
 from wenet_lhotse.formats.keyset import KeySet
 from wenet_lhotse.io.access import PIPE_REFUSED
+from wenet_lhotse.io.policy import PolicyHolder, ReadPolicy
 from wenet_lhotse.io.remote import is_remote
 from wenet_lhotse.io.streams import as_path_list, open_input
 from wenet_lhotse.sources.meta_cut import MetaCut
@@ -224,22 +225,26 @@ def duplicate_error(cut_id: str, path: str, lineno: Optional[int]) -> WenetDataE
                           "input)", path, line=lineno, kind="duplicate")
 
 
-def iter_manifest(path: str, allow_pipe: bool = False, metadata_only: bool = False
-                  ) -> Iterator[Tuple[Any, int]]:
+def iter_manifest(path: str, allow_pipe: Optional[bool] = None, metadata_only: bool = False,
+                  *, policy: Optional[ReadPolicy] = None) -> Iterator[Tuple[Any, int]]:
     """``(cut or WenetDataError, line number)`` for each non-empty line of one manifest;
     a truncated or unreadable file ends with one ``WenetDataError`` (kind
     ``"truncated"``) saying how much was not read. ``metadata_only``: plain cuts come as
-    :class:`MetaCut` (:func:`parse_manifest_meta`)."""
+    :class:`MetaCut` (:func:`parse_manifest_meta`). ``policy``: ``command`` sources
+    allowed or not, network limits, URL protocols (the old ``allow_pipe`` makes one);
+    its ``strict`` is the caller's business (every error is yielded)."""
+    policy = ReadPolicy.of(policy, allow_pipe=allow_pipe)
+    allow = policy.allow_pipe
     parse = parse_manifest_meta if metadata_only else parse_manifest_line
     no = 0
-    with open_input(path) as raw:  # a local file or an object-store URL
+    with open_input(path, policy=policy) as raw:  # a local file or an object-store URL
         binary = gzip.GzipFile(fileobj=raw, mode="rb") if path.endswith(".gz") else raw
         try:
             for no, line in enumerate(io.TextIOWrapper(binary, encoding="utf-8"), 1):
                 if not line.strip():
                     continue
                 try:
-                    yield parse(line, path, no, allow_pipe), no
+                    yield parse(line, path, no, allow), no
                 except WenetDataError as err:
                     yield err, no
         except (OSError, EOFError, UnicodeDecodeError, zlib.error) as err:
@@ -248,31 +253,33 @@ def iter_manifest(path: str, allow_pipe: bool = False, metadata_only: bool = Fal
                 line=no + 1, kind="truncated"), no + 1
 
 
-class LazyCheckedManifest(Dillable):
+class LazyCheckedManifest(PolicyHolder, Dillable):
     """The cuts of Lhotse manifest(s), read lazily with the checks of the module doc
-    (``metadata_only``: plain cuts as :class:`MetaCut`). Picklable; ``len()`` counts
-    lines (as Lhotse's lazy manifests do)."""
+    (``metadata_only``: plain cuts as :class:`MetaCut`), bad lines raised or skipped
+    as ``policy`` says (the old ``strict``/``skip_report``/``allow_pipe`` make one).
+    Picklable; ``len()`` counts lines (as Lhotse's lazy manifests do)."""
 
-    def __init__(self, paths: Sequence[Pathlike], strict: bool = True,
-                 skip_report: Optional[SkipReport] = None, allow_pipe: bool = False,
-                 metadata_only: bool = False, check_duplicates: bool = True) -> None:
+    def __init__(self, paths: Sequence[Pathlike], strict: Optional[bool] = None,
+                 skip_report: Optional[SkipReport] = None, allow_pipe: Optional[bool] = None,
+                 metadata_only: bool = False, check_duplicates: bool = True, *,
+                 policy: Optional[ReadPolicy] = None) -> None:
         self.paths: List[str] = [p if is_remote(p) else os.path.abspath(p)
                                  for p in as_path_list(paths)]
-        self.strict = strict
-        self.skip_report = skip_report if skip_report is not None else SkipReport()
-        self.allow_pipe = allow_pipe
+        self.policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report,
+                                    allow_pipe=allow_pipe)
         self.metadata_only = metadata_only
         self.check_duplicates = check_duplicates
 
     def __iter__(self) -> Iterator[Cut]:
         seen = KeySet() if self.check_duplicates else None
         for path in self.paths:
-            for item, no in iter_manifest(path, self.allow_pipe, self.metadata_only):
+            for item, no in iter_manifest(path, metadata_only=self.metadata_only,
+                                          policy=self.policy):
                 if not isinstance(item, WenetDataError) and seen is not None \
                         and not seen.add(item.id):
                     item = duplicate_error(item.id, path, no)
                 if isinstance(item, WenetDataError):
-                    self.skip_report.handle(item, self.strict)
+                    self.policy.handle(item)
                     continue
                 yield item
 

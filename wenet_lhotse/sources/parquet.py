@@ -35,6 +35,7 @@ from lhotse.lazy import Dillable
 
 from wenet_lhotse.errors import SkipReport, WenetDataError, reraise_worker_death
 from wenet_lhotse.formats.audio import recording_from_bytes
+from wenet_lhotse.io.policy import PolicyHolder, ReadPolicy
 
 
 def _pyarrow():
@@ -123,15 +124,17 @@ def row_cut(row: Dict[str, Any], cols: ParquetColumns, where: str, index: int,
     return cut
 
 
-class LazyParquetCuts(Dillable):
-    """Iterates the cuts of Parquet files / ``save_to_disk`` directories lazily."""
+class LazyParquetCuts(PolicyHolder, Dillable):
+    """Iterates the cuts of Parquet files / ``save_to_disk`` directories lazily; a bad
+    row is raised or skipped as ``policy`` says (the old ``strict``/``skip_report``
+    make one)."""
 
     def __init__(self, paths: Sequence[str], columns: ParquetColumns = ParquetColumns(),
-                 strict: bool = True, skip_report: Optional[SkipReport] = None) -> None:
+                 strict: Optional[bool] = None, skip_report: Optional[SkipReport] = None,
+                 *, policy: Optional[ReadPolicy] = None) -> None:
         self.paths = [str(p) for p in paths]
         self.columns = columns
-        self.strict = strict
-        self.skip_report = skip_report if skip_report is not None else SkipReport()
+        self.policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report)
 
     def __iter__(self) -> Iterator[Cut]:
         cols = self.columns
@@ -145,7 +148,7 @@ class LazyParquetCuts(Dillable):
                         try:
                             yield row_cut(row, cols, file, index, stem)
                         except WenetDataError as err:
-                            self.skip_report.handle(err, self.strict)
+                            self.policy.handle(err)
                         index += 1
 
     def __len__(self) -> int:

@@ -57,6 +57,7 @@ from lhotse.utils import Pathlike
 from wenet_lhotse.errors import SkippedItem, SkipReport, WenetDataError
 from wenet_lhotse.formats.keyset import KeySet
 from wenet_lhotse.formats.raw_list import LazyWenetRawListIterator
+from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.io.streams import as_path_list, atomic_output
 from wenet_lhotse.sources.manifest import LazyCheckedManifest
 
@@ -81,12 +82,16 @@ class ProbeResult:
     from_cache: bool
     lines_probed: int  # lines parsed (headers read) by this rank
 
-    def cuts(self, strict: bool = True, skip_report: Optional[SkipReport] = None,
-             metadata_only: bool = False) -> LazyCheckedManifest:
-        """The cached cuts, read with every manifest's checks (never ``allow_pipe``: a
-        raw line cannot make a ``command`` source, so a cache holding one was forged)."""
-        return LazyCheckedManifest([self.manifest], strict, skip_report,
-                                   metadata_only=metadata_only)
+    def cuts(self, strict: Optional[bool] = None, skip_report: Optional[SkipReport] = None,
+             metadata_only: bool = False, *,
+             policy: Optional[ReadPolicy] = None) -> LazyCheckedManifest:
+        """The cached cuts, read with every manifest's checks, bad ones raised or
+        skipped as ``policy`` says (or the old ``strict``/``skip_report``); never
+        ``allow_pipe``: a raw line cannot make a ``command`` source, so a cache holding
+        one was forged."""
+        policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report)
+        return LazyCheckedManifest([self.manifest], metadata_only=metadata_only,
+                                   policy=policy.replace(allow_pipe=False))
 
 
 def list_key(paths: Sequence[str], wav_root: str) -> str:
@@ -126,8 +131,9 @@ def _blocks(paths: Sequence[str]) -> Iterator[List[_Line]]:
         yield block
 
 
-def _probe_block(block: List[_Line], wav_root: str) -> List[_Result]:
-    parser = LazyWenetRawListIterator(block[0][0], wav_root=wav_root, check_duplicates=False)
+def _probe_block(block: List[_Line], wav_root: str, policy: ReadPolicy) -> List[_Result]:
+    parser = LazyWenetRawListIterator(block[0][0], wav_root=wav_root, check_duplicates=False,
+                                      policy=policy)
     out: List[_Result] = []
     for path, lineno, raw in block:
         try:
@@ -186,14 +192,17 @@ def probed_raw_list(
     paths: Union[Pathlike, Sequence[Pathlike]],
     *,
     wav_root: Optional[Pathlike] = None,
-    strict: bool = True,
+    strict: Optional[bool] = None,
     skip_report: Optional[SkipReport] = None,
     cache_dir: Optional[Pathlike] = None,
+    policy: Optional[ReadPolicy] = None,
 ) -> ProbeResult:
     """The raw list(s) as a cached cuts manifest (see the module doc).
 
-    :param strict: raise the first bad line's :class:`WenetDataError` (on every rank);
-        else record bad lines in ``skip_report`` (also when they come from the cache).
+    :param policy: its ``strict``: raise the first bad line's :class:`WenetDataError`
+        (on every rank); else record bad lines in its ``skip_report`` (also when they
+        come from the cache); its URL protocols and network limits for the probes.
+        The old ``strict``/``skip_report`` keywords make one when not given.
     """
     import torch.distributed as dist
 
@@ -202,7 +211,7 @@ def probed_raw_list(
         if not os.path.isfile(p):
             raise WenetDataError("no such list file", p, kind="missing_file")
     root = os.path.abspath(str(wav_root) if wav_root is not None else os.getcwd())
-    report = skip_report if skip_report is not None else SkipReport()
+    policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report)
     manifest, skips = cache_paths(lists, root, cache_dir)
     group, world, rank = _group()
     cached = _load_cache(manifest, skips) if manifest.is_file() and skips.is_file() else None
@@ -212,13 +221,13 @@ def probed_raw_list(
         if not all(verdicts):
             cached = None
     if cached is not None:
-        _report(cached, strict, report, log=False)
+        _report(cached, policy, log=False)
         logger.info("%s: probed durations from the cache %s", lists[0], manifest)
         return ProbeResult(manifest, skips, True, 0)
 
     bad: List[SkippedItem] = []
     counter = [0]
-    merged = _merged(lists, root, group, world, rank, strict, bad, counter)
+    merged = _merged(lists, root, group, world, rank, policy, bad, counter)
     if _is_writer(rank):
         # Skips (with the manifest's digest) first, manifest last: a manifest in place
         # means its cache is complete, and a sidecar tells whether it is the right one.
@@ -238,14 +247,15 @@ def probed_raw_list(
             pass
     if group is not None:
         dist.barrier(group=group)  # every writer has committed before anyone reads
-    _report(bad, strict, report, log=True)
+    _report(bad, policy, log=True)
     logger.info("%s: probed %d of its lines on rank %d of %d; cache %s", lists[0], counter[0],
                 rank, world, manifest)
     return ProbeResult(manifest, skips, False, counter[0])
 
 
-def _merged(lists: Sequence[str], root: str, group, world: int, rank: int, strict: bool,
-            bad: List[SkippedItem], counter: List[int]) -> Iterator[bytes]:
+def _merged(lists: Sequence[str], root: str, group, world: int, rank: int,
+            policy: ReadPolicy, bad: List[SkippedItem], counter: List[int]
+            ) -> Iterator[bytes]:
     """The cuts' JSON lines in list order; this rank probes every ``world``-th block
     and gathers the others' (every rank runs the same collectives, in step)."""
     import torch.distributed as dist
@@ -255,7 +265,7 @@ def _merged(lists: Sequence[str], root: str, group, world: int, rank: int, stric
     while True:
         round_blocks = list(islice(blocks, world))
         mine = round_blocks[rank] if rank < len(round_blocks) else None
-        results = _probe_block(mine, root) if mine is not None else None
+        results = _probe_block(mine, root, policy) if mine is not None else None
         counter[0] += len(mine or [])
         gathered: List = [results]
         if group is not None:
@@ -275,15 +285,16 @@ def _merged(lists: Sequence[str], root: str, group, world: int, rank: int, stric
                     r = SkippedItem(path, lineno, None, "duplicate",
                                     f"duplicate key {key!r} (first seen earlier in this input)")
                 bad.append(r)
-                if strict:  # every rank stops at this same line
+                if policy.strict:  # every rank stops at this same line
                     raise WenetDataError(r.message, r.source, line=r.line, kind=r.kind)
 
 
-def _report(items: List[SkippedItem], strict: bool, report: SkipReport, log: bool) -> None:
-    if items and strict:
+def _report(items: List[SkippedItem], policy: ReadPolicy, log: bool) -> None:
+    if items and policy.strict:
         r = items[0]
         raise WenetDataError(r.message, r.source, line=r.line, kind=r.kind)
-    report.extend(items)
+    assert policy.skip_report is not None
+    policy.skip_report.extend(items)
     if log:
         for item in items:
             logger.warning("skipped %s", item)

@@ -35,6 +35,7 @@ from lhotse.shar.utils import fill_shar_placeholder
 
 from wenet_lhotse.errors import SkipReport, WenetDataError
 from wenet_lhotse.formats.checks import max_member_bytes, member_problem
+from wenet_lhotse.io.policy import PolicyHolder, ReadPolicy
 
 _READ_ERRORS = (OSError, EOFError, zlib.error, gzip.BadGzipFile, tarfile.TarError,
                 UnicodeDecodeError, ValueError, KeyError, TypeError)
@@ -46,20 +47,22 @@ def supported(fields: Dict[str, List[str]]) -> bool:
         ".tar" in str(u) for u in fields["recording"])
 
 
-class LazyCheckedShar(Dillable):
+class LazyCheckedShar(PolicyHolder, Dillable):
     """The cuts of Shar shards ``fields`` (``{"cuts": [...], "recording": [...]}``, one
-    entry per shard, in reading order), audio attached, checked as the module doc says."""
+    entry per shard, in reading order), audio attached, checked as the module doc says;
+    bad items raised or skipped and the member size cap as ``policy`` says (the old
+    ``strict``/``skip_report`` make one)."""
 
     _lost_manifest = False  # the current shard's manifest was cut short
 
-    def __init__(self, fields: Dict[str, List[str]], strict: bool = True,
-                 skip_report: Optional[SkipReport] = None) -> None:
+    def __init__(self, fields: Dict[str, List[str]], strict: Optional[bool] = None,
+                 skip_report: Optional[SkipReport] = None, *,
+                 policy: Optional[ReadPolicy] = None) -> None:
         self.fields = {k: [str(u) for u in v] for k, v in fields.items()}
-        self.strict = strict
-        self.skip_report = skip_report if skip_report is not None else SkipReport()
+        self.policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report)
 
     def _handle(self, err: WenetDataError) -> None:
-        self.skip_report.handle(err, self.strict)
+        self.policy.handle(err)
 
     def __iter__(self) -> Iterator[Cut]:
         for cuts_path, tar_path in zip(self.fields["cuts"], self.fields["recording"]):
@@ -89,7 +92,7 @@ class LazyCheckedShar(Dillable):
     def _shard(self, cuts_path: str, tar_path: str) -> Iterator[Cut]:
         cuts, whole = self._manifest(cuts_path)
         self._lost_manifest = not whole  # members of the lost cuts are not reported again
-        cap = max_member_bytes()
+        cap = max_member_bytes(self.policy.max_member_bytes)
         pending: Optional[Tuple[str, bytes, str]] = None  # (id, data, member name)
         member = None
         try:

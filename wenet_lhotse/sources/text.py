@@ -43,6 +43,7 @@ import numpy as np
 from lhotse.cut.text import TextExample, TextPairExample
 
 from wenet_lhotse.errors import SkipReport, WenetDataError
+from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.io.streams import open_input
 
 logger = logging.getLogger(__name__)
@@ -76,8 +77,8 @@ def _is_jsonl(path: str) -> bool:
     return name.endswith(".jsonl") or name.endswith(".json")
 
 
-def _lines(path: str, allow_pipe: bool) -> Iterator[Tuple[int, bytes]]:
-    raw = open_input(path, allow_pipe=allow_pipe)
+def _lines(path: str, policy: ReadPolicy) -> Iterator[Tuple[int, bytes]]:
+    raw = open_input(path, policy=policy)
     stream: Any = gzip.GzipFile(fileobj=raw) if path.endswith(".gz") else raw
     try:
         for i, line in enumerate(stream):
@@ -140,9 +141,10 @@ def read_text_source(
     name: str = "text",
     filter_conf: Optional[Mapping[str, Any]] = None,
     tags: Optional[Mapping[str, Any]] = None,
-    strict: bool = True,
+    strict: Optional[bool] = None,
     skip_report: Optional[SkipReport] = None,
-    allow_pipe: bool = False,
+    allow_pipe: Optional[bool] = None,
+    policy: Optional[ReadPolicy] = None,
 ) -> Tuple[List[TextItem], TextReadStats]:
     """Read, tokenize and filter a text source; returns ``(items, stats)``.
 
@@ -150,25 +152,27 @@ def read_text_source(
     :param filter_conf: WeNet's ``filter_conf``: only ``token_min_length`` (default 1)
         and ``token_max_length`` (default 200) apply to text.
     :param tags: added to each item's ``custom`` (``task``, ``lang``, ...).
-    :param strict: raise on the first bad line; else skip it and record it in
-        ``skip_report``.
+    :param policy: how to read: raise on the first bad line (``strict``) or skip it
+        and record it in ``skip_report``; ``pipe:`` inputs; network limits. The old
+        ``strict``/``skip_report``/``allow_pipe`` keywords make one when not given.
     """
     if tokenizer is None or not callable(getattr(tokenizer, "tokenize", None)):
         raise ValueError(f"text source {name}: needs a tokenizer with WeNet's tokenize(line)")
     fc = dict(filter_conf or {})
     lo, hi = int(fc.get("token_min_length", 1)), int(fc.get("token_max_length", 200))
-    report = skip_report if skip_report is not None else SkipReport()
+    policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report,
+                           allow_pipe=allow_pipe)
     stats = TextReadStats()
     items: List[TextItem] = []
     base_custom = dict(tags or {})
     for path in paths:
         jsonl = _is_jsonl(path)
-        for lineno, raw in _lines(str(path), allow_pipe):
+        for lineno, raw in _lines(str(path), policy):
             stats.lines += 1
             try:
                 obj = _parse(path, lineno, raw, jsonl)
             except WenetDataError as err:
-                report.handle(err, strict)
+                policy.handle(err)
                 stats.bad += 1
                 continue
             if obj is None:
