@@ -129,10 +129,14 @@ def _handle(conn: socket.socket) -> None:
         _run_command(request)
     for fd in fds:
         os.close(fd)
-    pidfd = os.pidfd_open(pid)
-    ready, _, _ = select.select([pidfd, conn], [], [])
-    if pidfd not in ready:  # the client's end closed: nobody waits for this command
-        os.kill(pid, signal.SIGKILL)
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):  # Linux < 5.3: wait without watching the client
+        pidfd = None
+    if pidfd is not None:
+        ready, _, _ = select.select([pidfd, conn], [], [])
+        if pidfd not in ready:  # the client's end closed: nobody waits for this command
+            os.kill(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
     code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
     try:
