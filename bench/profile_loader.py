@@ -133,6 +133,10 @@ def profile_stages(dataset, batches, clock: StageClock) -> List[Dict[str, Any]]:
     import torch
 
     from wenet_lhotse.features import augment, cut_seed, kaldi
+    try:
+        from wenet_lhotse.features.augmentations.spec_aug import spec_aug
+    except ImportError:  # older trees
+        spec_aug = augment.spec_aug
     from wenet_lhotse.features.fbank import INT16_SCALE
 
     PooledBatch, collate_feats, collate_audio = _code()
@@ -171,7 +175,7 @@ def profile_stages(dataset, batches, clock: StageClock) -> List[Dict[str, Any]]:
             feats = clock.run("fbank", kaldi.fbank, [wave], cfg.frame_options(sr),
                               cfg.fbank_options(0.0))[0].numpy()
             if p.spec_aug is not None:
-                feats = clock.run("spec_aug", augment.spec_aug, feats, rng, p.spec_aug)
+                feats = clock.run("spec_aug", spec_aug, feats, rng, p.spec_aug)
             feats_list.append(np.ascontiguousarray(feats))
 
         def collate(cuts=cuts, feats_list=feats_list, pcms=pcms):

@@ -10,6 +10,8 @@ import pytest
 #: Modules whose docstrings carry examples (cheap ones: no downloads, < 1 s each).
 MODULES = [
     "wenet_lhotse.dataset.splits",
+    "wenet_lhotse.features.augmentations",
+    "wenet_lhotse.features.augmentations.base",
     "wenet_lhotse.features.fbank",
     "wenet_lhotse.features.recipe",
     "wenet_lhotse.features.strategy",

@@ -7,17 +7,16 @@ import random
 import numpy as np
 import pytest
 
-from wenet_lhotse.features.augment import (
+from wenet_lhotse.features.augment import resample, speed_perturb
+from wenet_lhotse.features.augmentations import (
     SpecAugConfig,
     SpecSubConfig,
     SpecTrimConfig,
     as_config,
-    resample,
-    spec_aug,
-    spec_sub,
-    spec_trim,
-    speed_perturb,
 )
+from wenet_lhotse.features.augmentations.spec_aug import spec_aug
+from wenet_lhotse.features.augmentations.spec_sub import spec_sub
+from wenet_lhotse.features.augmentations.spec_trim import spec_trim
 
 
 def feats(frames: int = 300, bins: int = 80) -> np.ndarray:

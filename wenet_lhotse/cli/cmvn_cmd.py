@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from wenet_lhotse.cli.data import CLUSTER_HELP, InputPath, _default_jobs, _print_skips
+from wenet_lhotse.cli.data import InputPath, _print_skips, cluster_option, jobs_option
 from wenet_lhotse.cli.main import main, refuse_output_is_input, show_progress
 
 #: The features without a yaml: WeNet's aishell and librispeech recipes' dataset_conf.
@@ -21,8 +21,7 @@ RECIPE_FEATURES = {"resample_conf": {"resample_rate": 16000},
                    "and librispeech recipes' 80-bin fbank, 25/10 ms, at 16 kHz].")
 @click.option("-o", "--out", type=click.Path(dir_okay=False), required=True,
               help="The global_cmvn JSON to write (cmvn_conf.cmvn_file in the yaml).")
-@click.option("-j", "--jobs", type=int, default=_default_jobs, show_default="min(4, CPUs)",
-              help="Worker processes.")
+@jobs_option("Worker processes.")
 @click.option("--chunk-size", type=int, default=64, show_default=True,
               help="Utterances per task for raw lists and cuts manifests (a tar or a "
                    "Shar shard is one task).")
@@ -32,7 +31,7 @@ RECIPE_FEATURES = {"resample_conf": {"resample_rate": 16000},
 @click.option("--skip-errors", is_flag=True,
               help="Skip unreadable utterances (each is logged and counted) instead of "
                    "stopping at the first one.")
-@click.option("--cluster", default=None, metavar="tcp://HOST:PORT", help=CLUSTER_HELP)
+@cluster_option
 def cmvn_cmd(source, config_path, out, jobs, chunk_size, wav_root, skip_errors, cluster):
     """Compute WeNet's global CMVN statistics (what WeNet's tools/compute_cmvn_stats.py
     writes: mean_stat, var_stat, frame_num) over every utterance of INPUT.

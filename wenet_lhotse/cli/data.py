@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import Any, Callable
 
 import click
 
@@ -31,6 +32,18 @@ CLUSTER_HELP = ("Run the work on a Dask cluster: the scheduler's address (tcp://
 
 def _default_jobs() -> int:
     return max(1, min(4, os.cpu_count() or 1))
+
+
+def jobs_option(help: str, default: Any = _default_jobs) -> Callable:
+    """``-j/--jobs``: how many worker processes (default ``min(4, CPUs)``)."""
+    return click.option("-j", "--jobs", type=int, default=default,
+                        show_default="min(4, CPUs)" if default is _default_jobs else True,
+                        help=help)
+
+
+#: ``--cluster``: every command that can run its work on a Dask cluster takes it.
+cluster_option = click.option("--cluster", default=None, metavar="tcp://HOST:PORT",
+                              help=CLUSTER_HELP)
 
 
 #: ``--allow-pipe``: every command that reads inputs takes it.
@@ -83,12 +96,11 @@ def _print_skips(report, limit: int = 20) -> None:
 @click.option("--wav-root", type=click.Path(file_okay=False), default=None,
               help="Directory that relative 'wav' paths resolve against "
                    "[default: the current directory, as WeNet does].")
-@click.option("-j", "--jobs", type=int, default=_default_jobs, show_default="min(4, CPUs)",
-              help="Worker processes (header probing for raw lists; one Shar shard per job).")
+@jobs_option("Worker processes (header probing for raw lists; one Shar shard per job).")
 @click.option("--skip-errors", is_flag=True,
               help="Skip bad lines/members (each is logged and counted) instead of "
                    "stopping at the first one.")
-@click.option("--cluster", default=None, metavar="tcp://HOST:PORT", help=CLUSTER_HELP)
+@cluster_option
 @allow_pipe_option
 def import_cmd(data_list, out, data_type, shar_dir, shard_size, audio_format, wav_root, jobs,
                skip_errors, cluster, allow_pipe):
@@ -177,13 +189,12 @@ def import_cmd(data_list, out, data_type, shar_dir, shard_size, audio_format, wa
                    "instead of a raw list.")
 @click.option("--shard-size", type=int, default=1000, show_default=True,
               help="Utterances per tar with --shards.")
-@click.option("-j", "--jobs", type=int, default=_default_jobs, show_default="min(4, CPUs)",
-              help="Processes encoding tars (--shards) or writing audio files (raw list) "
-                   "in parallel.")
+@jobs_option("Processes encoding tars (--shards) or writing audio files (raw list) "
+             "in parallel.")
 @click.option("--audio-dir", type=click.Path(file_okay=False), default=None,
               help="Raw list only: where audio held in memory (Shar, shards) is written "
                    "[default: <list name>_audio/ next to the list].")
-@click.option("--cluster", default=None, metavar="tcp://HOST:PORT", help=CLUSTER_HELP)
+@cluster_option
 @allow_pipe_option
 def export_cmd(source, out, shards_dir, shard_size, jobs, audio_dir, cluster, allow_pipe):
     """Export Lhotse cuts back to WeNet format.
@@ -224,9 +235,9 @@ def export_cmd(source, out, shards_dir, shard_size, jobs, audio_dir, cluster, al
 @click.argument("path", type=InputPath(exists=True))
 @click.option("--max-report", type=int, default=100, show_default=True,
               help="Print at most this many problems (all are counted).")
-@click.option("-j", "--jobs", type=int, default=1, show_default=True,
-              help="Processes checking tars / Shar shards in parallel (shard lists, Shar).")
-@click.option("--cluster", default=None, metavar="tcp://HOST:PORT", help=CLUSTER_HELP)
+@jobs_option("Processes checking tars / Shar shards in parallel (shard lists, Shar).",
+             default=1)
+@cluster_option
 @allow_pipe_option
 def validate_cmd(path, max_report, jobs, cluster, allow_pipe):
     """Read PATH completely, decoding every utterance's audio, and report each problem
@@ -266,9 +277,9 @@ def validate_cmd(path, max_report, jobs, cluster, allow_pipe):
               help="Also write duration and text-length histograms to this PNG "
                    "(needs matplotlib).")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
-@click.option("-j", "--jobs", type=int, default=1, show_default=True,
-              help="Processes reading tars (shard lists) or probing headers (raw lists).")
-@click.option("--cluster", default=None, metavar="tcp://HOST:PORT", help=CLUSTER_HELP)
+@jobs_option("Processes reading tars (shard lists) or probing headers (raw lists).",
+             default=1)
+@cluster_option
 @allow_pipe_option
 def stats_cmd(path, plot, as_json, jobs, cluster, allow_pipe):
     """Describe PATH: utterances, hours, speakers, and the distribution

@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import click
 
-from wenet_lhotse.cli.data import CLUSTER_HELP, InputPath, _default_jobs, _fail, allow_pipe_option
+from wenet_lhotse.cli.data import (
+    InputPath,
+    _fail,
+    allow_pipe_option,
+    cluster_option,
+    jobs_option,
+)
 from wenet_lhotse.cli.main import main
 
 
 @main.command("index")
 @click.argument("path", metavar="LIST|SHAR|CUTS", type=InputPath(exists=True))
-@click.option("-j", "--jobs", type=int, default=_default_jobs, show_default="min(4, CPUs)",
-              help="Processes reading tars in parallel (one tar per task).")
+@jobs_option("Processes reading tars in parallel (one tar per task).")
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
               help="Write the index here instead of beside the list (read-only or remote "
                    "data); give the same directory as lhotse_conf.shard_index.")
@@ -21,7 +26,7 @@ from wenet_lhotse.cli.main import main
 @click.option("--full", is_flag=True,
               help="Read every tar again (default: only tars new or changed since the "
                    "last run).")
-@click.option("--cluster", default=None, metavar="tcp://HOST:PORT", help=CLUSTER_HELP)
+@cluster_option
 @allow_pipe_option
 def index_cmd(path, jobs, cache_dir, out, full, cluster, allow_pipe):
     """Index PATH so that training samples it exactly (every utterance once per epoch,

@@ -3,7 +3,8 @@
 :func:`map_tasks` runs one function over a stream of jobs through the one bounded
 submit loop (:func:`~wenet_lhotse.io.parallel.map_bounded`):
 
-* ``cluster=None``: a local process pool of ``num_jobs`` (the default; inline for 1);
+* ``cluster=None``: a local pool of ``num_jobs`` processes, the package's one
+  :class:`~wenet_lhotse.io.pool.ProcessPool` (the default; inline for 1);
 * ``cluster="tcp://HOST:PORT"``: the executor of a Dask ``Client`` connected to a
   running scheduler (``client.get_executor()``, the interface Lhotse's own
   ``executor=`` arguments accept). The workers may be anywhere -- SLURM jobs through

@@ -20,7 +20,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 
 from lhotse.cut import Cut, MonoCut
 from lhotse.utils import Pathlike
@@ -140,23 +140,12 @@ def _blocks(paths: Sequence[str], strict: bool, report: SkipReport) -> Iterator[
                 yield path, block
 
 
-def iter_raw_cuts(
-    paths: Union[Pathlike, Sequence[Pathlike]],
-    *,
-    wav_root: Optional[Pathlike] = None,
-    strict: bool = True,
-    skip_report: Optional[SkipReport] = None,
-    num_workers: int = 4,
-    executor: str = "process",
-    check_duplicates: bool = True,
-    cluster: Optional[str] = None,
-) -> Iterator[Cut]:
+def iter_raw_cuts(paths: Union[Pathlike, Sequence[Pathlike]], **kwargs: Any) -> Iterator[Cut]:
     """The cuts of WeNet raw list(s), in list order, with audio headers read by a pool.
-    See :func:`iter_raw_cuts_with_lines` for the arguments."""
-    for cut, _, _ in iter_raw_cuts_with_lines(
-            paths, wav_root=wav_root, strict=strict, skip_report=skip_report,
-            num_workers=num_workers, executor=executor, check_duplicates=check_duplicates,
-            cluster=cluster):
+    ``kwargs``: the keywords of :func:`iter_raw_cuts_with_lines` (``wav_root``,
+    ``strict``, ``skip_report``, ``num_workers``, ``executor``, ``check_duplicates``,
+    ``cluster``, ...)."""
+    for cut, _, _ in iter_raw_cuts_with_lines(paths, **kwargs):
         yield cut
 
 
@@ -231,29 +220,25 @@ def import_raw(
     data_list: Union[Pathlike, Sequence[Pathlike]],
     out_path: Pathlike,
     *,
-    wav_root: Optional[Pathlike] = None,
-    strict: bool = True,
     skip_report: Optional[SkipReport] = None,
-    num_workers: int = 4,
-    executor: str = "process",
-    check_duplicates: bool = True,
-    probe: bool = True,
     progress: bool = False,
-    cluster: Optional[str] = None,
+    **kwargs: Any,
 ) -> ImportResult:
     """Convert WeNet raw list(s) to a Lhotse cuts manifest whose recordings point at
     the original audio files. The manifest is written atomically (temp file + rename).
 
     :param out_path: ``.jsonl.gz`` (gzip) or ``.jsonl`` output.
-    :param num_workers: header-probing pool size (see :func:`iter_raw_cuts`).
-    :param strict: raise on the first bad line; else skip, log and count it.
-    :param check_duplicates: detect repeated keys (32-64 bytes of memory per key);
-        False keeps memory flat however long the list is.
-    :param probe: see :func:`~wenet_lhotse.formats.raw_list.read_raw_list`
-        (False trusts lines that carry ``duration`` and ``sample_rate``).
     :param progress: show a tqdm bar (unit: lines turned into cuts).
-    :param cluster: a Dask scheduler address: headers are probed on its workers; the
-        manifest is still written once, here (``out_path`` may be an ``s3://`` URL).
+    :param kwargs: how the lines are read, the keywords of
+        :func:`iter_raw_cuts_with_lines`: ``wav_root``; ``strict`` (default True:
+        raise on the first bad line; else skip, log and count it); ``num_workers``
+        (header-probing pool size, default 4); ``executor``; ``check_duplicates``
+        (default True: detect repeated keys, 32-64 bytes of memory per key; False keeps
+        memory flat however long the list is); ``probe`` (see
+        :func:`~wenet_lhotse.formats.raw_list.read_raw_list`: False trusts lines that
+        carry ``duration`` and ``sample_rate``); ``cluster`` (a Dask scheduler address:
+        headers are probed on its workers; the manifest is still written once, here,
+        and ``out_path`` may be an ``s3://`` URL).
     """
     from tqdm.auto import tqdm
 
@@ -265,10 +250,7 @@ def import_raw(
                              "manifest elsewhere (e.g. cuts.jsonl.gz)")
     res = ImportResult(out_path=out, skip_report=report)
     start = time.perf_counter()
-    items = iter_raw_cuts_with_lines(
-        data_list, wav_root=wav_root, strict=strict, skip_report=report,
-        num_workers=num_workers, executor=executor, check_duplicates=check_duplicates,
-        as_json=True, probe=probe, cluster=cluster)
+    items = iter_raw_cuts_with_lines(data_list, skip_report=report, as_json=True, **kwargs)
     with atomic_output(out, "wb") as raw_f:
         # no time stamp, and the output's name (not the temporary file's) in the header:
         # equal input gives equal bytes, locally, with -j or on a cluster

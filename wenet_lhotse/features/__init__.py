@@ -2,7 +2,8 @@
 
 Submodules: :mod:`.fbank` (Lhotse extractors and the ``feats_type`` factory),
 :mod:`.kaldi` (pure-torch Kaldi fbank/MFCC kernels), :mod:`.whisper` (Whisper log-mel),
-:mod:`.augment` (speed perturbation, spec_aug/sub/trim), :mod:`.pipeline` (the per-cut
+:mod:`.augment` (resampling, speed perturbation), :mod:`.augmentations` (the feature
+augmentations spec_aug/sub/trim, one module each, and their registry), :mod:`.pipeline` (the per-cut
 recipe and its seeds), :mod:`.pool` (the process pool), :mod:`.strategy`
 (:class:`PooledFeatures`), :mod:`.device` (features on the training device:
 :class:`DeviceFeatures`), :mod:`.reference` (locating torchaudio for comparisons).
@@ -10,7 +11,13 @@ recipe and its seeds), :mod:`.pool` (the process pool), :mod:`.strategy`
 
 from __future__ import annotations
 
-from wenet_lhotse.features.augment import SpecAugConfig, SpecSubConfig, SpecTrimConfig
+from wenet_lhotse.features.augmentations import (
+    AUGMENTATIONS,
+    FeatureAugmentation,
+    SpecAugConfig,
+    SpecSubConfig,
+    SpecTrimConfig,
+)
 from wenet_lhotse.features.device import DeviceFeatures
 from wenet_lhotse.features.fbank import (
     WenetFbank,
@@ -25,7 +32,9 @@ from wenet_lhotse.features.pipeline import cut_seed
 from wenet_lhotse.features.strategy import PooledBatch, PooledFeatures
 
 __all__ = [
+    "AUGMENTATIONS",
     "DeviceFeatures",
+    "FeatureAugmentation",
     "PooledBatch",
     "PooledFeatures",
     "SpecAugConfig",

@@ -1,21 +1,24 @@
 """Features on the training device (``lhotse_conf.features_on: device``).
 
 The per-cut recipe of the worker path (decode -> resample -> speed perturbation ->
-dither -> fbank/mfcc -> spec_aug -> spec_sub -> spec_trim) is split in two:
+dither -> fbank/mfcc -> the feature augmentations: spec_aug -> spec_sub -> spec_trim) is
+split in two:
 
 * **in the DataLoader worker** (:func:`plan_cut`): decode only -- 16-bit PCM sources stay
   ``int16`` (half the bytes of float32 through the worker -> main pipe) -- and make
   every random draw of the recipe with the same generator in the same order as the
-  worker path (``random.Random(seed)``: speed factor, then the spec_aug / spec_sub /
-  spec_trim spans, whose frame counts follow from the sample count). No signal
+  worker path (``random.Random(seed)``: speed factor, then each augmentation's draws,
+  whose frame counts follow from the sample count). No signal
   processing happens there. The draws travel with the batch (:class:`CutDraws`).
 * **in the training process** (:class:`DeviceFeatures`, applied by the loader's iterator
   to each batch): resample, speed perturbation, dither, fbank/mfcc and the masks,
-  batched on ``device`` (the model's GPU, or the CPU).
+  batched on ``device`` (the model's GPU, or the CPU); each augmentation's
+  ``apply_batch`` (:mod:`~wenet_lhotse.features.augmentations`) on the padded batch, in
+  the registry's order, then the rows are cut to the frames kept.
 
 Same seeds -> same speed factors, masks and trims as the worker path, by construction
-(the draws are the worker path's own, see ``spec_aug_draws`` & co. in
-:mod:`~wenet_lhotse.features.augment`). On the CPU the features equal the worker
+(the draws are the worker path's own: :meth:`~wenet_lhotse.features.recipe.
+FeatureRecipe.draws`). On the CPU the features equal the worker
 path's (tested at 1e-4; dither noise included: each cut's noise is the slice of
 :func:`~wenet_lhotse.features.dither.dither_noise` that a CPU ``torch.Generator`` seeded
 with the cut's seed picks, as in the worker path -- on any device, the same numbers).
@@ -32,10 +35,8 @@ import numpy as np
 import torch
 
 from wenet_lhotse.features import kaldi
-from wenet_lhotse.features.augment import (
-    resample,
-    speed_perturb,
-)
+from wenet_lhotse.features.augment import resample, speed_perturb
+from wenet_lhotse.features.augmentations import AUGMENTATIONS
 from wenet_lhotse.features.dither import dithered
 from wenet_lhotse.features.fbank import INT16_SCALE, WenetFbank, WenetMfcc
 from wenet_lhotse.features.recipe import CutDraws
@@ -249,56 +250,25 @@ class DeviceFeatures:
 
     def _augment(self, feats: List[torch.Tensor], draws: Sequence[CutDraws]
                  ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Pad the cuts' features into ``(B, T, F)``, apply each augmentation drawn (the
+        registry's order) and cut each row to the frames it keeps (zeros after)."""
         dev = self.device
         for f, d in zip(feats, draws):
             if f.shape[0] != d.frames:
                 raise RuntimeError(f"device features: {f.shape[0]} frames where the worker "
                                    f"planned {d.frames}")
         dim = self.extractor.feature_dim(self.resample_to or 16000)
-        keep = [d.keep for d in draws]
-        t_max = max(keep, default=0)
-        padded = torch.zeros((len(feats), t_max, feats[0].shape[1] if feats else dim),
-                             device=dev)
-        for i, (f, k) in enumerate(zip(feats, keep)):
-            padded[i, :k] = f[:k]
-        t_spans = [d.t_spans for d in draws]
-        f_spans = [d.f_spans for d in draws]
-        if any(t_spans) or any(f_spans):
-            masked = _span_mask(t_spans, t_max, dev)[:, :, None] \
-                | _span_mask(f_spans, padded.shape[2], dev)[:, None, :]
-            # masks lie within each cut's frames; spec_trim comes later in WeNet's order,
-            # so a mask may reach frames that are trimmed below -- those are cut anyway
-            padded.masked_fill_(masked, 0.0)
-        for i, d in enumerate(draws):
-            if d.subs:
-                src = _masked_input(feats[i], d)
-                for start, end, pos in d.subs:
-                    lo, hi = min(start, d.keep), min(end, d.keep)
-                    if hi > lo:
-                        padded[i, lo:hi] = src[lo - pos : hi - pos]
-        return padded, torch.tensor(keep, dtype=torch.int32)
-
-
-def _span_mask(spans: Sequence[Sequence[Tuple[int, int]]], size: int,
-               device: torch.device) -> torch.Tensor:
-    """``(B, size)`` bool: position inside any of row b's ``[start, end)`` spans."""
-    k = max((len(s) for s in spans), default=0)
-    if k == 0 or size == 0:
-        return torch.zeros((len(spans), size), dtype=torch.bool, device=device)
-    se = torch.zeros((len(spans), k, 2), dtype=torch.long)
-    for i, s in enumerate(spans):
-        if s:
-            se[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-    se = se.to(device)
-    pos = torch.arange(size, device=device)[None, None, :]
-    return ((pos >= se[:, :, :1]) & (pos < se[:, :, 1:])).any(dim=1)
-
-
-def _masked_input(f: torch.Tensor, d: CutDraws) -> torch.Tensor:
-    """Cut ``d``'s features after spec_aug (the input spec_sub copies from)."""
-    src = f.clone()
-    for a, b in d.t_spans:
-        src[a:b] = 0
-    for a, b in d.f_spans:
-        src[:, a:b] = 0
-    return src
+        padded = torch.zeros((len(feats), max((d.frames for d in draws), default=0),
+                              feats[0].shape[1] if feats else dim), device=dev)
+        for i, f in enumerate(feats):
+            padded[i, : f.shape[0]] = f
+        for aug in AUGMENTATIONS:
+            row_draws = [d.augments.get(aug.name) for d in draws]
+            if any(r is not None for r in row_draws):
+                padded = aug.apply_batch(padded, row_draws)
+        keep = torch.tensor([d.keep for d in draws], dtype=torch.int32)
+        t_max = int(keep.max()) if len(draws) else 0
+        if any(d.keep != d.frames for d in draws):  # rows trimmed: cut them, zeros after
+            beyond = torch.arange(t_max, device=dev)[None, :] >= keep.to(dev)[:, None]
+            padded = padded[:, :t_max].masked_fill(beyond[:, :, None], 0.0).contiguous()
+        return padded, keep

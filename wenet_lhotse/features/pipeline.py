@@ -1,5 +1,7 @@
 """The per-cut WeNet recipe: decode, resample, speed perturbation, dither, features,
-then ``spec_aug`` -> ``spec_sub`` -> ``spec_trim`` (WeNet's order), with every random
+then the feature augmentations in the registry's order
+(:data:`~wenet_lhotse.features.augmentations.AUGMENTATIONS`: ``spec_aug`` -> ``spec_sub``
+-> ``spec_trim``, WeNet's order), with every random
 draw of a cut seeded by :func:`cut_seed` (``blake2b(seed, epoch, cut.id)``), so results
 do not depend on which process computes a cut.
 
@@ -20,13 +22,7 @@ import numpy as np
 import torch
 
 from wenet_lhotse.errors import WenetDataError, reraise_worker_death
-from wenet_lhotse.features.augment import (
-    choose_speed,
-    spec_aug,
-    spec_sub,
-    spec_trim,
-    speed_perturb,
-)
+from wenet_lhotse.features.augment import choose_speed, speed_perturb
 from wenet_lhotse.features.recipe import (  # noqa: F401  (cut_seed & co.: public here)
     WENET_SPEEDS,
     FeatureRecipe,
@@ -94,13 +90,8 @@ class CutPipeline(FeatureRecipe):
             feats = feats.numpy()
         else:  # any other Lhotse extractor: its own dither handling
             feats = np.asarray(self.extractor.extract(samples, sr), dtype=np.float32)
-        if augment:
-            if self.spec_aug is not None:
-                feats = spec_aug(feats, rng, self.spec_aug)
-            if self.spec_sub is not None:
-                feats = spec_sub(feats, rng, self.spec_sub)
-            if self.spec_trim is not None:
-                feats = spec_trim(feats, rng, self.spec_trim)
+        for aug, cfg in (self.enabled() if augment else ()):
+            feats = aug.run(feats, rng, cfg)
         feats = np.ascontiguousarray(feats, dtype=np.float32)
         return feats, (np.asarray(samples, dtype=np.float32) if self.return_audio else None)
 

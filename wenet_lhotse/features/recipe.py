@@ -4,8 +4,10 @@ length of a cut under it.
 :class:`FeatureRecipe` holds what WeNet's ``dataset_conf`` says about one cut's features:
 the extractor (``feats_type`` + ``*_conf``), resampling (``resample_conf``, WeNet's
 default 16 kHz), the speed factors (``speed_perturb``: ``true`` -> WeNet's 0.9/1.0/1.1, a
-list -> those factors), dither (the extractor's; kept in cv as WeNet does), the
-``spec_aug`` / ``spec_sub`` / ``spec_trim`` settings and the channel. Execution
+list -> those factors), dither (the extractor's; kept in cv as WeNet does), the settings
+of each feature augmentation of the registry
+(:data:`~wenet_lhotse.features.augmentations.AUGMENTATIONS`: ``spec_aug``, ``spec_sub``,
+``spec_trim``) and the channel. Execution
 (:class:`~wenet_lhotse.features.pipeline.CutPipeline`, a recipe plus how to run it),
 planning (:class:`CutLengths`, the loader's batch constraints and bucket edges) and the
 device path (:func:`~wenet_lhotse.features.device.plan_cut`) all read this one object.
@@ -19,8 +21,9 @@ the pipeline and the device path make; sample counts are those
 :func:`~wenet_lhotse.formats.audio.resample` and
 :func:`~wenet_lhotse.features.augment.speed_perturb` return; frames follow the
 extractor's framing (:func:`~wenet_lhotse.features.kaldi.num_frames` for fbank/mfcc, the
-Whisper hop); with ``spec_trim`` the frames kept are its draw (:meth:`FeatureRecipe.draws`:
-WeNet batches after spec_trim). So batch caps hold exactly on the features of every batch.
+Whisper hop); an augmentation that changes the frame count (``spec_trim``) is planned
+with its draws (:meth:`FeatureRecipe.draws`: WeNet batches after spec_trim). So batch
+caps hold exactly on the features of every batch.
 """
 
 from __future__ import annotations
@@ -33,17 +36,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 from lhotse.features.base import FeatureExtractor
 
 from wenet_lhotse.features import kaldi
-from wenet_lhotse.features.augment import (
-    SpecAugConfig,
-    SpecSubConfig,
-    SpecTrimConfig,
-    as_config,
-    choose_speed,
-    spec_aug_draws,
-    spec_sub_draws,
-    spec_trim_draw,
-    speed_perturbed_length,
-)
+from wenet_lhotse.features.augment import choose_speed, speed_perturbed_length
+from wenet_lhotse.features.augmentations import AUGMENTATIONS, BY_NAME, FeatureAugmentation
 from wenet_lhotse.formats.audio import resampled_length
 
 #: WeNet's default speed perturbation factors.
@@ -170,8 +164,9 @@ class CutLengths:
 
     :param speeds: the speed factors (``None``: no perturbation, e.g. cv).
     :param seed: the feature pipeline's seed (the loader's ``seed``).
-    :param recipe: the recipe these lengths plan; with ``spec_trim`` its draws give the
-        frames kept (WeNet batches after spec_trim).
+    :param recipe: the recipe these lengths plan; with an augmentation that changes the
+        frame count (``spec_trim``) its draws give the frames kept (WeNet batches after
+        spec_trim).
     """
 
     counter: FrameCounter = field(default_factory=FrameCounter)
@@ -199,7 +194,7 @@ class CutLengths:
         if hit is None:
             n, rate, frames = self.counter.planned(cut.num_samples, int(cut.sampling_rate),
                                                    self.speed(cut))
-            if self.recipe is not None and self.recipe.spec_trim is not None:
+            if self.recipe is not None and self.recipe.changes_frames():
                 frames = self.recipe.draws(cut.num_samples, int(cut.sampling_rate),
                                            cut_seed(self.seed, self.epoch, cut.id), True).keep
             hit = (frames, n / rate)
@@ -222,8 +217,11 @@ class CutDraws:
     """Everything random about one cut's features, drawn before any signal processing
     (:meth:`FeatureRecipe.draws`).
 
-    ``sampling_rate``: of the decoded waveform (Hz); ``frames``: feature frames before
-    spec_trim, ``keep`` after it; spans are ``[start, end)`` in frames / bins.
+    ``sampling_rate``: of the decoded waveform (Hz); ``frames``: feature frames
+    extracted, ``keep`` after the augmentations (spec_trim); ``augments``: each enabled
+    augmentation's draw by name, in the registry's order (spec_aug: ``(time spans, bin
+    spans)``, spans ``[start, end)`` in frames / bins; spec_sub: ``(start, end, pos)``
+    triples; spec_trim: the frames kept).
     """
 
     seed: int
@@ -233,50 +231,61 @@ class CutDraws:
     speed: float = 1.0
     frames: int = 0
     keep: int = 0
-    t_spans: List[Tuple[int, int]] = field(default_factory=list)
-    f_spans: List[Tuple[int, int]] = field(default_factory=list)
-    subs: List[Tuple[int, int, int]] = field(default_factory=list)
+    augments: Dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
 class FeatureRecipe:
     """What is done to one cut's audio (see the module docstring). Units:
     ``resample_to`` in Hz (``None``: keep the rate); ``speeds`` are tempo factors (``None``:
-    no perturbation); dither is the extractor's (int16 units for the Kaldi-style ones).
+    no perturbation); dither is the extractor's (int16 units for the Kaldi-style ones);
+    ``augmentations``: the settings of each enabled feature augmentation by its
+    registry name, also read as attributes (``recipe.spec_aug``: ``None`` when off).
 
     >>> from wenet_lhotse.features.fbank import WenetFbank
     >>> r = FeatureRecipe.build(WenetFbank(), speed_perturb=[0.9, 1.1], spec_aug=True)
-    >>> r.speeds, r.spec_aug.num_t_mask
-    ((0.9, 1.1), 2)
+    >>> r.speeds, r.spec_aug.num_t_mask, r.spec_trim
+    ((0.9, 1.1), 2, None)
     """
 
     extractor: FeatureExtractor
     resample_to: Optional[int] = 16000
     speeds: Optional[Tuple[float, ...]] = None
-    spec_aug: Optional[SpecAugConfig] = None
-    spec_sub: Optional[SpecSubConfig] = None
-    spec_trim: Optional[SpecTrimConfig] = None
+    #: augmentation name -> its settings (enabled ones only)
+    augmentations: Dict[str, Any] = field(default_factory=dict)
     #: the channel read from multi-channel audio (WeNet's ``singal_channel_conf.channel``)
     channel: int = 0
     #: apply the extractor's dither also when not augmenting (WeNet's cv keeps it)
     eval_dither: bool = False
 
+    def __getattr__(self, name: str) -> Any:
+        # recipe.spec_aug & co.: a registered augmentation's settings (None: off)
+        if name in BY_NAME and "augmentations" in self.__dict__:
+            return self.__dict__["augmentations"].get(name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     @classmethod
     def build(cls, extractor: Optional[FeatureExtractor] = None,
-              speed_perturb: SpeedPerturb = None, resample_to: Optional[int] = 16000,
-              spec_aug: Any = None, spec_sub: Any = None, spec_trim: Any = None,
-              channel: int = 0, eval_dither: bool = False) -> FeatureRecipe:
+              speed_perturb: SpeedPerturb = None, resample_to: Optional[int] = 16000, *,
+              channel: int = 0, eval_dither: bool = False, **augmentations: Any
+              ) -> FeatureRecipe:
         """A recipe from loose settings: ``speed_perturb`` as :func:`speed_factors`
-        takes it; ``spec_*`` ``None``/``False``, ``True`` (WeNet's defaults), a dict or a
-        config; ``extractor`` default ``WenetFbank()`` (80 bins)."""
+        takes it; one keyword per augmentation of the registry (``spec_aug=``,
+        ``spec_sub=``, ``spec_trim=``): ``None``/``False``, ``True`` (WeNet's defaults), a
+        dict or its config; ``extractor`` default ``WenetFbank()`` (80 bins)."""
+        unknown = sorted(set(augmentations) - set(BY_NAME))
+        if unknown:
+            raise TypeError(f"unknown augmentation {unknown[0]!r}; known: "
+                            f"{', '.join(BY_NAME)}")
         if extractor is None:
             from wenet_lhotse.features.fbank import WenetFbank
 
             extractor = WenetFbank()
+        settings = {a.name: a.settings(augmentations.get(a.name)) for a in AUGMENTATIONS}
         return cls(extractor, int(resample_to) if resample_to else None,
-                   speed_factors(speed_perturb), as_config(spec_aug, SpecAugConfig),
-                   as_config(spec_sub, SpecSubConfig), as_config(spec_trim, SpecTrimConfig),
-                   int(channel), bool(eval_dither))
+                   speed_factors(speed_perturb),
+                   {k: v for k, v in settings.items() if v is not None},
+                   channel=int(channel), eval_dither=bool(eval_dither))
 
     @classmethod
     def from_wenet_conf(cls, dataset_conf: Mapping[str, Any], augment: bool = True,
@@ -292,19 +301,26 @@ class FeatureRecipe:
 
         conf = dict(dataset_conf)
 
-        def aug(name: str, default: bool = False) -> Any:
+        def aug(a: FeatureAugmentation) -> Any:
             # WeNet: a switch plus an optional *_conf dict of the function's arguments
-            return (conf.get(f"{name}_conf") or True) if augment and conf.get(name, default) \
-                else None
+            return (conf.get(a.conf_key) or True) \
+                if augment and conf.get(a.name, a.wenet_default) else None
 
         return cls.build(
             extractor_from_wenet_conf(conf),
             speed_perturb=conf.get("speed_perturb", False) if augment else None,
             resample_to=(conf.get("resample_conf") or {}).get("resample_rate", 16000),
-            spec_aug=aug("spec_aug", default=True), spec_sub=aug("spec_sub"),
-            spec_trim=aug("spec_trim"),
             channel=int((conf.get("singal_channel_conf") or {}).get("channel", 0)),
-            eval_dither=eval_dither)
+            eval_dither=eval_dither, **{a.name: aug(a) for a in AUGMENTATIONS})
+
+    def enabled(self) -> List[Tuple[FeatureAugmentation, Any]]:
+        """``(augmentation, settings)`` of each enabled augmentation, in WeNet's order."""
+        return [(a, self.augmentations[a.name]) for a in AUGMENTATIONS
+                if self.augmentations.get(a.name) is not None]
+
+    def changes_frames(self) -> bool:
+        """Whether an enabled augmentation may change a cut's frame count."""
+        return any(a.changes_frames for a, _ in self.enabled())
 
     def frame_counter(self) -> FrameCounter:
         """How this recipe's extractor frames a waveform, after its resampling."""
@@ -318,20 +334,18 @@ class FeatureRecipe:
               ) -> CutDraws:
         """Every random draw the pipeline makes for a cut of ``num_samples`` samples at
         ``sampling_rate`` Hz with per-cut ``seed`` (:func:`cut_seed`), in the pipeline's
-        order (speed factor, spec_aug, spec_sub, spec_trim), and the frame counts that
-        follow: known without the audio."""
+        order (speed factor, then each augmentation in the registry's order), and the
+        frame counts that follow: known without the audio."""
         rng = random.Random(seed)
         speed = choose_speed(rng, self.speeds) if augment and self.speeds else 1.0
         _, rate, frames = self.frame_counter().planned(num_samples, sampling_rate, speed)
         draws = CutDraws(seed=int(seed), sampling_rate=int(sampling_rate), augment=augment,
                          dither=augment or self.eval_dither, speed=float(speed),
                          frames=frames, keep=frames)
-        if augment:
-            if self.spec_aug is not None:
-                bins = self.extractor.feature_dim(rate)
-                draws.t_spans, draws.f_spans = spec_aug_draws(frames, bins, rng, self.spec_aug)
-            if self.spec_sub is not None:
-                draws.subs = spec_sub_draws(frames, rng, self.spec_sub)
-            if self.spec_trim is not None:
-                draws.keep = spec_trim_draw(frames, rng, self.spec_trim)
+        enabled = self.enabled() if augment else []
+        if enabled:
+            bins = self.extractor.feature_dim(rate)
+            for aug, cfg in enabled:
+                draw = draws.augments[aug.name] = aug.draw(draws.keep, bins, rng, cfg)
+                draws.keep = aug.frames(draws.keep, draw)
         return draws

@@ -20,7 +20,7 @@ from lhotse.dataset.collation import collate_matrices, collate_vectors
 from lhotse.features.base import FeatureExtractor
 
 from wenet_lhotse.errors import SkipReport, WenetDataError
-from wenet_lhotse.features.augment import SpecAugConfig, SpecSubConfig, SpecTrimConfig
+from wenet_lhotse.features.augmentations import AUGMENTATIONS
 from wenet_lhotse.features.device import FEATURES_ON, WaveBatch, check_extractor
 from wenet_lhotse.features.pipeline import CutPipeline, cut_seed, one_torch_thread
 from wenet_lhotse.features.pool import WorkerPool
@@ -51,8 +51,6 @@ class PooledFeatures:
     :param speed_perturb: ``None``/``False`` (off), ``True`` (WeNet's 0.9/1.0/1.1) or a
         list of factors, one drawn uniformly per cut.
     :param resample_to: target sampling rate in Hz before everything else (``None``: keep).
-    :param spec_aug: ``None``/``False``, ``True`` (WeNet defaults), a dict or
-        :class:`SpecAugConfig`; likewise ``spec_sub`` and ``spec_trim``.
     :param seed: base seed; a cut's randomness depends only on (seed, epoch, cut id).
     :param fault_tolerant: drop a failing cut (logged, counted in :attr:`skip_report`)
         instead of raising its :class:`~wenet_lhotse.errors.WenetDataError`.
@@ -66,6 +64,10 @@ class PooledFeatures:
         (decode and random draws only; :class:`~.device.DeviceFeatures` computes the
         features batched in the training process). ``device`` needs a Kaldi-style
         extractor (fbank, mfcc).
+    :param augmentations: one keyword per feature augmentation of the registry
+        (:data:`~wenet_lhotse.features.augmentations.AUGMENTATIONS`): ``spec_aug=``,
+        ``spec_sub=``, ``spec_trim=``; each ``None``/``False``, ``True`` (WeNet's
+        defaults), a dict or its config (:class:`SpecAugConfig` & co.).
 
     ``augment=False`` (cv/test) turns off speed perturbation, ``spec_*`` and (unless
     ``eval_dither``) dither.
@@ -80,9 +82,7 @@ class PooledFeatures:
         num_workers: int = 0,
         speed_perturb: Union[None, bool, Sequence[float]] = None,
         resample_to: Optional[int] = 16000,
-        spec_aug: Union[None, bool, Dict[str, Any], SpecAugConfig] = None,
-        spec_sub: Union[None, bool, Dict[str, Any], SpecSubConfig] = None,
-        spec_trim: Union[None, bool, Dict[str, Any], SpecTrimConfig] = None,
+        *,
         seed: int = 0,
         fault_tolerant: bool = False,
         return_audio: bool = False,
@@ -90,13 +90,14 @@ class PooledFeatures:
         channel: int = 0,
         eval_dither: bool = False,
         features_on: str = "worker",
+        **augmentations: Any,
     ) -> None:
         if num_workers < 0:
             raise ValueError(f"num_workers must be >= 0, got {num_workers}")
         if features_on not in FEATURES_ON:
             raise ValueError(f"features_on must be one of {FEATURES_ON}, got {features_on!r}")
-        recipe = FeatureRecipe.build(extractor, speed_perturb, resample_to, spec_aug, spec_sub,
-                                     spec_trim, channel, eval_dither)
+        recipe = FeatureRecipe.build(extractor, speed_perturb, resample_to, channel=channel,
+                                     eval_dither=eval_dither, **augmentations)
         if features_on == "device":
             check_extractor(recipe.extractor)
         self.pipeline = CutPipeline(**vars(recipe), return_audio=return_audio,
@@ -120,8 +121,8 @@ class PooledFeatures:
         ((0.9, 1.0, 1.1), 3)
         """
         return cls(recipe.extractor, speed_perturb=recipe.speeds, resample_to=recipe.resample_to,
-                   spec_aug=recipe.spec_aug, spec_sub=recipe.spec_sub, spec_trim=recipe.spec_trim,
-                   channel=recipe.channel, eval_dither=recipe.eval_dither, **kwargs)
+                   channel=recipe.channel, eval_dither=recipe.eval_dither,
+                   **recipe.augmentations, **kwargs)
 
     @property
     def extractor(self) -> FeatureExtractor:
@@ -230,9 +231,9 @@ class PooledFeatures:
 
     def __repr__(self) -> str:
         p = self.pipeline
+        augs = "".join(f"{a.name}={p.augmentations.get(a.name)}, " for a in AUGMENTATIONS)
         return (f"PooledFeatures({type(p.extractor).__name__}, num_workers={self.num_workers}, "
-                f"speeds={p.speeds}, resample_to={p.resample_to}, spec_aug={p.spec_aug}, "
-                f"spec_sub={p.spec_sub}, spec_trim={p.spec_trim}, seed={self.seed})")
+                f"speeds={p.speeds}, resample_to={p.resample_to}, {augs}seed={self.seed})")
 
 
 def _collate(feats: List[np.ndarray], dim: int) -> Tuple[torch.Tensor, torch.Tensor]:

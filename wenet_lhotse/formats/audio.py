@@ -204,7 +204,9 @@ def recording_from_bytes(data: bytes, recording_id: str) -> Any:
     of a 16-bit PCM WAV walked by :func:`~wenet_lhotse.formats.wav.wav_layout`, any other
     read by libsndfile directly (Lhotse's backend probing cost ~3x more per item;
     libsndfile's ~40 us per WAV header was most of what was left)."""
-    from lhotse import AudioSource, Recording
+    from lhotse import Recording
+
+    from wenet_lhotse.io.remote_audio import header_recording
 
     layout = wav_layout(memoryview(data)[:HEADER_BYTES], len(data))
     if layout is not None:
@@ -217,10 +219,7 @@ def recording_from_bytes(data: bytes, recording_id: str) -> Any:
                 rate, channels, frames = f.samplerate, f.channels, f.frames
         except (sf.LibsndfileError, RuntimeError, TypeError):
             return Recording.from_bytes(data, recording_id=recording_id)
-    return Recording(id=recording_id, sampling_rate=int(rate), num_samples=int(frames),
-                     duration=frames / rate,
-                     sources=[AudioSource(type="memory", channels=list(range(channels)),
-                                          source=data)])
+    return header_recording(recording_id, "memory", data, channels, rate, frames)
 
 
 def load_samples(cut: Any, channel: int = 0) -> Tuple[np.ndarray, int]:
@@ -296,7 +295,9 @@ def probe_recording(audio_path: str, key: str) -> Any:
     OGG, ...), since Lhotse's per-call audio backend probing is skipped (16-bit PCM WAV:
     the header walked without libsndfile, :mod:`.wav`); other formats (m4a, wma, ...)
     go through Lhotse."""
-    from lhotse import AudioSource, Recording
+    from lhotse import Recording
+
+    from wenet_lhotse.io.remote_audio import header_recording
 
     wav = wav_file_layout(audio_path)
     if wav is not None:
@@ -309,10 +310,4 @@ def probe_recording(audio_path: str, key: str) -> Any:
                 channels, rate, frames = f.channels, int(f.samplerate), int(f.frames)
         except (sf.LibsndfileError, RuntimeError, TypeError):
             return Recording.from_file(audio_path, recording_id=key)
-    return Recording(
-        id=key,
-        sources=[AudioSource(type="file", channels=list(range(channels)), source=audio_path)],
-        sampling_rate=rate,
-        num_samples=frames,
-        duration=frames / rate,
-    )
+    return header_recording(key, "file", audio_path, channels, rate, frames)

@@ -1,36 +1,27 @@
 """One bounded submit loop for process (or thread) pools, or any
-``concurrent.futures.Executor`` (e.g. a Dask client's), over a streamed input, with
-pool workers that end with their parent.
+``concurrent.futures.Executor`` (e.g. a Dask client's), over a streamed input.
 
-A worker process of our own pool never outlives the process that started it: it asks
-the kernel for ``SIGTERM`` when its parent dies (Linux ``PR_SET_PDEATHSIG``) and a
-watchdog thread checks ``os.getppid()`` every second (any POSIX system). On
-``SIGTERM`` a worker raises ``SystemExit`` in its job, so the job's ``finally``/
-``except`` blocks remove its temporary files, and exits (forced after
-:data:`GRACE_S` seconds). When the loop is left by an exception (a strict error,
-``KeyboardInterrupt``, ``SystemExit`` from a ``SIGTERM`` handler such as the CLI's),
-running workers of our own pool are sent ``SIGTERM`` instead of being waited for.
+Its process pool is the package's one pool, :class:`~wenet_lhotse.io.pool.ProcessPool`,
+whose workers end with their parent (see :mod:`wenet_lhotse.io.pool`). When the loop is
+left by an exception (a strict error, ``KeyboardInterrupt``, ``SystemExit`` from a
+``SIGTERM`` handler such as the CLI's), running workers of our own pool are sent
+``SIGTERM`` instead of being waited for: they remove their temporary files and exit.
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import logging
-import os
-import signal
-import threading
-import time
 from collections import deque
 from concurrent.futures import (
     FIRST_COMPLETED,
     Executor,
     Future,
-    ProcessPoolExecutor,
     ThreadPoolExecutor,
     wait,
 )
 from typing import Callable, Deque, Dict, Iterable, Iterator, Optional, Tuple, TypeVar, Union
+
+from wenet_lhotse.io.pool import ProcessPool
 
 logger = logging.getLogger(__name__)
 
@@ -39,58 +30,6 @@ R = TypeVar("R")
 
 #: Seconds between looks at the slots there are while waiting, when they may change.
 POLL_S = 1.0
-#: Seconds a worker whose parent died has to clean up before it is ended by force.
-GRACE_S = 10.0
-_PR_SET_PDEATHSIG = 1
-
-
-_starting = True  # in a worker: still in worker_init
-
-
-def _exit_on_sigterm(signum, frame) -> None:
-    if _starting:  # nothing to clean up yet; SystemExit here would print a traceback
-        os._exit(128 + signum)
-    raise SystemExit(128 + signum)
-
-
-def _watch_parent(parent: int) -> None:
-    while os.getppid() == parent:
-        time.sleep(1.0)
-    os.kill(os.getpid(), signal.SIGTERM)  # clean up through the handler...
-    time.sleep(GRACE_S)
-    os._exit(128 + signal.SIGTERM)  # ...or go anyway (a job may have swallowed it)
-
-
-def worker_init(parent: int) -> None:
-    """Pool-worker initializer: end with ``parent`` (see the module doc)."""
-    global _starting
-    _starting = True
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):  # not Linux: the watchdog alone
-        pass
-    if os.getppid() != parent:  # died before we could ask
-        os.kill(os.getpid(), signal.SIGTERM)
-    threading.Thread(target=_watch_parent, args=(parent,), daemon=True,
-                     name="parent-watchdog").start()
-    _starting = False
-
-
-def _terminate_workers(pool: ProcessPoolExecutor) -> None:
-    for proc in list(getattr(pool, "_processes", {}).values()):
-        if proc.is_alive():
-            try:
-                proc.terminate()  # SIGTERM: the worker cleans up and exits
-            except OSError:
-                pass
-
-
-def process_pool(num_workers: int) -> ProcessPoolExecutor:
-    """A ``ProcessPoolExecutor`` whose workers end with this process."""
-    return ProcessPoolExecutor(num_workers, initializer=worker_init, initargs=(os.getpid(),))
 
 
 def map_bounded(fn: Callable[[T], R], items: Iterable[T],
@@ -119,7 +58,7 @@ def map_bounded(fn: Callable[[T], R], items: Iterable[T],
             yield item, fn(item)
         return
     if own:
-        pool: Executor = (process_pool(slots()) if executor == "process"
+        pool: Executor = (ProcessPool(slots()) if executor == "process"
                           else ThreadPoolExecutor(slots()))
     else:
         pool = executor
@@ -153,8 +92,8 @@ def map_bounded(fn: Callable[[T], R], items: Iterable[T],
         for fut in [f for f, _ in queue] + list(pending):
             fut.cancel()
         if own:
-            if failed and isinstance(pool, ProcessPoolExecutor):
-                _terminate_workers(pool)
+            if failed and isinstance(pool, ProcessPool):
+                pool.terminate()
             pool.shutdown(wait=True, cancel_futures=True)
 
 

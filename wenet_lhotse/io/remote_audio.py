@@ -23,7 +23,7 @@ and line.
 from __future__ import annotations
 
 import io
-from typing import Optional
+from typing import Any, Optional
 
 from lhotse import AudioSource, Recording
 
@@ -132,10 +132,21 @@ def probe_remote_audio(url: str, recording_id: str,
         channels, rate, frames = rec.num_channels, rec.sampling_rate, rec.num_samples
     else:
         channels, rate, frames = info.channels, int(info.samplerate), int(info.frames)
+    return header_recording(recording_id, "url", url, channels, rate, frames)
+
+
+def header_recording(recording_id: str, source_type: str, source: Any, channels: int,
+                     rate: int, frames: int) -> Recording:
+    """The one-source :class:`~lhotse.Recording` of an audio header: ``channels``,
+    ``rate`` (Hz) and ``frames`` (samples per channel); ``source_type`` is Lhotse's
+    ``AudioSource.type`` (``"file"``, ``"url"``, ``"memory"``) and ``source`` its path,
+    URL or bytes. What ``Recording.from_file``/``from_bytes`` build, without their
+    backend probing."""
     return Recording(
         id=recording_id,
-        sources=[AudioSource(type="url", channels=list(range(channels)), source=url)],
-        sampling_rate=rate,
-        num_samples=frames,
-        duration=frames / rate,
+        sources=[AudioSource(type=source_type, channels=list(range(channels)),
+                             source=source)],
+        sampling_rate=int(rate),
+        num_samples=int(frames),
+        duration=int(frames) / int(rate),
     )

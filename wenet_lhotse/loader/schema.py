@@ -22,7 +22,7 @@ import typing
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 from wenet_lhotse.dataset.filters import FilterConf
-from wenet_lhotse.features.augment import SpecAugConfig, SpecSubConfig, SpecTrimConfig
+from wenet_lhotse.features.augmentations import AUGMENTATIONS
 
 #: WeNet's ``batch_conf.batch_type`` values.
 BATCH_TYPES = ("static", "bucket", "dynamic")
@@ -145,9 +145,8 @@ SECTIONS: Dict[str, Dict[str, Check]] = {
     "log_mel_spectrogram_conf": {"n_fft": _SIZE, "hop_length": _SIZE, "num_mel_bins": _SIZE,
                                  "padding": _COUNT, "pad_or_trim": boolean,
                                  "max_duration": number(positive=True)},
-    "spec_aug_conf": {f.name: _COUNT for f in dataclasses.fields(SpecAugConfig)},
-    "spec_sub_conf": {f.name: _COUNT for f in dataclasses.fields(SpecSubConfig)},
-    "spec_trim_conf": {f.name: _SIZE for f in dataclasses.fields(SpecTrimConfig)},
+    # each feature augmentation's settings, checked as its config declares them
+    **{a.conf_key: {k: integer(m) for k, m in a.minimums().items()} for a in AUGMENTATIONS},
     "language_conf": {"limited_langs": list_of(string, 1)},
     "shuffle_conf": {"shuffle_size": _SIZE},
     "sort_conf": {"sort_size": _SIZE},
@@ -158,7 +157,7 @@ SECTIONS: Dict[str, Dict[str, Check]] = {
 SCALARS: Dict[str, Check] = {
     "cycle": _SIZE, "list_shuffle": boolean, "speed_perturb": boolean_or_list,
     "feats_type": choice("fbank", "mfcc", "log_mel_spectrogram"),
-    "spec_aug": boolean, "spec_sub": boolean, "spec_trim": boolean,
+    **{a.name: boolean for a in AUGMENTATIONS},  # spec_aug, spec_sub, spec_trim
     "shuffle": boolean, "sort": boolean,
     "syncbn": boolean,  # in WeNet's librispeech squeezeformer yaml; WeNet ignores it
 }

@@ -1,0 +1,113 @@
+"""io.pool: the one process pool. Its workers outlive the *thread* that started them
+(PR_SET_PDEATHSIG would end them with it) and end with their parent *process*, SIGKILL
+included -- for the feature pool and for map_bounded's pool, real processes by PID."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from adversarial import REPO, alive, kill, wait_until
+
+from wenet_lhotse.io.pool import Lifeline, ProcessPool
+
+# The child starts a pool from a thread that exits at once, prints the worker pids,
+# then, for each line on stdin, runs a job from its main thread and prints the result.
+_CHILD = textwrap.dedent("""
+    import sys, threading
+    kind = sys.argv[1]
+    box = {}
+    if kind == "features":
+        from lhotse import CutSet, Recording
+        from wenet_lhotse.features import PooledFeatures
+        cuts = CutSet.from_cuts([Recording.from_file(sys.argv[2]).to_cut()])
+        pf = PooledFeatures(num_workers=2)
+        def start():
+            pf(cuts)
+            box["pids"] = pf.worker_pids
+        def job():
+            return len(pf(cuts).cuts)
+    else:
+        from wenet_lhotse.io.pool import ProcessPool
+        pool = ProcessPool(2)
+        def start():
+            list(pool.map(abs, range(-8, 0)))
+            box["pids"] = pool.pids
+        def job():
+            return sum(pool.map(abs, range(-8, 0)))
+    t = threading.Thread(target=start)
+    t.start()
+    t.join()  # the thread that started the workers is gone
+    print(" ".join(map(str, box["pids"])), flush=True)
+    for _ in sys.stdin:
+        print(job(), flush=True)
+""")
+
+
+@pytest.mark.parametrize("kind,expect", [("features", "1"), ("map", "36")])
+def test_workers_outlive_their_starting_thread_and_die_with_the_parent(corpus, kind, expect):
+    wav = str(corpus.root / "wav" / f"{corpus.keys[0]}.wav")
+    proc = subprocess.Popen([sys.executable, "-c", _CHILD, kind, wav],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(REPO)))
+    workers = []
+    try:
+        workers = [int(p) for p in proc.stdout.readline().split()]
+        assert len(workers) == 2 and all(alive(p) for p in workers)
+        for _ in range(2):  # the same workers keep serving after their thread ended
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            assert proc.stdout.readline().strip() == expect
+            assert all(alive(p) for p in workers)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+        wait_until(lambda: not any(alive(p) for p in workers), 15,
+                   f"workers {workers} to exit after their parent was SIGKILLed")
+    finally:
+        for p in [proc.pid, *workers]:  # by PID: only what this test started
+            kill(p)
+        proc.wait()
+
+
+def test_lifeline_reaches_eof_only_when_cut():
+    line = Lifeline()
+    assert not line.reader.poll(0.05)  # the parent holds the write end: no EOF
+    pid = os.fork()
+    if pid == 0:  # the child's copy of the write end was closed by the fork handler
+        os._exit(0 if not line.reader.poll(0.05) else 1)
+    assert os.waitpid(pid, 0)[1] == 0
+    line.close()
+    assert line.reader.poll(1.0)
+    with pytest.raises(EOFError):
+        line.reader.recv_bytes()
+    line.close()  # idempotent
+
+
+def test_close_ends_workers_and_cuts_the_line():
+    pool = ProcessPool(2)
+    assert sorted(pool.map(abs, [-1, -2, -3])) == [1, 2, 3]
+    pids = pool.pids
+    assert len(pids) == 2
+    pool.close()
+    assert not any(alive(p) for p in pids)
+    assert pool._lifeline.reader.poll(1.0)  # EOF: any straggler would exit too
+    with pytest.raises(RuntimeError):
+        pool.submit(abs, -1)
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_cutting_the_line_ends_a_worker_of_any_start_method(method):
+    """The lifeline's read end reaches spawned and forkserver workers too (pickled with
+    the process arguments): cut, the worker exits although its parent lives on."""
+    pool = ProcessPool(1, start_method=method)
+    try:
+        pid = pool.submit(os.getpid).result(timeout=120)
+        assert pid in pool.pids and alive(pid)
+        pool._lifeline.close()
+        wait_until(lambda: not alive(pid), 15, f"{method} worker {pid} to exit")
+    finally:
+        pool.close()

@@ -1,0 +1,218 @@
+"""The package's one process pool: :class:`ProcessPool`, a
+``concurrent.futures.ProcessPoolExecutor`` whose workers end with the process that
+started them, whichever thread started them, and which may be started inside a
+DataLoader worker. :func:`~wenet_lhotse.io.parallel.map_bounded` (conversion, import,
+shard writing, ``convert.executor``'s local pool) and
+:class:`~wenet_lhotse.features.pool.WorkerPool` (per-cut features) both run on it.
+
+Parent death -- one mechanism, a *lifeline* pipe (:class:`Lifeline`): the parent
+creates a pipe per pool and never writes to it; only the parent holds its write end
+(an ``os.register_at_fork`` handler closes every lifeline write end in each child
+this process forks, pool workers and DataLoader workers included). Each worker runs a
+watcher thread blocked on the read end: end-of-file means the parent is gone (the
+kernel closes its descriptors however it ends, ``SIGKILL`` included), and the worker
+sends itself ``SIGTERM``. A ``os.getppid()`` check once a second backs it up (a child
+forked by a path that skips the fork handlers could still hold a write end).
+
+Why not Linux ``PR_SET_PDEATHSIG`` (the previous ``io.parallel`` mechanism): it fires
+when the *thread* that forked the worker exits, not the process. A pool started from
+a short-lived thread, or lazily from whatever thread first submits, would lose its
+workers while its parent still runs. A pipe's end-of-file belongs to the process.
+
+On ``SIGTERM`` a worker raises ``SystemExit`` in its job, so the job's ``finally``/
+``except`` blocks remove its temporary files, and exits (forced after :data:`GRACE_S`
+seconds). ``SIGINT`` is ignored in workers: Ctrl-C reaches the whole process group,
+and the parent decides.
+
+Daemonic parents: Python refuses ``Process.start()`` in a daemonic process (a
+DataLoader worker), since a daemon is killed without cleanup, which would orphan its
+children. The lifeline takes over what that rule protects, so :meth:`ProcessPool.submit`
+clears the daemon flag for the duration of the call that may start workers
+(:func:`may_start_children`); :meth:`ProcessPool.close` (also run by
+``multiprocessing.util.Finalize`` at a worker's exit, see
+:class:`~wenet_lhotse.features.pool.WorkerPool`) asks, then terminates, then kills.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import threading
+import time
+import weakref
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+from multiprocessing.connection import Connection
+from typing import Any, Callable, Iterator, List, Optional, Set, Tuple
+
+#: Seconds a worker whose parent died has to clean up before it is ended by force.
+GRACE_S = 10.0
+#: Seconds between a worker's backup checks of ``os.getppid()``.
+PARENT_POLL_S = 1.0
+
+_lock = threading.Lock()  # held across fork, so no child sees a half-made lifeline
+_write_ends: Set[int] = set()  # lifeline write ends this process holds
+
+
+def _before_fork() -> None:
+    _lock.acquire()
+
+
+def _after_fork_in_parent() -> None:
+    _lock.release()
+
+
+def _after_fork_in_child() -> None:
+    for fd in _write_ends:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _write_ends.clear()
+    _lock.release()
+
+
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                    after_in_child=_after_fork_in_child)
+
+
+class Lifeline:
+    """A pipe whose write end only this process holds: its read end (:attr:`reader`,
+    a ``Connection`` that pickles to any start method's children) reaches
+    end-of-file exactly when this process is gone or :meth:`close` is called."""
+
+    def __init__(self) -> None:
+        with _lock:
+            read_fd, self._write_fd = os.pipe()
+            _write_ends.add(self._write_fd)
+        self.owner_pid = os.getpid()
+        self.reader = Connection(read_fd, writable=False)
+
+    def close(self) -> None:
+        """Cut the line (idempotent; a no-op in a process that inherited the object)."""
+        if os.getpid() != self.owner_pid:
+            return
+        with _lock:
+            if self._write_fd in _write_ends:
+                _write_ends.discard(self._write_fd)
+                os.close(self._write_fd)
+
+
+_starting = True  # in a worker: still in worker_init
+
+
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    if _starting:  # nothing to clean up yet; SystemExit here would print a traceback
+        os._exit(128 + signum)
+    raise SystemExit(128 + signum)
+
+
+def _watch_parent(lifeline: Connection, parent: int) -> None:
+    """Worker thread: wait for the lifeline's end-of-file (or a new parent pid)."""
+    try:
+        while not lifeline.poll(PARENT_POLL_S) and os.getppid() == parent:
+            pass
+    except (OSError, ValueError):  # the descriptor went away: treat as gone
+        pass
+    os.kill(os.getpid(), signal.SIGTERM)  # clean up through the handler...
+    time.sleep(GRACE_S)
+    os._exit(128 + signal.SIGTERM)  # ...or go anyway (a job may have swallowed it)
+
+
+def worker_init(lifeline: Connection, parent: int,
+                initializer: Optional[Callable[..., None]] = None,
+                initargs: Tuple = ()) -> None:
+    """Pool-worker initializer: end with ``parent`` (see the module doc), then run the
+    pool user's ``initializer(*initargs)``."""
+    global _starting
+    _starting = True
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    threading.Thread(target=_watch_parent, args=(lifeline, parent), daemon=True,
+                     name="parent-watchdog").start()
+    if initializer is not None:
+        initializer(*initargs)
+    _starting = False
+
+
+@contextmanager
+def may_start_children() -> Iterator[None]:
+    """Let a daemonic process (a DataLoader worker) start child processes.
+
+    ``BaseProcess.start()`` asserts the current process is not daemonic. The pool takes
+    over what that rule protects (see the module doc), so the flag is cleared for the
+    duration of the block and restored afterwards.
+    """
+    config = mp.current_process()._config  # noqa: SLF001 -- no public API for this
+    was_daemon = config.get("daemon", False)
+    if was_daemon:
+        config["daemon"] = False
+    try:
+        yield
+    finally:
+        if was_daemon:
+            config["daemon"] = True
+
+
+class ProcessPool(ProcessPoolExecutor):
+    """``num_workers`` processes that end with this one (see the module doc).
+
+    ``initializer(*initargs)`` runs in each worker after the parent-death set-up;
+    ``start_method``: ``"fork"``, ``"spawn"``, ``"forkserver"`` or ``None`` (Python's
+    default). Used as any ``Executor``; :meth:`terminate` and :meth:`close` end it.
+    """
+
+    def __init__(self, num_workers: int, initializer: Optional[Callable[..., None]] = None,
+                 initargs: Tuple = (), start_method: Optional[str] = None) -> None:
+        self.owner_pid = os.getpid()
+        self._lifeline = Lifeline()
+        weakref.finalize(self, self._lifeline.close)  # garbage collected unclosed
+        super().__init__(num_workers, mp_context=mp.get_context(start_method),
+                         initializer=worker_init,
+                         initargs=(self._lifeline.reader, self.owner_pid, initializer,
+                                   initargs))
+
+    def submit(self, fn, /, *args, **kwargs):  # type: ignore[override]
+        with may_start_children():  # a submission may start workers
+            return super().submit(fn, *args, **kwargs)
+
+    @property
+    def pids(self) -> List[int]:
+        """Pids of the workers started so far."""
+        return list(getattr(self, "_processes", None) or {})
+
+    def terminate(self) -> None:
+        """Send the running workers ``SIGTERM``: they clean up and exit."""
+        for proc in list((getattr(self, "_processes", None) or {}).values()):
+            if proc.is_alive():
+                try:
+                    proc.terminate()
+                except OSError:
+                    pass
+
+    def close(self, timeout: float = 3.0) -> None:
+        """Stop the workers: ask (they finish their job), wait up to ``timeout``
+        seconds, then terminate, then kill. Idempotent; a no-op in a process that
+        inherited this pool through ``fork`` (its workers are not ours)."""
+        if os.getpid() != self.owner_pid:
+            return
+        procs = list((getattr(self, "_processes", None) or {}).values())
+        self.shutdown(wait=False, cancel_futures=True)
+        deadline = time.monotonic() + timeout
+        for proc in procs:
+            proc.join(max(0.0, deadline - time.monotonic()))
+        for proc in procs:
+            for end in (proc.terminate, proc.kill):
+                if proc.is_alive():
+                    end()
+                    proc.join(1.0)
+        self._lifeline.close()
+        manager = self._executor_manager_thread
+        if manager is not None and manager is not threading.current_thread():
+            manager.join(timeout)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        super().shutdown(wait=wait, cancel_futures=cancel_futures)
+        if wait:  # the workers are gone: cut the line too
+            self._lifeline.close()
