@@ -193,12 +193,11 @@ def corpus_dir() -> Iterator[Tuple[Path, str]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--num-utts", type=int, default=None, help="default 800 (--quick: 60)")
+    ap.add_argument("--num-utts", type=int, default=800)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--workers", type=int, default=2, help="DataLoader workers (both)")
     ap.add_argument("--types", nargs="+", default=["raw", "shard"], choices=["raw", "shard"])
-    ap.add_argument("--quick", action="store_true",
-                    help="smoke run: 1 round of 60 utterances (or --num-utts)")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 60 utterances, 1 round")
     ap.add_argument("--lhotse-conf", default="{}",
                     help="JSON lhotse_conf for an extra 'ours' row (e.g. "
                          "'{\"features_on\": \"device\"}')")
@@ -210,8 +209,7 @@ def main() -> None:
               json.loads(lconf) or None)
         return
     if args.quick:
-        args.num_utts, args.rounds = args.num_utts or 60, 1
-    args.num_utts = args.num_utts or 800
+        args.num_utts, args.rounds = 60, 1
     from wenet_harness import sox_backend, wenet_missing
 
     missing = wenet_missing()
