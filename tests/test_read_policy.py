@@ -124,6 +124,8 @@ def test_old_keywords_still_make_the_policy_and_cannot_contradict_it(made, tmp_p
     assert len(report) == 1
     with pytest.raises(TypeError, match="strict"):
         read_shard_list(path, strict=True, policy=ReadPolicy(strict=False))
+    with pytest.raises(TypeError, match="skip_report"):  # another report: another object
+        read_shard_list(path, skip_report=SkipReport(), policy=ReadPolicy())
 
 
 def test_pipe_refused_unless_the_policy_allows_it(made, tmp_path):
@@ -181,6 +183,31 @@ def test_url_protocols_from_the_yaml_open_an_s3_archive_without_the_env_var(
     assert len(policy.skip_report) == 0
     audio = got[0].load_audio()
     assert audio.shape[-1] == got[0].num_samples
+
+
+def test_url_protocols_reach_audio_that_lhotse_opens_later(made, tmp_path, s3, monkeypatch):
+    """A raw list's ``wav`` in an archive on S3: probed by the reader with its policy,
+    then decoded by Lhotse (its IO backend has no policy: the reader lends it the
+    protocols it allowed)."""
+    from wenet_lhotse.io import access
+
+    monkeypatch.delenv("WENET_LHOTSE_URL_PROTOCOLS", raising=False)
+    monkeypatch.setattr(access, "_LENT", set())  # nothing lent by earlier tests
+    cut = next(iter(made["cuts"]))
+    outer = tmp_path / "up" / "audio.tar"
+    outer.parent.mkdir()
+    with tarfile.open(outer, "w") as t:
+        t.add(cut.recording.sources[0].source, arcname="a.wav")
+    url = f"tar://a.wav::{s3.put_dir(outer.parent, 'audio')}/audio.tar"
+    lst = tmp_path / "data.list"
+    lst.write_text(json.dumps({"key": "a", "wav": url, "txt": "x"}) + "\n", encoding="utf-8")
+    with pytest.raises(WenetDataError) as err:
+        list(read_raw_list(lst, policy=ReadPolicy()))
+    assert err.value.kind == "refused"
+    policy = LhotseConf.from_dict({"url_protocols": ["tar", "::"]}).read_policy()
+    [got] = list(read_raw_list(lst, policy=policy))
+    assert got.num_samples == cut.num_samples
+    assert (got.load_audio() == cut.load_audio()).all()
 
 
 def test_url_protocols_key_is_checked():

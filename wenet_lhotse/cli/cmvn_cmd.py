@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from wenet_lhotse.cli.data import InputPath, _print_skips, cluster_option, jobs_option
-from wenet_lhotse.cli.main import main, refuse_output_is_input, show_progress
+from wenet_lhotse.cli.main import main, read_policy, refuse_output_is_input, show_progress
 
 #: The features without a yaml: WeNet's aishell and librispeech recipes' dataset_conf.
 RECIPE_FEATURES = {"resample_conf": {"resample_rate": 16000},
@@ -47,7 +47,6 @@ def cmvn_cmd(source, config_path, out, jobs, chunk_size, wav_root, skip_errors, 
     """
     from wenet_lhotse.convert.cmvn import CmvnConfig, compute_cmvn, write_cmvn
     from wenet_lhotse.convert.executor import ClusterError
-    from wenet_lhotse.errors import SkipReport
     from wenet_lhotse.loader.config_check import load_wenet_yaml
 
     refuse_output_is_input(out, source, config_path)
@@ -56,10 +55,11 @@ def cmvn_cmd(source, config_path, out, jobs, chunk_size, wav_root, skip_errors, 
     else:
         dataset_conf = RECIPE_FEATURES
     config = CmvnConfig.from_wenet(dataset_conf)
-    report = SkipReport()
+    policy = read_policy(skip_errors=skip_errors)  # compute_cmvn takes policy= later (R1/R2)
+    report = policy.skip_report
     try:
         stats = compute_cmvn(source, config=config, num_jobs=max(1, jobs),
-                             chunk_size=chunk_size, strict=not skip_errors, skip_report=report,
+                             chunk_size=chunk_size, strict=policy.strict, skip_report=report,
                              wav_root=wav_root, progress=show_progress(), cluster=cluster)
     except ClusterError as err:
         raise click.ClickException(str(err)) from None

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import click
 
-from wenet_lhotse.cli.main import main, refuse_output_is_input, show_progress
+from wenet_lhotse.cli.main import main, read_policy, refuse_output_is_input, show_progress
 
 
 class InputPath(click.Path):
@@ -123,7 +123,7 @@ def import_cmd(data_list, out, data_type, shar_dir, shard_size, audio_format, wa
           --cluster tcp://scheduler:8786
     """
     from wenet_lhotse.convert.executor import ClusterError
-    from wenet_lhotse.errors import SkipReport, WenetDataError
+    from wenet_lhotse.errors import WenetDataError
     from wenet_lhotse.sources import detect_data_type
 
     if data_type == "auto":
@@ -133,8 +133,8 @@ def import_cmd(data_list, out, data_type, shar_dir, shard_size, audio_format, wa
             raise _fail(err) from None
     refuse_output_is_input(out, data_list)
     refuse_output_is_input(shar_dir, data_list, option="--shar")
-    report = SkipReport()
-    strict = not skip_errors
+    policy = read_policy(skip_errors, allow_pipe)
+    report = policy.skip_report
     try:
         if data_type == "shard" or shar_dir is not None:
             if shar_dir is None:
@@ -149,9 +149,9 @@ def import_cmd(data_list, out, data_type, shar_dir, shard_size, audio_format, wa
             from wenet_lhotse.convert.shar import wenet_to_shar
 
             res = wenet_to_shar(data_list, shar_dir, data_type=data_type, shard_size=shard_size,
-                                num_jobs=jobs, audio_format=audio_format, strict=strict,
+                                num_jobs=jobs, audio_format=audio_format, strict=policy.strict,
                                 skip_report=report, wav_root=wav_root, progress=show_progress(),
-                                cluster=cluster, allow_pipe=allow_pipe)
+                                cluster=cluster, allow_pipe=policy.allow_pipe)
             _print_skips(report)
             click.echo(f"Shar: {res.out_dir} ({res.num_shards} shards: {len(res.written_shards)} "
                        f"written, {len(res.skipped_shards)} already complete; "
@@ -167,9 +167,8 @@ def import_cmd(data_list, out, data_type, shar_dir, shard_size, audio_format, wa
                 out = (data_list.rsplit("/", 1)[0] + "/cuts.jsonl.gz" if "://" in data_list
                        else os.path.join(os.path.dirname(os.path.abspath(data_list)),
                                          "cuts.jsonl.gz"))
-            res = import_raw(data_list, out, wav_root=wav_root, strict=strict,
-                             skip_report=report, num_workers=jobs, progress=show_progress(),
-                             cluster=cluster)
+            res = import_raw(data_list, out, wav_root=wav_root, policy=policy,
+                             num_workers=jobs, progress=show_progress(), cluster=cluster)
             _print_skips(report)
             click.echo(f"cuts: {res.out_path} ({res.num_cuts} utterances, "
                        f"{res.seconds_of_audio / 3600:.3f} h, {len(report)} skipped)")

@@ -11,6 +11,7 @@ import logging
 import signal
 import threading
 import traceback
+from typing import Any
 
 import click
 
@@ -75,6 +76,17 @@ def refuse_output_is_input(out, *inputs, option: str = "-o") -> None:
         if src is not None and not is_remote(str(src)) and same_file(src, out):
             raise click.UsageError(f"{option} {out}: that is an input of this command "
                                    f"({src}); writing it would overwrite it")
+
+
+def read_policy(skip_errors: bool = False, allow_pipe: bool = False) -> Any:
+    """The command's ONE :class:`~wenet_lhotse.io.policy.ReadPolicy`, from its flags:
+    ``--skip-errors`` / ``--fault-tolerant`` (skip bad items, named and counted in its
+    ``skip_report``, instead of stopping at the first, as WeNet does) and
+    ``--allow-pipe`` (run the shell commands the data names). URL protocols, the
+    member cap and network limits come from the environment."""
+    from wenet_lhotse.io.policy import ReadPolicy
+
+    return ReadPolicy(strict=not skip_errors, allow_pipe=bool(allow_pipe))
 
 
 def show_progress() -> bool:

@@ -31,13 +31,14 @@ def parquet_import(inputs, out_dir, shard_size, audio_column, text_column, id_co
                    fault_tolerant):
     """Parquet files, directories of them, or a datasets save_to_disk directory ->
     WeNet tar shards, audio bytes as stored."""
+    from wenet_lhotse.cli.main import read_policy
     from wenet_lhotse.convert.parquet import import_parquet
-    from wenet_lhotse.errors import SkipReport
 
-    report = SkipReport()
+    policy = read_policy(skip_errors=fault_tolerant)
+    report = policy.skip_report
     path, n = import_parquet(list(inputs), out_dir, shard_size=shard_size,
                              columns=_columns(audio_column, text_column, id_column),
-                             strict=not fault_tolerant, skip_report=report)
+                             policy=policy)
     click.echo(f"wrote {n} utterances to {path}" +
                (f"; skipped {len(report.items)} bad rows" if report.items else ""))
 

@@ -30,6 +30,7 @@ from lhotse.cut import Cut
 from wenet_lhotse.errors import SkipReport
 from wenet_lhotse.formats.audio import encode_pcm16_wav, sniff_container
 from wenet_lhotse.formats.layout import cut_text
+from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.io.streams import atomic_output
 from wenet_lhotse.sources.parquet import LazyParquetCuts, ParquetColumns, _pyarrow
 
@@ -65,10 +66,13 @@ def _shard_tar(cuts: List[Cut], path: str) -> None:
 
 
 def import_parquet(paths: Iterable[str], out_dir: str, *, shard_size: int = 1000,
-                   columns: ParquetColumns = ParquetColumns(), strict: bool = True,
-                   skip_report: Optional[SkipReport] = None) -> Tuple[Path, int]:
+                   columns: ParquetColumns = ParquetColumns(),
+                   strict: Optional[bool] = None, skip_report: Optional[SkipReport] = None,
+                   policy: Optional[ReadPolicy] = None) -> Tuple[Path, int]:
     """Parquet / ``save_to_disk`` input -> WeNet shards in ``out_dir`` plus
-    ``out_dir/shards.list``; returns ``(list path, utterances written)``."""
+    ``out_dir/shards.list``; returns ``(list path, utterances written)``. A bad row
+    raises or is skipped as ``policy`` (or the old ``strict``/``skip_report``) says."""
+    policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tars: List[str] = []
@@ -81,7 +85,7 @@ def import_parquet(paths: Iterable[str], out_dir: str, *, shard_size: int = 1000
         tars.append(path)
         buf.clear()
 
-    for cut in LazyParquetCuts(list(paths), columns, strict=strict, skip_report=skip_report):
+    for cut in LazyParquetCuts(list(paths), columns, policy=policy):
         buf.append(cut)
         n += 1
         if len(buf) >= shard_size:

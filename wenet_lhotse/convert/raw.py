@@ -30,6 +30,7 @@ from wenet_lhotse.errors import SkippedItem, SkipReport, WenetDataError
 from wenet_lhotse.formats.keyset import KeySet
 from wenet_lhotse.formats.raw_list import LazyWenetRawListIterator
 from wenet_lhotse.io.parallel import map_bounded
+from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.io.remote import is_remote
 from wenet_lhotse.io.streams import as_path_list, atomic_output, open_input, same_file
 
@@ -97,15 +98,17 @@ def cut_to_dict(cut: Cut) -> dict:
 
 
 def _parse_block(block: _Block, wav_root: Optional[str], as_json: bool = False,
-                 probe: bool = True) -> List[Union[Cut, _JsonCut, WenetDataError, None]]:
-    """Parse and probe one block of lines (runs in a pool worker). With ``as_json``
-    the cuts come back already serialized: the caller then only writes bytes, so
-    the pool, not the caller, does nearly all the work."""
+                 probe: bool = True, policy: Optional[ReadPolicy] = None
+                 ) -> List[Union[Cut, _JsonCut, WenetDataError, None]]:
+    """Parse and probe one block of lines (runs in a pool worker, the ``policy`` -- URL
+    protocols, network limits -- pickled to it). With ``as_json`` the cuts come back
+    already serialized: the caller then only writes bytes, so the pool, not the
+    caller, does nearly all the work."""
     path, lines = block
     # The reader's per-line parser (header probe included); duplicates are checked
     # by the caller, in list order, hence seen=None.
     reader = LazyWenetRawListIterator(path, wav_root=wav_root, check_duplicates=False,
-                                      probe=probe)
+                                      probe=probe, policy=policy)
     out: List[Union[Cut, _JsonCut, WenetDataError, None]] = []
     for lineno, raw in lines:
         try:
@@ -121,13 +124,12 @@ def _parse_block(block: _Block, wav_root: Optional[str], as_json: bool = False,
     return out
 
 
-def _blocks(paths: Sequence[str], strict: bool, report: SkipReport) -> Iterator[_Block]:
+def _blocks(paths: Sequence[str], policy: ReadPolicy) -> Iterator[_Block]:
     for path in paths:
         try:
-            f = open_input(path) if is_remote(path) else open(path, "rb")
+            f = open_input(path, policy=policy) if is_remote(path) else open(path, "rb")
         except OSError as e:
-            report.handle(WenetDataError(f"cannot open list: {e}", path, kind="missing_file"),
-                          strict)
+            policy.handle(WenetDataError(f"cannot open list: {e}", path, kind="missing_file"))
             continue
         with f:
             block: List[Tuple[int, bytes]] = []
@@ -143,8 +145,8 @@ def _blocks(paths: Sequence[str], strict: bool, report: SkipReport) -> Iterator[
 def iter_raw_cuts(paths: Union[Pathlike, Sequence[Pathlike]], **kwargs: Any) -> Iterator[Cut]:
     """The cuts of WeNet raw list(s), in list order, with audio headers read by a pool.
     ``kwargs``: the keywords of :func:`iter_raw_cuts_with_lines` (``wav_root``,
-    ``strict``, ``skip_report``, ``num_workers``, ``executor``, ``check_duplicates``,
-    ``cluster``, ...)."""
+    ``strict``, ``skip_report``, ``policy``, ``num_workers``, ``executor``,
+    ``check_duplicates``, ``cluster``, ...)."""
     for cut, _, _ in iter_raw_cuts_with_lines(paths, **kwargs):
         yield cut
 
@@ -153,7 +155,7 @@ def iter_raw_cuts_with_lines(
     paths: Union[Pathlike, Sequence[Pathlike]],
     *,
     wav_root: Optional[Pathlike] = None,
-    strict: bool = True,
+    strict: Optional[bool] = None,
     skip_report: Optional[SkipReport] = None,
     num_workers: int = 4,
     executor: str = "process",
@@ -162,6 +164,7 @@ def iter_raw_cuts_with_lines(
     probe: bool = True,
     cluster: Optional[str] = None,
     yield_skips: bool = False,
+    policy: Optional[ReadPolicy] = None,
 ) -> Iterator[Tuple[Union[Cut, _JsonCut, SkippedItem], str, int]]:
     """``(cut, list file, 1-based line)`` for each line of WeNet raw list(s), in list
     order, with audio headers read by a pool.
@@ -181,9 +184,12 @@ def iter_raw_cuts_with_lines(
     :param yield_skips: also yield ``(SkippedItem, file, line)`` for each line skipped
         (fault-tolerant mode; it is recorded in ``skip_report`` too), so that a caller
         can count positions in the input, good and bad lines alike.
+    :param policy: strict or skip into its ``skip_report``, URL protocols and network
+        limits of the probes (:class:`~wenet_lhotse.io.policy.ReadPolicy`); the old
+        ``strict``/``skip_report`` keywords make one when it is not given.
     """
     list_paths = as_path_list(paths)
-    report = skip_report if skip_report is not None else SkipReport()
+    policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report)
     root = os.path.abspath(str(wav_root) if wav_root is not None else os.getcwd())
     seen = KeySet() if check_duplicates else None
 
@@ -199,12 +205,14 @@ def iter_raw_cuts_with_lines(
                     continue
                 res = WenetDataError(f"duplicate key {key!r} (first seen earlier in this "
                                      "input)", path, line=lineno, kind="duplicate")
-            report.handle(res, strict)
+            policy.handle(res)
             if yield_skips:
                 yield SkippedItem.from_error(res), path, lineno
 
-    parse = functools.partial(_parse_block, wav_root=root, as_json=as_json, probe=probe)
-    blocks = _blocks(list_paths, strict, report)
+    # the pool's copy of the policy starts with an empty report (its errors come back)
+    parse = functools.partial(_parse_block, wav_root=root, as_json=as_json, probe=probe,
+                              policy=policy.replace(skip_report=None))
+    blocks = _blocks(list_paths, policy)
     if cluster:
         done = map_tasks(parse, blocks, cluster=cluster)
     else:
@@ -220,8 +228,10 @@ def import_raw(
     data_list: Union[Pathlike, Sequence[Pathlike]],
     out_path: Pathlike,
     *,
+    strict: Optional[bool] = None,
     skip_report: Optional[SkipReport] = None,
     progress: bool = False,
+    policy: Optional[ReadPolicy] = None,
     **kwargs: Any,
 ) -> ImportResult:
     """Convert WeNet raw list(s) to a Lhotse cuts manifest whose recordings point at
@@ -229,9 +239,11 @@ def import_raw(
 
     :param out_path: ``.jsonl.gz`` (gzip) or ``.jsonl`` output.
     :param progress: show a tqdm bar (unit: lines turned into cuts).
+    :param policy: its ``strict`` (default True: raise on the first bad line; else
+        skip, log and count it in its ``skip_report``), URL protocols and network
+        limits; the old ``strict``/``skip_report`` keywords make one when not given.
     :param kwargs: how the lines are read, the keywords of
-        :func:`iter_raw_cuts_with_lines`: ``wav_root``; ``strict`` (default True:
-        raise on the first bad line; else skip, log and count it); ``num_workers``
+        :func:`iter_raw_cuts_with_lines`: ``wav_root``; ``num_workers``
         (header-probing pool size, default 4); ``executor``; ``check_duplicates``
         (default True: detect repeated keys, 32-64 bytes of memory per key; False keeps
         memory flat however long the list is); ``probe`` (see
@@ -242,7 +254,9 @@ def import_raw(
     """
     from tqdm.auto import tqdm
 
-    report = skip_report if skip_report is not None else SkipReport()
+    policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report)
+    report = policy.skip_report
+    assert report is not None
     out = out_path if is_remote(str(out_path)) else Path(out_path)
     for src in as_path_list(data_list):
         if not is_remote(str(out)) and not is_remote(src) and same_file(src, out):
@@ -250,7 +264,7 @@ def import_raw(
                              "manifest elsewhere (e.g. cuts.jsonl.gz)")
     res = ImportResult(out_path=out, skip_report=report)
     start = time.perf_counter()
-    items = iter_raw_cuts_with_lines(data_list, skip_report=report, as_json=True, **kwargs)
+    items = iter_raw_cuts_with_lines(data_list, as_json=True, policy=policy, **kwargs)
     with atomic_output(out, "wb") as raw_f:
         # no time stamp, and the output's name (not the temporary file's) in the header:
         # equal input gives equal bytes, locally, with -j or on a cluster

@@ -106,6 +106,7 @@ class LazyWenetRawListIterator(PolicyHolder, Dillable):
         self.check_duplicates = check_duplicates
 
     def __iter__(self) -> Iterator:
+        self.policy.lend_to_lhotse()  # the audio URLs it allowed, opened later by Lhotse
         seen = KeySet() if self.check_duplicates else None
         for path in self.paths:
             try:
@@ -249,7 +250,7 @@ class LazyWenetRawListIterator(PolicyHolder, Dillable):
                 duration=duration,
             )
         if is_audio_url(audio_path):
-            recording = _probe_url(audio_path, key, fail)
+            recording = _probe_url(audio_path, key, fail, self.policy)
         elif not os.path.isfile(audio_path):
             if os.path.exists(audio_path):  # a FIFO or device: reading it could block
                 raise fail(f"audio path is not a regular file: {audio_path}", "bad_audio")
@@ -397,11 +398,12 @@ def raw_list_line(cut, list_path: str, audio_dir: Optional[Path] = None) -> byte
                              kind="encoding") from None
 
 
-def _probe_url(url: str, key: str, fail) -> Recording:
-    """:func:`~wenet_lhotse.io.remote_audio.probe_remote_audio`, its failures as
-    errors of the line (``fail``)."""
+def _probe_url(url: str, key: str, fail, policy: ReadPolicy) -> Recording:
+    """:func:`~wenet_lhotse.io.remote_audio.probe_remote_audio` (within the
+    ``policy``'s limits and URL protocols), its failures as errors of the line
+    (``fail``)."""
     try:
-        return probe_remote_audio(url, key)
+        return probe_remote_audio(url, key, policy)
     except WenetDataError as e:  # retried already: missing, denied, or given up
         if e.kind == "missing_file":
             raise fail(f"audio file not found: {url} ({e.message})", "missing_audio") from None

@@ -7,7 +7,10 @@ protocols and local files that are not regular files.
   (:func:`url_problem`): fsspec's archive and cache filesystems (``tar://m::x.tar``,
   ``zip://``, ``simplecache::``) would read around the tar member checks, and
   ``ftp://`` reaches any host and port. ``$WENET_LHOTSE_URL_PROTOCOLS`` (comma
-  separated) adds protocols; its token ``::`` allows chained URLs.
+  separated) and a reader's policy (``ReadPolicy.url_protocols``, from
+  ``lhotse_conf.url_protocols``) add protocols; the token ``::`` allows chained URLs.
+  Lhotse's IO backend opens audio URLs later, with no policy at hand: it allows what
+  a reader's policy lent it (:func:`lend_url_protocols`, per process).
 * local inputs must be regular files (:func:`open_regular`): a FIFO named ``x.tar``
   would block ``open()`` forever, a device (``/dev/zero``) never ends.
 """
@@ -40,6 +43,22 @@ def allowed_url_protocols(extra: Optional[Iterable[str]] = None) -> frozenset:
     env = os.environ.get("WENET_LHOTSE_URL_PROTOCOLS", "")
     added = [p.strip().lower() for p in env.split(",")] + [str(p).lower() for p in extra or ()]
     return DEFAULT_URL_PROTOCOLS | {p for p in added if p}
+
+
+#: Protocols a reader's policy allowed for the audio URLs it handed to Lhotse, which
+#: opens them later through :mod:`~wenet_lhotse.io.lhotse_io` with no policy at hand
+#: (this process only; a forked DataLoader worker inherits it).
+_LENT: set = set()
+
+
+def lend_url_protocols(protocols: Iterable[str]) -> None:
+    """Let Lhotse's IO backend open audio URLs of ``protocols`` in this process."""
+    _LENT.update(str(p).lower() for p in protocols)
+
+
+def lent_url_protocols() -> frozenset:
+    """The protocols :func:`lend_url_protocols` allowed."""
+    return frozenset(_LENT)
 
 
 def url_problem(url: str, extra: Optional[Iterable[str]] = None) -> Optional[str]:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import io
 from typing import BinaryIO
 
+from wenet_lhotse.io.access import lent_url_protocols
+from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.io.remote import _filesystem, open_remote, remote_error
 from wenet_lhotse.io.remote_audio import is_audio_url, is_http, open_audio_url
 
@@ -23,8 +25,8 @@ def _open_for_lhotse(url: str, mode: str):
     if "r" in mode:
         if is_http(url):
             raw: BinaryIO = io.BufferedReader(open_audio_url(url), buffer_size=1 << 16)
-        else:
-            raw = open_remote(url)
+        else:  # protocols the reader's policy allowed (io.access.lend_url_protocols)
+            raw = open_remote(url, policy=ReadPolicy(url_protocols=lent_url_protocols()))
         if gz:
             import gzip
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, FrozenSet, Optional
 
 from wenet_lhotse.errors import SkipReport, WenetDataError
-from wenet_lhotse.io.access import url_problem
+from wenet_lhotse.io.access import lend_url_protocols, url_problem
 from wenet_lhotse.io.read_limits import ReadLimits
 
 
@@ -71,8 +71,9 @@ class ReadPolicy:
         given = {k: v for k, v in legacy.items() if v is not None}
         if policy is None:
             return cls(**given)
-        clash = [k for k, v in given.items()
-                 if getattr(policy, k) is not v and getattr(policy, k) != v]
+        clash = [k for k, v in given.items()  # a report is one object, not its contents
+                 if getattr(policy, k) is not v
+                 and (k == "skip_report" or getattr(policy, k) != v)]
         if clash:
             raise TypeError(f"give either policy= or {', '.join(sorted(clash))}=, not both")
         return policy
@@ -90,10 +91,29 @@ class ReadPolicy:
         the defaults and ``$WENET_LHOTSE_URL_PROTOCOLS``), or None."""
         return url_problem(url, self.url_protocols)
 
+    def lend_to_lhotse(self) -> None:
+        """Readers whose cuts carry audio URLs that Lhotse opens later, without a
+        policy (raw lists, manifests): let it open this policy's ``url_protocols``."""
+        if self.url_protocols:
+            lend_url_protocols(self.url_protocols)
+
     def handle(self, err: WenetDataError) -> None:
         """Raise ``err`` when strict; otherwise record it in the skip report."""
         assert self.skip_report is not None
         self.skip_report.handle(err, self.strict)
+
+
+def _view(name: str) -> Any:
+    """A property reading ``self.policy.<name>``; setting it gives the reader a copy of
+    its policy with that one field changed (the skip report stays shared)."""
+
+    def get(self: Any) -> Any:
+        return getattr(self.policy, name)
+
+    def put(self: Any, value: Any) -> None:
+        self.policy = self.policy.replace(**{name: value})
+
+    return property(get, put, doc=f"The policy's ``{name}``.")
 
 
 class PolicyHolder:
@@ -101,28 +121,6 @@ class PolicyHolder:
     ``skip_report`` and ``allow_pipe`` read (and, for old callers, set) the policy's."""
 
     policy: ReadPolicy
-
-    @property
-    def strict(self) -> bool:
-        return self.policy.strict
-
-    @strict.setter
-    def strict(self, value: bool) -> None:
-        self.policy = self.policy.replace(strict=value)
-
-    @property
-    def skip_report(self) -> SkipReport:
-        assert self.policy.skip_report is not None
-        return self.policy.skip_report
-
-    @skip_report.setter
-    def skip_report(self, value: SkipReport) -> None:
-        self.policy = self.policy.replace(skip_report=value)
-
-    @property
-    def allow_pipe(self) -> bool:
-        return self.policy.allow_pipe
-
-    @allow_pipe.setter
-    def allow_pipe(self, value: bool) -> None:
-        self.policy = self.policy.replace(allow_pipe=value)
+    strict: bool = _view("strict")
+    skip_report: SkipReport = _view("skip_report")
+    allow_pipe: bool = _view("allow_pipe")

@@ -192,7 +192,12 @@ class LhotseConf:
     def read_policy(self, skip_report: Optional[SkipReport] = None) -> ReadPolicy:
         """How this loader reads its data, in one object: ``fault_tolerant`` (skip and
         record into ``skip_report`` instead of raising), ``allow_pipe`` and
-        ``url_protocols`` (added to ``$WENET_LHOTSE_URL_PROTOCOLS``'s)."""
+        ``url_protocols`` (added to ``$WENET_LHOTSE_URL_PROTOCOLS``'s).
+
+        >>> p = LhotseConf.from_dict({"fault_tolerant": True, "url_protocols": ["ftp"]})
+        >>> p.read_policy().strict, sorted(p.read_policy().url_protocols)
+        (False, ['ftp'])
+        """
         return ReadPolicy(strict=not self.fault_tolerant, skip_report=skip_report,
                           allow_pipe=self.allow_pipe,
                           url_protocols=frozenset(self.url_protocols or ()) or None)

@@ -271,6 +271,7 @@ class LazyCheckedManifest(PolicyHolder, Dillable):
         self.check_duplicates = check_duplicates
 
     def __iter__(self) -> Iterator[Cut]:
+        self.policy.lend_to_lhotse()  # the audio URLs it allowed, opened later by Lhotse
         seen = KeySet() if self.check_duplicates else None
         for path in self.paths:
             for item, no in iter_manifest(path, metadata_only=self.metadata_only,
