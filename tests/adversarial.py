@@ -104,10 +104,19 @@ def raw_line(**obj) -> str:
 
 
 def cli(*args, env=None, check=None, timeout=300, **kw) -> subprocess.CompletedProcess:
-    """``python -m wenet_lhotse ARGS`` as a real subprocess (this worktree's package)."""
+    """``wenet-lhotse ARGS`` as a real subprocess (this worktree's package): forked from the
+    session's CLI server (tests/cli_server.py, the imports paid once); ``python -m
+    wenet_lhotse`` in a fresh interpreter when ``env`` or ``kw`` (``preexec_fn``: limits
+    for the command's own process) ask for more than the server can give."""
     full_env = dict(os.environ, PYTHONPATH=str(REPO))
     full_env.update(env or {})
-    res = subprocess.run([sys.executable, "-m", "wenet_lhotse", *map(str, args)],
+    if env or kw:
+        cmd = [sys.executable, "-m", "wenet_lhotse"]
+    else:
+        from cli_server import wenet_lhotse_cmd
+
+        cmd = wenet_lhotse_cmd()
+    res = subprocess.run([*cmd, *map(str, args)],
                          capture_output=True, text=True, env=full_env, timeout=timeout, **kw)
     if check is not None:
         assert res.returncode == check, res.stdout + res.stderr

@@ -216,7 +216,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
             + "; ".join(f"{n} x {why}" for why, n in sorted(reasons.items())), yellow=True)
 
 
-from servers import dask_cluster, moto_endpoint, s3, s3_auth, s3_proxy  # noqa: E402,F401
+from servers import (  # noqa: E402,F401
+    _shared_dask_cluster,
+    dask_cluster,
+    moto_endpoint,
+    s3,
+    s3_auth,
+    s3_proxy,
+)
 
 
 @pytest.fixture(scope="session")
@@ -238,3 +245,32 @@ def data(corpus, tmp_path_factory):
         big.append(path)
     return {"cuts": cuts, "manifest": root / "cuts.jsonl.gz", "shar": shar, "big": big,
             "raw": corpus.data_list}
+
+
+@pytest.fixture(scope="session")
+def cli_bin():
+    """A directory holding a ``wenet-lhotse`` to put first on ``PATH``: each command is its
+    own process, forked from a server that imported the CLI once (tests/cli_server.py),
+    so a page or recipe of many commands does not pay torch's import per command."""
+    import cli_server
+
+    return cli_server.shared_bin()
+
+
+@pytest.fixture(scope="session")
+def demo_quick(tmp_path_factory):
+    """``wenet-lhotse demo --quick -o DIR``, run once per session (a real subprocess, ~20 s)
+    for every test that checks it: tests/test_demo.py checks what it wrote, the docs pages
+    that show the command (index.md, quickstart.md) that it ran. Returns the finished
+    process and DIR."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path_factory.mktemp("demo_quick") / "demo"
+    res = subprocess.run([sys.executable, "-m", "wenet_lhotse", "demo", "--quick", "-o",
+                          str(out)], capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, PYTHONPATH=str(root)))
+    return res, out

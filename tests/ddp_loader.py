@@ -1,8 +1,9 @@
 """Run by torchrun from tests/test_loader_ddp.py: one rank of a real DDP (gloo, CPU) job.
 
-Usage: ddp_loader.py MODE SOURCE CV_SOURCE OUT_DIR
-Writes OUT_DIR/rank<r>.json with the keys of every train batch of two epochs, the cv
-keys, and the cv "loss" (sum of durations) reduced with reduce_cv_loss.
+Usage: ddp_loader.py MODE SOURCE CV_SOURCE OUT_DIR [MODE SOURCE CV_SOURCE OUT_DIR ...]
+Per group, in order, in one process group (one launch for several cases): writes
+OUT_DIR/rank<r>.json with the keys of every train batch of two epochs, the cv keys, and
+the cv "loss" (sum of durations) reduced with reduce_cv_loss.
 """
 
 from __future__ import annotations
@@ -25,8 +26,16 @@ class KeysAndDurations:
 
 
 def main() -> None:
-    mode, source, cv_source, out = sys.argv[1:5]
+    args = sys.argv[1:]
     dist.init_process_group("gloo")
+    for i in range(0, len(args), 4):
+        run(*args[i:i + 4])
+        dist.barrier()
+    dist.destroy_process_group()
+
+
+def run(mode: str, source: str, cv_source: str, out: str) -> None:
+    """One case: MODE's loader over SOURCE (train, 2 epochs) and CV_SOURCE (cv)."""
     rank = dist.get_rank()
     conf = {"batch_conf": {"batch_type": "dynamic", "max_frames_in_batch": 900},
             "lhotse_conf": {"num_buckets": 3, "buffer_size": 40, "mode": mode}}
@@ -66,7 +75,6 @@ def main() -> None:
     Path(out, f"rank{rank}.json").write_text(json.dumps(
         {"epochs": epochs, "cv_keys": cv_keys, "cv_mean": mean, "cv_count": total,
          "resumed_ok": resumed_ok}))
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -297,14 +298,9 @@ def _dask_cmd(*args: str) -> List[str]:
     return [sys.executable, "-m", "distributed.cli." + args[0], *args[1:]]
 
 
-@pytest.fixture
-def dask_cluster(request, tmp_path, moto_endpoint):
-    """A ``dask scheduler`` and two ``dask worker --nthreads 1`` processes on
-    127.0.0.1 (separate processes, not in-process threads); stopped afterwards. The
-    workers' environment reaches the session's S3 server (``moto_endpoint``), as a
-    real cluster's would reach its object store. Indirect parametrization sets the
-    number of workers it starts with (``DaskCluster.add_worker`` adds more)."""
-    num_workers = getattr(request, "param", 2)
+@contextmanager
+def _dask_cluster(tmp_path: Path, moto_endpoint: str, num_workers: int):
+    """A scheduler and ``num_workers`` workers (see :func:`dask_cluster`), stopped after."""
     port = free_port()
     here = os.path.dirname(os.path.abspath(__file__))
     # Workers import this checkout's wenet_lhotse and the tests' task functions.
@@ -331,3 +327,33 @@ def dask_cluster(request, tmp_path, moto_endpoint):
             stop(p)
         stop(sched)
         log.close()
+
+
+@pytest.fixture(scope="session")
+def _shared_dask_cluster(tmp_path_factory, moto_endpoint):
+    """The session's 2-worker cluster, for the tests that only submit work to one."""
+    with _dask_cluster(tmp_path_factory.mktemp("dask"), moto_endpoint, 2) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def dask_cluster(request, tmp_path, moto_endpoint):
+    """A ``dask scheduler`` and two ``dask worker --nthreads 1`` processes on
+    127.0.0.1 (separate processes, not in-process threads); stopped afterwards. The
+    workers' environment reaches the session's S3 server (``moto_endpoint``), as a
+    real cluster's would reach its object store. Indirect parametrization sets the
+    number of workers it starts with (``DaskCluster.add_worker`` adds more).
+
+    A test that changes the cluster (kills or adds a worker, kills the scheduler) gets its
+    own: indirect parametrization or the ``own_dask_cluster`` marker. The others share
+    one cluster per session (starting one is ~3 processes of imports), checked alive."""
+    if hasattr(request, "param") or request.node.get_closest_marker("own_dask_cluster"):
+        with _dask_cluster(tmp_path, moto_endpoint, getattr(request, "param", 2)) as cluster:
+            yield cluster
+        return
+    cluster = request.getfixturevalue("_shared_dask_cluster")
+    dead = [p.args for p in [cluster.scheduler, *cluster.workers] if p.poll() is not None]
+    assert not dead, f"the shared Dask cluster lost {dead}: mark such tests own_dask_cluster"
+    yield cluster
+    assert len(cluster.workers) == 2 and all(p.poll() is None for p in cluster.workers), \
+        "a test changed the shared Dask cluster: mark it own_dask_cluster"

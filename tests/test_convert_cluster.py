@@ -67,6 +67,7 @@ def test_raw_import_on_cluster_equals_local(sharded, dask_cluster, tmp_path):
             == gzip.decompress((tmp_path / "local.jsonl.gz").read_bytes()))
 
 
+@pytest.mark.own_dask_cluster  # kills a worker
 def test_worker_killed_mid_run_output_complete(sharded, dask_cluster, tmp_path):
     """One of the two workers is killed (SIGKILL by PID) once shards start to appear:
     Dask reruns its tasks on the other; every shard ends complete and equal."""

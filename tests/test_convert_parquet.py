@@ -8,7 +8,6 @@ from __future__ import annotations
 import io
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +30,9 @@ def _cli(*args):
     env = {"PYTHONPATH": str(ROOT)}
     import os
 
-    return subprocess.run([sys.executable, "-m", "wenet_lhotse", *map(str, args)],
+    from cli_server import wenet_lhotse_cmd  # the CLI in its own process, forked
+
+    return subprocess.run([*wenet_lhotse_cmd(), *map(str, args)],
                           capture_output=True, text=True, env={**os.environ, **env})
 
 

@@ -33,12 +33,13 @@ def test_units_equal_make_units_of_the_same_text(tmp_path):
     function): byte for byte, ``▁`` in code-point order after the letters."""
     import os
     import subprocess
-    import sys
 
     paths = generate_corpus(tmp_path / "c", num_utterances=6, seed=2)
     out = tmp_path / "lang_char.txt"
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
-    res = subprocess.run([sys.executable, "-m", "wenet_lhotse", "make-units", str(paths.text),
+    from cli_server import wenet_lhotse_cmd  # the CLI in its own process, forked
+
+    res = subprocess.run([*wenet_lhotse_cmd(), "make-units", str(paths.text),
                           "-o", str(out)], env=env, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     assert out.read_bytes() == paths.units.read_bytes()

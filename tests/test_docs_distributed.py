@@ -1,6 +1,7 @@
 """docs/distributed.md's commands, in page order, against a real Dask scheduler with two
 workers and moto's S3 server (all on 127.0.0.1): ``DASK_SCHEDULER``, ``BUCKET`` and the
-AWS environment are what the page says to set."""
+AWS environment are what the page says to set. ``wenet-lhotse`` is the ``cli_bin``
+fixture's (tests/cli_server.py: each command its own process, the imports paid once)."""
 
 from __future__ import annotations
 
@@ -17,11 +18,12 @@ PAGE = ROOT / "docs" / "distributed.md"
 
 
 @pytest.mark.slow
-def test_distributed_page_commands_run(dask_cluster, s3, tmp_path):
+def test_distributed_page_commands_run(dask_cluster, s3, tmp_path, cli_bin):
     cmds = [c for k, c in steps(PAGE) if k == "sh"]
     assert any("--cluster $DASK_SCHEDULER" in c for c in cmds)
     env = dict(os.environ, **s3.env, DASK_SCHEDULER=dask_cluster.address, BUCKET=s3.bucket,
-               PYTHONPATH=str(ROOT), PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+               PYTHONPATH=str(ROOT),
+               PATH=f"{cli_bin}:{Path(sys.executable).parent}:{os.environ['PATH']}")
     for cmd in cmds:
         res = subprocess.run(cmd, shell=True, cwd=tmp_path, env=env, capture_output=True,
                              text=True, timeout=300)

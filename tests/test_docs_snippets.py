@@ -6,13 +6,19 @@ joined) runs in one temporary directory per page, so a page's later commands
 see the files its earlier ones wrote. On the pages in ``RUN_PYTHON`` the
 ```python blocks run too, in page order, in the same directory. The demo's
 full-size run is covered by tests/test_demo.py at a reduced size, so
-``wenet-lhotse demo`` lines here get ``--quick``.
+``wenet-lhotse demo`` lines here get ``--quick``; that command (``-o DIR`` aside) is run
+once per session by the ``demo_quick`` fixture, which test_demo.py checks in detail: a page's
+``wenet-lhotse demo --quick [-o DIR]`` asserts that run's success and copies what it wrote
+to DIR (default ``demo_out``) in the page's directory. The ``wenet-lhotse`` on the shell's
+``PATH`` is the ``cli_bin`` fixture's: each command its own process, forked from a server
+that imported the CLI once (tests/cli_server.py), not a fresh interpreter per command.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +28,8 @@ from guards import guarded_import
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
+#: the demo's command, as steps() leaves it: the ``demo_quick`` fixture's run
+DEMO = re.compile(r"wenet-lhotse demo --quick(?: -o (\S+))?")
 FENCE = re.compile(r"```(bash|console|sh|python)\n(.*?)```", re.S)
 # Pages whose Python examples are run here; formats.md and features.md have their own
 # doc tests, the others show fragments of a training script.
@@ -53,10 +61,16 @@ PAGES_WITH_COMMANDS = [p for p in PAGES if any(k == "sh" for k, _ in steps(p))
 
 @pytest.mark.slow
 @pytest.mark.parametrize("page", PAGES_WITH_COMMANDS, ids=lambda p: p.name)
-def test_docs_commands_run(page, tmp_path):
+def test_docs_commands_run(page, tmp_path, cli_bin, request):
     env = dict(os.environ, PYTHONPATH=str(ROOT),
-               PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+               PATH=f"{cli_bin}:{Path(sys.executable).parent}:{os.environ['PATH']}")
     for kind, step in steps(page):
+        demo = DEMO.fullmatch(step) if kind == "sh" else None
+        if demo:  # the session's one run of this command (self-contained: its own corpus)
+            res, out = request.getfixturevalue("demo_quick")
+            assert res.returncode == 0, f"{page.name}: `{step}` failed:\n{res.stdout}\n{res.stderr}"
+            shutil.copytree(out, tmp_path / (demo.group(1) or "demo_out"))
+            continue
         cmd = [sys.executable, "-c", step] if kind == "python" else step
         res = subprocess.run(cmd, shell=kind == "sh", cwd=tmp_path, env=env,
                              capture_output=True, text=True, timeout=300)

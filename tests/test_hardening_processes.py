@@ -73,7 +73,9 @@ def test_import_pool_ends_with_its_parent(corpus8, tmp_path, http_serve, sig):
         assert proc.returncode != 0
         assert leftovers(out) == []
     base = http_serve(corpus8.root / "shards")
-    res = subprocess.run([sys.executable, "-m", "wenet_lhotse", "import",
+    from cli_server import wenet_lhotse_cmd  # the rerun: its own process, forked
+
+    res = subprocess.run([*wenet_lhotse_cmd(), "import",
                           str(url_list(corpus8, base, tmp_path, "ok.list")), "--shar", str(out),
                           "-j", "2"], env=dict(os.environ, PYTHONPATH=str(REPO)),
                          capture_output=True, text=True, timeout=300)

@@ -8,7 +8,6 @@ import importlib.util
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -58,7 +57,9 @@ def test_2d_bins_pad_targets_less_than_1d():
 
 
 def test_estimate_bins_cli(corpus):
-    res = subprocess.run([sys.executable, "-m", "wenet_lhotse", "estimate-bins",
+    from cli_server import wenet_lhotse_cmd  # the CLI in its own process, forked
+
+    res = subprocess.run([*wenet_lhotse_cmd(), "estimate-bins",
                           str(corpus.data_list), "--units", str(corpus.units),
                           "--num-buckets", "3", "--num-token-buckets", "2",
                           "--max-duration", "20"], capture_output=True, text=True,

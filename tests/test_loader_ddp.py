@@ -1,4 +1,5 @@
-"""Real DDP (torchrun, 2 ranks, gloo on CPU) on uneven data, map-style and streamed."""
+"""Real DDP (torchrun, 2 ranks, gloo on CPU) on uneven data, map-style and streamed: one
+launch runs both cases (tests/ddp_loader.py), each test checks its own."""
 
 from __future__ import annotations
 
@@ -36,15 +37,30 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _torchrun(mode: str, source, cv_source, out: Path) -> list:
-    out.mkdir(parents=True, exist_ok=True)
+def _torchrun(cases: dict, out: Path) -> dict:
+    """``{mode: (source, cv_source)}`` in one launch -> ``{mode: [rank0, rank1]}``."""
+    args = []
+    for mode, (source, cv_source) in cases.items():
+        (out / mode).mkdir(parents=True, exist_ok=True)
+        args += [mode, str(source), str(cv_source), str(out / mode)]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
            f"--master_port={_free_port()}", "--master_addr=127.0.0.1",
-           str(HERE / "ddp_loader.py"), mode, str(source), str(cv_source), str(out)]
+           str(HERE / "ddp_loader.py"), *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=150, env=env)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=150 * len(cases),
+                          env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    return {mode: [json.loads((out / mode / f"rank{r}.json").read_text()) for r in range(2)]
+            for mode in cases}
+
+
+@pytest.fixture(scope="module")
+def launched(uneven, tmp_path_factory):
+    """Both cases, map-style over the manifest and streamed over the shards, in one
+    torchrun launch."""
+    return _torchrun({"map": (uneven["manifest"], uneven["manifest"]),
+                      "streamed": (uneven["shards"], uneven["manifest"])},
+                     tmp_path_factory.mktemp("ddp_runs"))
 
 
 def _check_cv(ranks, cuts):
@@ -57,8 +73,8 @@ def _check_cv(ranks, cuts):
         assert r["cv_mean"] == pytest.approx(single, rel=1e-12)
 
 
-def test_ddp_map_style_equal_steps_no_duplicates(uneven, tmp_path):
-    ranks = _torchrun("map", uneven["manifest"], uneven["manifest"], tmp_path / "map")
+def test_ddp_map_style_equal_steps_no_duplicates(uneven, launched):
+    ranks = launched["map"]
     ids = sorted(c.id for c in uneven["cuts"])
     for epoch in range(2):
         steps = [r["epochs"][epoch] for r in ranks]
@@ -72,8 +88,8 @@ def test_ddp_map_style_equal_steps_no_duplicates(uneven, tmp_path):
     _check_cv(ranks, uneven["cuts"])
 
 
-def test_ddp_streamed_equal_steps_disjoint_reads(uneven, tmp_path):
-    ranks = _torchrun("streamed", uneven["shards"], uneven["manifest"], tmp_path / "streamed")
+def test_ddp_streamed_equal_steps_disjoint_reads(uneven, launched):
+    ranks = launched["streamed"]
     for epoch in range(2):
         steps = [r["epochs"][epoch] for r in ranks]
         assert len(steps[0]) == len(steps[1]) > 0  # no hang, same number of steps

@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_server import wenet_lhotse_cmd
 from remote_lists import (
     assert_cli_takes_the_list,
     assert_drop_in_features_equal,
@@ -113,7 +113,7 @@ def test_cli_import_validate_stats(corpus10, s3, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO))
 
     def cli(*args):
-        res = subprocess.run([sys.executable, "-m", "wenet_lhotse", *map(str, args)],
+        res = subprocess.run([*wenet_lhotse_cmd(), *map(str, args)],
                              env=env, capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, res.stderr
         return res.stdout
