@@ -10,8 +10,8 @@ from test_recipes import run_recipe
 
 
 @pytest.mark.slow
-def test_speech_text_recipe(tmp_path):
-    d = run_recipe(tmp_path, "speech_text", "--epochs", "2", "--num_utts", "24")
+def test_speech_text_recipe(tmp_path, cli_bin):
+    d = run_recipe(tmp_path, cli_bin, "speech_text", "--epochs", "2", "--num_utts", "24")
     hist = json.loads((d / "exp" / "history.json").read_text())
     assert len(hist) == 2
     for epoch in hist:
