@@ -31,7 +31,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Iterable, Iterator, Optional, Sequence, Union
+from typing import Callable, Iterable, Iterator, Optional, Sequence, Union
 
 from lhotse import CutSet, Recording, SupervisionSegment
 from lhotse.audio import AudioSource
@@ -141,6 +141,12 @@ class LazyWenetRawListIterator(PolicyHolder, Dillable):
         except RecursionError:  # json (and walking its result) on '[[[[...'
             raise WenetDataError(TOO_DEEP, path, line=lineno, kind="json") from None
 
+    def _item(self, obj: dict, path: str, fail: Callable[..., WenetDataError]) -> dict:
+        """The WeNet item (``key``, ``wav``, ``txt``, ...) a parsed line stands for: the
+        line itself here; a reader of another JSON-lines layout translates it (raising
+        ``fail(msg, kind)`` for a bad line) and inherits every check after."""
+        return obj
+
     def _parse_line(self, raw: bytes, path: str, lineno: int, seen: Optional[KeySet]):
         data = raw.rstrip(b"\r\n")  # LF and CRLF endings
         if lineno == 1 and data.startswith(codecs.BOM_UTF8):
@@ -161,6 +167,7 @@ class LazyWenetRawListIterator(PolicyHolder, Dillable):
             raise fail(f"malformed JSON: {e.msg} (column {e.colno})", "json") from None
         if not isinstance(obj, dict):
             raise fail(f"expected a JSON object, got {type(obj).__name__}", "json")
+        obj = self._item(obj, path, fail)
         for name in ("key", "wav"):
             if name not in obj:
                 raise fail(f"missing {name!r}", "missing_field")

@@ -28,16 +28,14 @@ extends). Map-style loading holds the cuts in memory, as for raw lists.
 
 from __future__ import annotations
 
-import json
 import os
 import posixpath
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from lhotse import CutSet
 
 from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.formats.checks import is_finite_number
-from wenet_lhotse.formats.keyset import KeySet
 from wenet_lhotse.formats.raw_list import LazyWenetRawListIterator
 from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.io.remote import is_remote
@@ -57,22 +55,8 @@ class LazyNeMoManifest(LazyWenetRawListIterator):
         super().__init__(paths, wav_root=wav_root, policy=policy)
         self.given_root = wav_root is not None
 
-    def _parse_line(self, raw: bytes, path: str, lineno: int, seen: Optional[KeySet]):
-        data = raw.strip().lstrip(b"\xef\xbb\xbf")
-        if not data:
-            return None
-
-        def fail(msg: str, kind: str = "invalid") -> WenetDataError:
-            return WenetDataError(msg, path, line=lineno, kind=kind)
-
-        try:
-            obj = json.loads(data.decode("utf-8"))
-        except UnicodeDecodeError as e:
-            raise fail(f"line is not valid UTF-8 (byte {e.start})", "encoding") from None
-        except json.JSONDecodeError as e:
-            raise fail(f"malformed JSON: {e.msg} (column {e.colno})", "json") from None
-        if not isinstance(obj, dict):
-            raise fail(f"expected a JSON object, got {type(obj).__name__}", "json")
+    def _item(self, obj: dict, path: str, fail: Callable[..., WenetDataError]) -> dict:
+        """The raw-list item of one NeMo line (the raw list's checks follow)."""
         audio = obj.get("audio_filepath")
         if not isinstance(audio, str) or not audio:
             raise fail("missing 'audio_filepath'" if audio is None else
@@ -81,19 +65,19 @@ class LazyNeMoManifest(LazyWenetRawListIterator):
         for name in ("duration", "offset"):
             value = obj.get(name)
             if value is not None and (not is_finite_number(value) or value < 0):
-                raise fail(f"{name!r} must be a number of seconds >= 0, got {value!r}")
+                raise fail(f"{name!r} must be a number of seconds >= 0, got {value!r}",
+                           "invalid")
         if obj.get("duration") is None:
             raise fail("missing 'duration'", "missing_field")
         for name in ("text", "lang"):
             if obj.get(name) is not None and not isinstance(obj[name], str):
-                raise fail(f"{name!r} must be a string")
+                raise fail(f"{name!r} must be a string", "invalid")
         line = {"key": self._key(audio, obj), "wav": self._audio(audio, path),
                 "txt": obj.get("text"), "lang": obj.get("lang")}
         if obj.get("offset") is not None:
             line.update(start=obj["offset"], end=obj["offset"] + obj["duration"])
         line.update({k: v for k, v in obj.items() if k not in NEMO_FIELDS})
-        line = {k: v for k, v in line.items() if v is not None}
-        return super()._parse_line(json.dumps(line).encode("utf-8"), path, lineno, seen)
+        return {k: v for k, v in line.items() if v is not None}
 
     def _audio(self, audio: str, manifest: str) -> str:
         """An absolute path or URL; a relative one against the manifest's directory."""
