@@ -142,9 +142,8 @@ class LazyWenetRawListIterator(PolicyHolder, Dillable):
             raise WenetDataError(TOO_DEEP, path, line=lineno, kind="json") from None
 
     def _item(self, obj: dict, path: str, fail: Callable[..., WenetDataError]) -> dict:
-        """The WeNet item (``key``, ``wav``, ``txt``, ...) a parsed line stands for: the
-        line itself here; a reader of another JSON-lines layout translates it (raising
-        ``fail(msg, kind)`` for a bad line) and inherits every check after."""
+        """The WeNet item a parsed line stands for (here the line); another JSON-lines
+        layout translates it (``fail(msg, kind)`` for a bad line), then every check runs."""
         return obj
 
     def _parse_line(self, raw: bytes, path: str, lineno: int, seen: Optional[KeySet]):
