@@ -1,10 +1,11 @@
 """features.pool: the worker pool leaves no process behind (close, gc, exit, SIGKILL,
-DataLoader workers), reports a killed worker, and turns a failing cut into an error
-naming it."""
+DataLoader workers), logs and replaces a worker killed between batches, names the cut
+of one killed during a batch, and turns a failing cut into an error naming it."""
 
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import signal
 import subprocess
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from lhotse import CutSet, Recording
+from lhotse import AudioSource, CutSet, Recording
 from torch.utils.data import DataLoader, Dataset
 
 from wenet_lhotse.errors import WenetDataError
@@ -77,7 +78,7 @@ def test_close_and_gc_leave_no_processes(cuts):
 
 _CHILD_SCRIPT = textwrap.dedent("""
     import os, sys, time
-    from lhotse import CutSet, Recording
+    from lhotse import AudioSource, CutSet, Recording
     from wenet_lhotse.features import PooledFeatures
     cuts = CutSet.from_cuts([Recording.from_file(sys.argv[1]).to_cut()])
     pf = PooledFeatures(num_workers=2)
@@ -140,16 +141,35 @@ def test_dataloader_worker_pool_cleaned_up_mid_epoch(cuts, persistent):
     assert wait_gone(main_pool, 5) == []
 
 
-def test_killed_worker_is_reported_and_pool_restarts(cuts):
+def test_worker_killed_between_batches_is_logged_and_replaced(cuts, caplog):
     pf = PooledFeatures(num_workers=2)
     pf(cuts)
     victim = pf.worker_pids[0]
     os.kill(victim, signal.SIGKILL)
     assert wait_gone([victim], 5) == []
-    with pytest.raises(RuntimeError, match="feature worker"):
-        pf(cuts)
-    res = pf(cuts)  # the broken pool was closed; a fresh one serves this call
+    with caplog.at_level(logging.WARNING, logger="wenet_lhotse.features.pool"):
+        res = pf(cuts)  # no cut was in flight: nothing lost, a fresh pool serves it
     assert len(res.cuts) == len(cuts) and victim not in pf.worker_pids
+    assert f"feature worker {victim} ended between batches (signal 9)" in caplog.text
+    pids = pf.worker_pids
+    pf.close()
+    assert wait_gone(pids, 5) == []
+
+
+def test_worker_killed_during_a_batch_names_the_cut_and_pool_restarts(cuts):
+    # The cut's audio is a command that SIGKILLs the worker reading it ($PPID of the
+    # shell Lhotse starts): a death in the middle of a batch, at a known cut.
+    killer = Recording(id="killer", sources=[AudioSource(
+        type="command", channels=[0], source="kill -9 $PPID; sleep 5")],
+        sampling_rate=16000, num_samples=16000, duration=1.0).to_cut()
+    pf = PooledFeatures(num_workers=2)
+    pf(cuts)
+    before = pf.worker_pids
+    with pytest.raises(RuntimeError, match="feature worker died; cut 'killer'"):
+        pf(CutSet.from_cuts([*cuts, killer]))
+    assert wait_gone(before, 5) == []  # the broken pool was closed
+    res = pf(cuts)  # a fresh one serves the next call
+    assert len(res.cuts) == len(cuts) and not set(before) & set(pf.worker_pids)
     pids = pf.worker_pids
     pf.close()
     assert wait_gone(pids, 5) == []

@@ -82,8 +82,20 @@ class WorkerPool:
 
     @property
     def alive(self) -> bool:
-        """False once closed (a broken pool stays alive until :meth:`run` reports it)."""
-        return self._finalizer.still_active()
+        """False once closed, or once a worker ended between two batches: then no cut
+        was in flight (nothing lost), so the pool is closed with a warning naming the
+        worker and the caller starts a fresh one. A worker that dies during
+        :meth:`run` is an error instead (its cut was not processed)."""
+        if not self._finalizer.still_active():
+            return False
+        ended = self._pool.ended_workers()
+        if ended:
+            pid, code = ended[0]
+            logger.warning("feature worker %s ended between batches (%s); no cut was "
+                           "in flight; starting a fresh pool", pid or "?",
+                           f"signal {-code}" if code and code < 0 else f"exit code {code}")
+            self.close()
+        return not ended
 
     def run(self, tasks: Sequence[tuple]) -> List[tuple]:
         """Run ``(index, cut, seed, augment)`` tasks; replies in task order.

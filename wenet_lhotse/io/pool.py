@@ -182,6 +182,14 @@ class ProcessPool(ProcessPoolExecutor):
         """Pids of the workers started so far."""
         return list(getattr(self, "_processes", None) or {})
 
+    def ended_workers(self) -> List[Tuple[int, Optional[int]]]:
+        """``(pid, exit code)`` of workers that ended on their own (a negative code is
+        the signal), or ``[(0, None)]`` once the executor marked itself broken."""
+        procs = getattr(self, "_processes", None) or {}
+        ended = [(pid, proc.exitcode) for pid, proc in list(procs.items())
+                 if not proc.is_alive()]
+        return ended or ([(0, None)] if getattr(self, "_broken", False) else [])
+
     def terminate(self) -> None:
         """Send the running workers ``SIGTERM``: they clean up and exit."""
         for proc in list((getattr(self, "_processes", None) or {}).values()):
