@@ -3,7 +3,9 @@ without touching the audio of the skipped batches."""
 
 from __future__ import annotations
 
+import io
 import json
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -241,3 +243,35 @@ def test_a_data_error_in_a_worker_is_raised_as_it_is(tmp_path, mode):
     with pytest.raises(WenetDataError) as err:
         list(loader)
     assert culprit in str(err.value) and "Traceback" not in str(err.value)
+
+
+@pytest.mark.parametrize("mode", ["streamed", "map"])
+def test_skips_reach_the_loader_whatever_the_dataset_returns(data, tmp_path, mode):
+    """A dataset may return any batch (here a list of ids, not a dict): the items the
+    reader skipped in a worker still reach ``loader.skip_report`` and the ledger."""
+    if mode == "streamed":  # a tar of the list is gone: one skip, counted
+        src = tmp_path / "bad.list"
+        culprit = str(tmp_path / "gone.tar")
+        src.write_text(f"{culprit}\n" + data["shards"].read_text())
+    else:  # a Shar tar that lost one member: the skip is made when batches attach audio
+        src = tmp_path / "shar"
+        shutil.copytree(data["shar"], src)
+        culprit = _drop_first_member(next(iter(sorted(src.glob("recording.*.tar")))))
+    conf = {**CONF, "lhotse_conf": {**CONF["lhotse_conf"], "fault_tolerant": True}}
+    _, loader = build_dataloader(str(src), None, conf, "train", dataset=Keys(),
+                                 num_workers=2, seed=3)
+    got = [k for batch in loader for k in batch]
+    assert all(isinstance(k, str) for k in got)
+    assert len(loader.skip_report) == 1 and culprit in str(loader.skip_report.items[0])
+    led = loader.epoch_ledger()
+    assert led.skipped == 1 and led.trained == len(got)
+
+
+def _drop_first_member(tar_path):
+    """Rewrite a Shar tar without its first member; returns its cut id."""
+    with tarfile.open(tar_path) as tar:
+        members = [(m, tar.extractfile(m).read()) for m in tar.getmembers()]
+    with tarfile.open(tar_path, "w") as tar:
+        for m, payload in members[1:]:
+            tar.addfile(m, io.BytesIO(payload))
+    return members[0][0].name.split(".")[0]  # the cut id

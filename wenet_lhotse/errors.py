@@ -19,7 +19,7 @@ import logging
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterator, List, Optional
+from typing import Any, Iterator, List, NamedTuple, Optional, Tuple
 
 logger = logging.getLogger(__name__)
 
@@ -126,6 +126,35 @@ class SkipsOnly:
     to its ``skip_report`` and does not count it as a step."""
 
     items: List[SkippedItem]
+
+
+class WithSkips(NamedTuple):
+    """A batch that is not a dict, with the items skipped while making it (a dict
+    carries them under :data:`BATCH_SKIPS_KEY`): see :func:`carry_skips`."""
+
+    batch: Any
+    skips: List[SkippedItem]
+
+
+def carry_skips(batch: Any, skips: List[SkippedItem]) -> Any:
+    """``batch`` carrying ``skips`` to the loader's process: under
+    :data:`BATCH_SKIPS_KEY` in a dict batch, else as a :class:`WithSkips` (a dataset
+    may return any batch; its skips are counted all the same)."""
+    if not skips:
+        return batch
+    if isinstance(batch, dict):
+        batch.setdefault(BATCH_SKIPS_KEY, []).extend(skips)
+        return batch
+    return WithSkips(batch, list(skips))
+
+
+def take_skips(batch: Any) -> Tuple[Any, List[SkippedItem]]:
+    """What :func:`carry_skips` made -> ``(the dataset's batch, its skips)``."""
+    if isinstance(batch, WithSkips):
+        return batch.batch, batch.skips
+    if isinstance(batch, dict) and BATCH_SKIPS_KEY in batch:
+        return batch, batch.pop(BATCH_SKIPS_KEY)
+    return batch, []
 
 
 class WorkerFailed:

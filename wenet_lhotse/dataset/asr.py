@@ -40,7 +40,7 @@ from wenet_lhotse.dataset.cut_fields import cut_lang, cut_speaker, cut_task
 from wenet_lhotse.dataset.langid import custom_lang
 from wenet_lhotse.dataset.padding import pad_rows
 from wenet_lhotse.dataset.splits import SPLITS, split_rules  # noqa: F401  (SPLITS: public)
-from wenet_lhotse.errors import BATCH_SKIPS_KEY, SkipReport, WenetDataError
+from wenet_lhotse.errors import SkipReport, WenetDataError, carry_skips
 from wenet_lhotse.formats.layout import cut_text
 from wenet_lhotse.text.tokenizer import CJK_PATTERN, read_symbol_table
 
@@ -258,9 +258,7 @@ class WenetAsrDataset(torch.utils.data.Dataset):
         features_report = getattr(self.features, "skip_report", None)
         if features_report is not None and features_report is not self.skip_report:
             skipped += features_report.take_new()
-        if skipped:  # forwarded to the main process; our loader pops this key
-            batch[BATCH_SKIPS_KEY] = skipped
-        return batch
+        return carry_skips(batch, skipped)  # to the main process; our loader takes them
 
 
 def _match_kept(inputs: Sequence[Cut], kept: Sequence[Cut]) -> List[int]:

@@ -30,7 +30,7 @@ from lhotse import CutSet
 from lhotse.cut.text import TextExample, TextPairExample
 from lhotse.dataset.collation import collate_vectors
 
-from wenet_lhotse.errors import BATCH_SKIPS_KEY
+from wenet_lhotse.errors import carry_skips
 
 IGNORE_ID = -1
 KINDS = ("asr", "speech", "text", "text_pair")
@@ -115,6 +115,4 @@ class KindDataset(torch.utils.data.Dataset):
         out = ds[items]
         if isinstance(out, dict):
             out["kind"] = kind
-            if skipped:
-                out.setdefault(BATCH_SKIPS_KEY, []).extend(skipped)
-        return out
+        return carry_skips(out, skipped)

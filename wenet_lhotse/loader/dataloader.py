@@ -25,10 +25,10 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 import torch
 
 from wenet_lhotse.errors import (
-    BATCH_SKIPS_KEY,
     SkipReport,
     SkipsOnly,
     WorkerFailed,
+    take_skips,
 )
 from wenet_lhotse.loader.distributed import EqualStepsIterator, world_info
 from wenet_lhotse.loader.ledger import BatchCounts, EpochLedger, log_ledger
@@ -159,8 +159,8 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
         batch = self._unwrap(item)
         if self.ring is not None:
             batch = self.ring.unpack(batch, *self._pin)
-        if isinstance(batch, dict) and BATCH_SKIPS_KEY in batch:
-            skips = batch.pop(BATCH_SKIPS_KEY)
+        batch, skips = take_skips(batch)
+        if skips:
             self._batch_skips += len(skips)
             self.skip_report.extend(skips)  # logged where skipped
         return batch, counts

@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, Uni
 import torch
 from lhotse import CutSet
 
-from wenet_lhotse.errors import BATCH_SKIPS_KEY, WenetDataError, WorkerFailed
+from wenet_lhotse.errors import WenetDataError, WorkerFailed, carry_skips
 from wenet_lhotse.loader.ledger import BatchCounts, batch_size_of
 from wenet_lhotse.loader.sampler import ResumableBucketingSampler
 from wenet_lhotse.loader.streamed import WorkerBatch
@@ -33,22 +33,22 @@ class LoaderDataset(torch.utils.data.Dataset):
         self._epoch: Optional[int] = None
 
     def __getitem__(self, item: Any) -> Any:
-        cuts = item[1] if isinstance(item, tuple) else item
-        drawn = len(cuts) if hasattr(cuts, "__len__") else 0
         try:
             if self.ring is None:
-                out = self._batch(item)
-                return WorkerBatch(-1, out, BatchCounts(batch_size_of(out, drawn)))
+                out, given = self._batch(item)
+                return WorkerBatch(-1, out, BatchCounts(batch_size_of(out, given)))
             with self.ring.reserve():  # padded straight into shared memory
-                out = self._batch(item)
-                counts = BatchCounts(batch_size_of(out, drawn))
+                out, given = self._batch(item)
+                counts = BatchCounts(batch_size_of(out, given))
                 return WorkerBatch(-1, self.ring.pack(out), counts)
         except WenetDataError as err:
             if torch.utils.data.get_worker_info() is None:
                 raise
             return WorkerFailed(err)  # raised as it is by the loader (one line)
 
-    def _batch(self, item: Any) -> Any:
+    def _batch(self, item: Any) -> Tuple[Any, int]:
+        """``(dataset[cuts], how many cuts it was given)``: a cut whose Shar audio is
+        missing is a skip, not given (the ledger counts it once)."""
         if isinstance(item, tuple):
             epoch, cuts = item
             if epoch != self._epoch and hasattr(self.dataset, "set_epoch"):
@@ -56,14 +56,13 @@ class LoaderDataset(torch.utils.data.Dataset):
             self._epoch = epoch
         else:
             cuts = item
-        if self.attach is None:
-            return self.dataset[cuts]
-        cuts = self.attach(cuts)
+        if self.attach is not None:
+            cuts = self.attach(cuts)
+        given = len(cuts) if hasattr(cuts, "__len__") else 0
         out = self.dataset[cuts]
-        skipped = self.attach.skip_report.take_new()  # members missing from Shar tars
-        if skipped and isinstance(out, dict):
-            out.setdefault(BATCH_SKIPS_KEY, []).extend(skipped)
-        return out
+        if self.attach is None:
+            return out, given
+        return carry_skips(out, self.attach.skip_report.take_new()), given
 
 
 class EpochTaggedSampler(torch.utils.data.Sampler):

@@ -37,11 +37,11 @@ from lhotse import CutSet
 from lhotse.cut import Cut
 
 from wenet_lhotse.errors import (
-    BATCH_SKIPS_KEY,
     SkipReport,
     SkipsOnly,
     WenetDataError,
     WorkerFailed,
+    carry_skips,
 )
 from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.loader.bins import WorkerEdges, log_edges
@@ -317,9 +317,7 @@ class StreamedEpochDataset(torch.utils.data.IterableDataset):
                 continue
             with self.ring.reserve() if self.ring is not None else contextlib.nullcontext():
                 out = self.dataset[batch]  # padded straight into shared memory
-                skipped = self.skip_report.take_new()
-                if skipped and isinstance(out, dict):
-                    out.setdefault(BATCH_SKIPS_KEY, []).extend(skipped)
+                out = carry_skips(out, self.skip_report.take_new())
                 counts = BatchCounts(batch_size_of(out, len(batch)), self._filtered())
                 if self.ring is not None:
                     out = self.ring.pack(out)
