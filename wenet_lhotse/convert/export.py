@@ -31,7 +31,7 @@ from lhotse.utils import Pathlike
 from wenet_lhotse.convert.executor import LiveSlots, map_tasks, open_cluster, scheduler_loss
 from wenet_lhotse.convert.lossless import encode_lossless
 from wenet_lhotse.formats.layout import is_file_or_remote, is_whole_recording
-from wenet_lhotse.formats.raw_list import raw_list_line
+from wenet_lhotse.formats.raw_list_writer import raw_list_line
 from wenet_lhotse.formats.shard_writer import write_wenet_shards
 from wenet_lhotse.formats.split import chunked
 from wenet_lhotse.io.streams import atomic_output, same_file

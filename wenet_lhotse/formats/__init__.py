@@ -4,11 +4,8 @@ on a cut. Errors name file and line or tar and member (:mod:`wenet_lhotse.errors
 Telling input kinds apart and opening any of them is :mod:`wenet_lhotse.sources`."""
 
 from wenet_lhotse.errors import SkippedItem, SkipReport, WenetDataError
-from wenet_lhotse.formats.raw_list import (
-    LazyWenetRawListIterator,
-    read_raw_list,
-    write_raw_list,
-)
+from wenet_lhotse.formats.raw_list import LazyWenetRawListIterator, read_raw_list
+from wenet_lhotse.formats.raw_list_writer import write_raw_list
 from wenet_lhotse.formats.shard_reader import (
     LazyWenetShardIterator,
     ShardEntry,

@@ -1,4 +1,5 @@
-"""WeNet raw ``data.list`` <-> lazy Lhotse ``CutSet``.
+"""WeNet raw ``data.list`` -> lazy Lhotse ``CutSet`` (the reader; the writer, cuts -> raw
+list, is :mod:`.raw_list_writer`, re-exported here).
 
 A raw list has one JSON object per line (UTF-8)::
 
@@ -28,10 +29,8 @@ from __future__ import annotations
 
 import codecs
 import json
-import logging
 import os
-from pathlib import Path
-from typing import Callable, Iterable, Iterator, Optional, Sequence, Union
+from typing import Callable, Iterator, Optional, Sequence, Union
 
 from lhotse import CutSet, Recording, SupervisionSegment
 from lhotse.audio import AudioSource
@@ -39,31 +38,19 @@ from lhotse.lazy import Dillable
 from lhotse.utils import Pathlike, compute_num_samples, fastcopy
 
 from wenet_lhotse.errors import SkipReport, WenetDataError, reraise_worker_death, short_error
-from wenet_lhotse.formats.audio import encode_pcm16_wav, probe_recording, sampling_rate_problem
-from wenet_lhotse.formats.checks import (
-    TOO_DEEP,
-    check_key,
-    is_finite_number,
-    key_problem,
-    text_problem,
-)
+from wenet_lhotse.formats.audio import probe_recording, sampling_rate_problem
+from wenet_lhotse.formats.checks import TOO_DEEP, is_finite_number, key_problem, text_problem
 from wenet_lhotse.formats.keyset import KeySet
-from wenet_lhotse.formats.layout import (
-    CORE_FIELDS,
-    cut_extra_fields,
-    cut_speaker_lang,
-    cut_text,
-    is_file_or_remote,
-    is_whole_recording,
-    json_value,
+from wenet_lhotse.formats.layout import CORE_FIELDS
+from wenet_lhotse.formats.raw_list_writer import (  # noqa: F401 - kept importable from here
+    raw_list_line,
+    write_raw_list,
 )
 from wenet_lhotse.io.access import open_regular
 from wenet_lhotse.io.policy import PolicyHolder, ReadPolicy
 from wenet_lhotse.io.remote import is_remote
 from wenet_lhotse.io.remote_audio import is_audio_url, probe_remote_audio
-from wenet_lhotse.io.streams import as_path_list, atomic_output, open_input
-
-logger = logging.getLogger(__name__)
+from wenet_lhotse.io.streams import as_path_list, open_input
 
 #: An ``end`` this far (seconds) past the end of the audio is clamped, not an error
 #: (segments files round times; WeNet just reads fewer samples).
@@ -317,91 +304,6 @@ def read_raw_list(
             policy=policy,
         )
     )
-
-
-def _raw_wav_and_span(cut, audio_dir: Optional[Path], key: str):
-    """``(wav path, start, end)`` for one cut; start/end are None when the cut covers
-    its whole recording. Audio that a raw line cannot point at (in memory, a command,
-    several files, transforms, mixed cuts, a channel subset) is written to
-    ``audio_dir`` as 16-bit PCM WAV, or refused when there is none."""
-    rec = getattr(cut, "recording", None)
-    simple = (
-        type(cut).__name__ in ("MonoCut", "MultiCut")
-        and rec is not None
-        and len(rec.sources) == 1
-        and is_file_or_remote(rec.sources[0])
-        and not rec.transforms
-        and (rec.num_channels == 1 or cut.num_channels == rec.num_channels)
-    )
-    if simple:
-        if is_whole_recording(cut):
-            return rec.sources[0].source, None, None
-        return rec.sources[0].source, round(cut.start, 6), round(cut.start + cut.duration, 6)
-    if audio_dir is None:
-        raise ValueError(
-            f"cut {key!r}: its audio is not a single file on disk (e.g. in-memory audio "
-            f"from shards); pass audio_dir= to write it out as WAV files"
-        )
-    rel = Path(key + ".wav")
-    if rel.is_absolute() or ".." in rel.parts:
-        raise ValueError(f"cut {key!r}: key cannot be used as a file name under audio_dir")
-    out = audio_dir / rel
-    with atomic_output(out) as f:
-        f.write(encode_pcm16_wav(cut.load_audio(), cut.sampling_rate))
-    return str(out.resolve()), None, None
-
-
-def write_raw_list(
-    cuts: Iterable,
-    path: Pathlike,
-    *,
-    audio_dir: Optional[Pathlike] = None,
-) -> Path:
-    """Write cuts as a WeNet raw list (atomically: temp file + rename) and return its path.
-
-    Each line: ``key`` (cut id), ``wav``, ``txt`` (supervision texts joined by a space),
-    ``start``/``end`` (seconds, rounded to 1 us) only when the cut does not cover its
-    whole recording, ``speaker``/``lang`` from the supervisions, then every field of
-    ``cut.custom`` (except Lhotse's ``shard_origin``/``shar_epoch``). UTF-8, not escaped.
-
-    :param audio_dir: where to write 16-bit PCM WAVs for cuts whose audio is not a
-        plain file (in-memory shard audio, ...); without it such cuts raise ValueError.
-    """
-    path = Path(path)
-    audio_root = Path(audio_dir) if audio_dir is not None else None
-    n = 0
-    with atomic_output(path, "wb") as f:
-        for cut in cuts:
-            f.write(raw_list_line(cut, str(path), audio_root))
-            n += 1
-    logger.info("wrote %d lines to %s", n, path)
-    return path
-
-
-def raw_list_line(cut, list_path: str, audio_dir: Optional[Path] = None) -> bytes:
-    """One cut as a raw-list line (UTF-8 JSON, ending in a newline), as
-    :func:`write_raw_list` writes it; ``list_path`` names the list in errors."""
-    key = cut.id
-    check_key(key, list_path)  # never written: it may become a file name later
-    wav, start, end = _raw_wav_and_span(cut, audio_dir, key)
-    obj = {"key": key, "wav": wav}
-    text = cut_text(cut)
-    if text is not None:
-        obj["txt"] = text
-    if start is not None:
-        obj["start"], obj["end"] = start, end
-    speaker, lang = cut_speaker_lang(cut)
-    if speaker is not None:
-        obj["speaker"] = speaker
-    if lang is not None:
-        obj["lang"] = lang
-    for name, value in cut_extra_fields(cut).items():
-        obj[name] = json_value(key, name, value)
-    try:
-        return json.dumps(obj, ensure_ascii=False).encode("utf-8") + b"\n"
-    except UnicodeEncodeError:
-        raise WenetDataError(f"cut {key!r}: {text_problem(obj)}", list_path,
-                             kind="encoding") from None
 
 
 def _probe_url(url: str, key: str, fail, policy: ReadPolicy) -> Recording:
