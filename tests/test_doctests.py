@@ -18,6 +18,7 @@ MODULES = [
     "wenet_lhotse.io.policy",
     "wenet_lhotse.loader.build",
     "wenet_lhotse.loader.config",
+    "wenet_lhotse.loader.lhotse_conf",
     "wenet_lhotse.loader.schema",
     "wenet_lhotse.sources.registry",
     "wenet_lhotse.text.tokenizer",

@@ -116,7 +116,7 @@ class LoaderPlan:
     rank: int
     strict: bool
     skip_report: SkipReport
-    #: how every source is read (``lhotse_conf``'s :meth:`~.config.LhotseConf.read_policy`)
+    #: how every source is read (``lhotse_conf``'s :meth:`~.lhotse_conf.LhotseConf.read_policy`)
     policy: ReadPolicy
     num_workers: int
     prefetch_factor: Optional[int]

@@ -11,7 +11,7 @@ The keys are those WeNet's ``wenet/dataset/dataset.py`` reads and the parameters
 ``wenet/dataset/processor.py`` functions each section is passed to (a test reads both
 from WeNet's source), plus ``syncbn`` and :data:`IGNORED` (``split_with_space``), which
 some of WeNet's own example yamls carry and WeNet ignores (the latter noted once in the
-log). ``lhotse_conf`` keys come from :class:`~.config.LhotseConf`. Every
+log). ``lhotse_conf`` keys come from :class:`~.lhotse_conf.LhotseConf`. Every
 key's check is declared once, in :mod:`~wenet_lhotse.loader.schema`.
 
 Where it differs from WeNet: WeNet ignores unknown keys and fails late (or never) on
@@ -61,7 +61,7 @@ def _note_ignored(key: str, where: str, source: Optional[str]) -> None:
 
 
 def lhotse_conf_rules() -> Dict[str, Check]:
-    """Each ``lhotse_conf`` key's check, declared on :class:`~.config.LhotseConf`'s fields."""
+    """Each ``lhotse_conf`` key's check, declared on :class:`~.lhotse_conf.LhotseConf`'s fields."""
     return field_rules(LhotseConf)
 
 

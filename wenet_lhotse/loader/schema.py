@@ -3,7 +3,7 @@
 WeNet's ``dataset_conf`` keys (:data:`SECTIONS`, :data:`SCALARS`, WeNet's
 ``batch_conf`` defaults in :data:`WENET_BATCH_CONF`) and the checks of our
 ``lhotse_conf`` keys, which are declared on the fields of
-:class:`~wenet_lhotse.loader.config.LhotseConf` with :func:`key` (a field whose type
+:class:`~wenet_lhotse.loader.lhotse_conf.LhotseConf` with :func:`key` (a field whose type
 annotation says enough needs no check: :func:`field_rules` derives one from it). Adding
 an ``lhotse_conf`` key is one line there (plus its row in docs/migration.md).
 :mod:`~wenet_lhotse.loader.config_check` reports against these declarations;
