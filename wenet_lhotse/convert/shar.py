@@ -7,7 +7,8 @@ Output layout is Lhotse's own (``CutSet.from_shar(in_dir=OUT)`` reads it)::
 
 Shard ``i`` comes from input tar ``i`` (shard lists: each input tar is streamed
 once, by one job) or from cuts ``[i * shard_size, (i + 1) * shard_size)`` of a raw
-list. One job writes one output shard with Lhotse's ``SharWriter`` into a private
+list. One job (:mod:`.shar_jobs`: the jobs, cut from the input, and the writing of
+one) writes one output shard with Lhotse's ``SharWriter`` into a private
 temporary directory *next to* ``OUT`` (``.OUT.partial/``: Lhotse's reader treats
 every file inside ``OUT`` as a shard, so temporary files must live outside it),
 then moves the tar and, last, the cuts manifest into ``OUT`` with ``os.replace``.
@@ -34,46 +35,31 @@ import functools
 import logging
 import os
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Iterator, List, Optional, Sequence, Union
 
-from lhotse.cut import Cut
-from lhotse.shar import SharWriter
 from lhotse.utils import Pathlike
 
 from wenet_lhotse.convert.executor import map_tasks
-from wenet_lhotse.convert.lossless import (
-    AUDIO_FORMATS,
-    CopyingSharWriter,
-    LosslessAudioTarWriter,
-)
+from wenet_lhotse.convert.lossless import AUDIO_FORMATS
+from wenet_lhotse.convert.shar_jobs import ShardJob, ShardResult, iter_jobs, write_shard
 from wenet_lhotse.convert.shar_state import (
     drop_duplicates,
-    empty_shard,
-    file_identity,
-    input_fingerprint,
-    make_record,
     partial_dir,
-    remote_shard_urls,
     remove_partial_dir,
     shard_ids,
     shard_is_complete,
-    write_record,
 )
-from wenet_lhotse.errors import SkippedItem, SkipReport, WenetDataError, short_error
-from wenet_lhotse.formats.checks import check_key
+from wenet_lhotse.errors import SkipReport, WenetDataError
 from wenet_lhotse.formats.keyset import KeySet
-from wenet_lhotse.formats.layout import json_value
-from wenet_lhotse.formats.shard_reader import ShardEntry, read_one_tar, read_shard_entries
-from wenet_lhotse.io.remote import is_remote, remote_put
+from wenet_lhotse.io.remote import is_remote
 from wenet_lhotse.io.tempfiles import output_lock
 from wenet_lhotse.sources.detect import detect_data_type
 from wenet_lhotse.sources.open import read_shar  # noqa: F401 - kept importable from here
 from wenet_lhotse.sources.registry import get_kind, kind_names
-from wenet_lhotse.sources.shar_dir import shar_files, shard_paths
+from wenet_lhotse.sources.shar_dir import shar_files, shard_paths  # noqa: F401 - as read_shar
 
 logger = logging.getLogger(__name__)
 
@@ -90,171 +76,6 @@ class SharConversion:
     num_cuts_written: int = 0
     skip_report: SkipReport = field(default_factory=SkipReport)
     seconds: float = 0.0  # wall-clock time of the conversion
-
-
-@dataclass
-class _Job:
-    index: int
-    tar: Optional[ShardEntry] = None  # shard-list input: the input tar (path, URL, pipe:)
-    cuts: Optional[List[Cut]] = None  # raw-list input: this shard's cuts (metadata only)
-    lines: Optional[List[Tuple[str, int]]] = None  # raw-list input: (list file, line) per cut
-    skipped: List[SkippedItem] = field(default_factory=list)  # input items already left out
-    input_id: Optional[str] = None  # the fingerprint of what it is written from
-
-    def fingerprint(self, options: Sequence[Any]) -> str:
-        """What this shard is written from: the tar (path, size, mtime) or the cuts of
-        its lines with their audio files', the skipped items, and ``options``."""
-        if self.tar is not None:
-            return input_fingerprint([*options, file_identity(self.tar.url)])
-        return input_fingerprint([*options, *[str(i) for i in self.skipped], *(
-            [c.to_dict(), [file_identity(s.source) for s in c.recording.sources]]
-            for c in self.cuts or [])])
-
-
-@dataclass
-class _JobResult:
-    index: int
-    num_cuts: int
-    skip_report: SkipReport
-    ids: List[str] = field(default_factory=list)
-    with_skips: bool = False
-
-
-def _write_shard(job: _Job, out_dir: str, audio_format: str, strict: bool,
-                 allow_pipe: bool = False) -> _JobResult:
-    """Write one output shard (runs in a pool worker). Atomic: nothing appears in
-    ``out_dir`` until the whole shard is written; what was skipped is recorded in it."""
-    report = SkipReport()
-    remote = is_remote(out_dir)
-    if remote:  # written locally on the worker, then uploaded
-        tmp = Path(tempfile.mkdtemp(prefix=f"wenet-lhotse-shard-{job.index:06d}-"))
-    else:
-        tmp = partial_dir(out_dir) / f"shard-{job.index:06d}-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-    if job.tar is not None:
-        cuts: Iterable[Cut] = read_one_tar(job.tar, strict=strict, skip_report=report,
-                                           allow_pipe=allow_pipe)
-    else:
-        cuts = job.cuts or []
-    suffix = f".{job.index:06d}"
-    if audio_format == "copy":
-        writer: SharWriter = CopyingSharWriter(str(tmp), shard_suffix=suffix)
-    else:
-        fields = {"recording": "flac" if audio_format == "lossless" else audio_format}
-        writer = SharWriter(tmp, fields=fields, shard_size=None, shard_suffix=suffix)
-        if audio_format == "lossless":
-            writer.writers["recording"] = LosslessAudioTarWriter(
-                f"{tmp}/recording{suffix}.tar", shard_size=None)
-    audio_writer = writer.writers["recording"]
-    lines = iter(job.lines or [])
-    ids: List[str] = []
-    try:
-        with writer:
-            for cut in cuts:
-                if job.tar is not None:
-                    where = {"source": job.tar.url, "member": cut.id}
-                else:
-                    src, line = next(lines)
-                    where = {"source": src, "line": line}
-                before = audio_writer.tar_writer.num_items_total
-                try:
-                    check_key(cut.id, **where)  # becomes a tar member name
-                    if cut.has_recording and cut.num_samples < 1:  # readers refuse it too
-                        raise WenetDataError("segment holds no sample (0-sample audio)",
-                                             **where, kind="bad_segment")
-                    for name, value in (cut.custom or {}).items():
-                        json_value(cut.id, name, value)  # the cuts manifest is JSON
-                    writer.write(cut)
-                except Exception as err:
-                    if audio_writer.tar_writer.num_items_total != before:
-                        raise  # half an utterance is in the tar: this shard is lost
-                    if not isinstance(err, WenetDataError):
-                        err = WenetDataError(
-                            f"cannot convert utterance {cut.id!r}: {short_error(err)}", **where,
-                            kind="bad_audio" if not isinstance(err, ValueError) else "invalid")
-                    report.handle(err, strict)
-                    continue
-                ids.append(cut.id)
-        cuts_tmp, tar_tmp = shard_paths(tmp, job.index)
-        if not (cuts_tmp.exists() and tar_tmp.exists()):
-            empty_shard(cuts_tmp, tar_tmp)  # nothing readable: the shard exists, empty
-        skipped = job.skipped + report.items
-        write_record(cuts_tmp, make_record(skipped) if skipped else None, job.input_id)
-        # Audio first, manifest last: a manifest in OUT means its tar is complete.
-        if remote:
-            cuts_url, tar_url = remote_shard_urls(out_dir, job.index)
-            remote_put(str(tar_tmp), tar_url)
-            remote_put(str(cuts_tmp), cuts_url)
-        else:
-            cuts_out, tar_out = shard_paths(out_dir, job.index)
-            os.replace(tar_tmp, tar_out)
-            os.replace(cuts_tmp, cuts_out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return _JobResult(job.index, len(ids), report, ids, bool(skipped))
-
-
-def _raw_jobs(items: Iterable[Tuple[Union[Cut, SkippedItem], str, int]],
-              size: int) -> Iterator[_Job]:
-    """Shard ``i``: non-empty input lines ``[i * size, (i + 1) * size)``, skipped or not."""
-    index, count = 0, 0
-    job = _Job(index, cuts=[], lines=[])
-    for item, path, line in items:
-        if isinstance(item, SkippedItem):
-            job.skipped.append(item)
-        else:
-            job.cuts.append(item)
-            job.lines.append((path, line))
-        count += 1
-        if count == size:
-            yield job
-            index, count = index + 1, 0
-            job = _Job(index, cuts=[], lines=[])
-    if count:
-        yield job
-
-
-def _shard_list_jobs(data_lists: Sequence[Pathlike], strict: bool, skip_report: SkipReport,
-                     allow_pipe: bool) -> List[_Job]:
-    """One job per non-empty line of the shard list(s); a line that is bad (e.g. a
-    refused ``pipe:``) keeps its place as an empty shard recording why."""
-    jobs: List[_Job] = []
-    for lst in data_lists:
-        bad = SkipReport()
-        entries = read_shard_entries([str(lst)], strict=strict, skip_report=bad,
-                                     allow_pipe=allow_pipe)
-        skip_report.extend(bad.items)
-        at_line = {e.line: _Job(0, tar=e) for e in entries}
-        at_line.update({item.line: _Job(0, skipped=[item]) for item in bad})
-        for line in sorted(at_line):
-            at_line[line].index = len(jobs)
-            jobs.append(at_line[line])
-    return jobs
-
-
-def _iter_jobs(
-    data_lists: Sequence[Pathlike],
-    data_type: str,
-    shard_size: Optional[int],
-    strict: bool,
-    skip_report: SkipReport,
-    wav_root: Optional[Pathlike],
-    probe_workers: int,
-    cluster: Optional[str] = None,
-    allow_pipe: bool = False,
-) -> Tuple[Iterator[_Job], Optional[int]]:
-    """Jobs for every output shard, and their number when known upfront."""
-    if get_kind(data_type).streamed:  # a list of tars: one Shar shard per tar
-        jobs = _shard_list_jobs(data_lists, strict, skip_report, allow_pipe)
-        return iter(jobs), len(jobs)
-    from wenet_lhotse.convert.raw import iter_raw_cuts_with_lines
-
-    items = iter_raw_cuts_with_lines([str(p) for p in data_lists], wav_root=wav_root,
-                                     strict=strict, skip_report=skip_report,
-                                     num_workers=probe_workers, cluster=cluster,
-                                     yield_skips=True)
-    return _raw_jobs(items, shard_size or 1000), None
 
 
 def wenet_to_shar(
@@ -330,7 +151,7 @@ def _convert(out: Union[Path, str], lists: List[Pathlike], data_type: str,
     """:func:`wenet_to_shar` once its output directory is ready (and locked)."""
     result = SharConversion(out_dir=out, skip_report=report)
     start = time.perf_counter()
-    jobs, total = _iter_jobs(lists, data_type, shard_size, strict, report, wav_root,
+    jobs, total = iter_jobs(lists, data_type, shard_size, strict, report, wav_root,
                              probe_workers=num_jobs, cluster=cluster, allow_pipe=allow_pipe)
     options = [data_type, audio_format, shard_size]  # part of every shard's fingerprint
     # Raw lists are checked for repeated keys as they are read, tars one at a time by
@@ -351,7 +172,7 @@ def _convert(out: Union[Path, str], lists: List[Pathlike], data_type: str,
 
     bar = tqdm(total=total, unit="shard", desc="to Shar", disable=not progress)
 
-    def done(res: _JobResult) -> None:
+    def done(res: ShardResult) -> None:
         result.written_shards.append(res.index)
         report.merge(res.skip_report)  # already logged where they were found
         dups = [k for k in res.ids if not seen.add(k)] if seen is not None else []
@@ -372,7 +193,7 @@ def _convert(out: Union[Path, str], lists: List[Pathlike], data_type: str,
 
     by_index = {}
 
-    def todo() -> Iterator[_Job]:
+    def todo() -> Iterator[ShardJob]:
         for job in jobs:
             result.num_shards += 1
             job.input_id = job.input_id or job.fingerprint(options)
@@ -385,7 +206,7 @@ def _convert(out: Union[Path, str], lists: List[Pathlike], data_type: str,
                 by_index[job.index] = job
             yield job
 
-    write = functools.partial(_write_shard, out_dir=str(out), audio_format=audio_format,
+    write = functools.partial(write_shard, out_dir=str(out), audio_format=audio_format,
                               strict=strict, allow_pipe=allow_pipe)
     try:
         # bounded: the input is streamed, not loaded; the bar moves as shards complete
