@@ -1,5 +1,5 @@
 """``http(s)://`` inputs (WeNet shard lists may list URLs): a streamed GET through
-urllib3, with the retries of :class:`~wenet_lhotse.io.remote.ResumableReader`
+urllib3, with the retries of :class:`~wenet_lhotse.io.resumable.ResumableReader`
 and the time limits of :class:`ReadLimits`.
 
 * A transient failure (connection refused, reset or cut short, a response shorter
@@ -33,7 +33,7 @@ from typing import Optional
 
 from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.io.read_limits import ReadLimits
-from wenet_lhotse.io.remote import HttpStatusError, ResumableReader
+from wenet_lhotse.io.resumable import HttpStatusError, ResumableReader
 
 __all__ = ["HttpReader", "ReadLimits"]
 

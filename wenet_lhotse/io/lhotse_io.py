@@ -15,8 +15,9 @@ from typing import BinaryIO
 
 from wenet_lhotse.io.access import lent_url_protocols
 from wenet_lhotse.io.policy import ReadPolicy
-from wenet_lhotse.io.remote import _filesystem, open_remote, remote_error
+from wenet_lhotse.io.remote import _filesystem, open_remote
 from wenet_lhotse.io.remote_audio import is_audio_url, is_http, open_audio_url
+from wenet_lhotse.io.resumable import remote_error
 
 
 def _open_for_lhotse(url: str, mode: str):

@@ -28,7 +28,8 @@ from typing import Any, Optional
 from lhotse import AudioSource, Recording
 
 from wenet_lhotse.io.policy import ReadPolicy
-from wenet_lhotse.io.remote import ResumableReader, RetryingReader, is_remote
+from wenet_lhotse.io.remote import RetryingReader, is_remote
+from wenet_lhotse.io.resumable import ResumableReader
 
 #: Bytes a header probe requests per range (fsspec's read-ahead block; one HTTP
 #: range request), and the buffer (bytes) libsndfile's small reads are served from.
