@@ -136,7 +136,11 @@ def test_no_import_cycles():
             visit(m, [m])
 
 
-def test_no_module_is_much_over_400_lines():
+#: Small modules with one job: no module of the package is longer (lines).
+MAX_MODULE_LINES = 400
+
+
+def test_no_module_is_over_400_lines():
     long = {str(p.relative_to(ROOT)): n for p in ROOT.rglob("*.py")
-            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 420}
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
     assert not long, long
