@@ -2,8 +2,9 @@
 
 WeNet has no such section: its own ``dataset_conf`` keys keep their meaning
 (:mod:`wenet_lhotse.loader.config` reads them and this section into one
-``LoaderConfig``); every key here is an opt-in change, with WeNet's behaviour as the
-default, and has its row in docs/migration.md. Each key's type, default and check are
+``LoaderConfig``); every key here is ours and has its row in docs/migration.md's table
+of improvements (the drop-in's defaults for some are ``wenet_compat``'s
+``WENET_LHOTSE_DEFAULTS``). Each key's type, default and check are
 declared once, on :class:`LhotseConf`'s fields; an unknown key or a bad value is a
 :class:`~wenet_lhotse.errors.WenetConfigError` naming ``lhotse_conf.<key>``.
 
