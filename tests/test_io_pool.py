@@ -87,6 +87,32 @@ def test_lifeline_reaches_eof_only_when_cut():
     line.close()  # idempotent
 
 
+def test_closing_a_line_twice_never_cuts_a_newer_line_on_the_same_descriptor():
+    """A pool's ``close()`` and, later, its garbage-collection finalizer both close its
+    lifeline. By then the descriptor number may belong to a newer pool's lifeline: the
+    second call must not cut it (that pool's workers would end mid-batch)."""
+    old = Lifeline()
+    number = old._write_fd
+    old.reader.close()  # (its number, lower, is free for the newer read end below)
+    old.close()
+    # The kernel gives out the lowest free numbers: fill every free one below `number`
+    # but one, so that the newer pipe's read end takes that one and its write end `number`.
+    fillers = []
+    while (fd := os.open(os.devnull, os.O_RDONLY)) != number:
+        fillers.append(fd)
+    os.close(fd)
+    os.close(fillers.pop())
+    newer = Lifeline()
+    for fd in fillers:
+        os.close(fd)
+    assert newer._write_fd == number
+    old.close()  # the late second call
+    assert not newer.reader.poll(0.05)  # the newer line still holds: no EOF
+    newer.close()
+    assert newer.reader.poll(1.0)
+    newer.reader.close()
+
+
 def test_close_ends_workers_and_cuts_the_line():
     pool = ProcessPool(2)
     assert sorted(pool.map(abs, [-1, -2, -3])) == [1, 2, 3]

@@ -88,12 +88,20 @@ class Lifeline:
             _write_ends.add(self._write_fd)
         self.owner_pid = os.getpid()
         self.reader = Connection(read_fd, writable=False)
+        self._closed = False
 
     def close(self) -> None:
-        """Cut the line (idempotent; a no-op in a process that inherited the object)."""
+        """Cut the line (idempotent; a no-op in a process that inherited the object).
+
+        Idempotent by its own flag, not by looking the descriptor number up: once closed,
+        the number may belong to a newer lifeline, which a second call (a pool's
+        ``close()`` and later its garbage-collection finalizer) must not cut."""
         if os.getpid() != self.owner_pid:
             return
         with _lock:
+            if self._closed:
+                return
+            self._closed = True
             if self._write_fd in _write_ends:
                 _write_ends.discard(self._write_fd)
                 os.close(self._write_fd)

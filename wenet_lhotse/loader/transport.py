@@ -65,9 +65,12 @@ class SlotBatch:
     """What a worker sends instead of a batch dict: ``entries`` in the dict's order,
     each ``(key, Layout, None)`` for a tensor in the slot or ``(key, None, value)``."""
 
+    #: set where received (the training process); a class default, so ``__del__`` of
+    #: one whose unpickling failed half-way (a worker killed mid-send) has it too
+    _ring: Optional[BatchRing] = None
+
     def __init__(self, token: int, slot: int, entries: List[Tuple[str, Any, Any]]) -> None:
         self.token, self.slot, self.entries = token, slot, entries
-        self._ring: Optional[BatchRing] = None  # set where received (the training process)
 
     def __getstate__(self) -> Tuple[int, int, List[Tuple[str, Any, Any]]]:
         return self.token, self.slot, self.entries
