@@ -56,7 +56,7 @@ def cmvn_cmd(source, config_path, out, jobs, chunk_size, wav_root, skip_errors, 
     else:
         dataset_conf = RECIPE_FEATURES
     config = CmvnConfig.from_wenet(dataset_conf)
-    policy = read_policy(skip_errors=skip_errors)  # compute_cmvn takes policy= later (R1/R2)
+    policy = read_policy(skip_errors=skip_errors)
     report = policy.skip_report
     try:
         stats = compute_cmvn(source, config=config, num_jobs=max(1, jobs),

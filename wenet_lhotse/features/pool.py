@@ -89,13 +89,14 @@ class WorkerPool:
         if not self._finalizer.still_active():
             return False
         ended = self._pool.ended_workers()
-        if ended:
-            pid, code = ended[0]
-            logger.warning("feature worker %s ended between batches (%s); no cut was "
-                           "in flight; starting a fresh pool", pid or "?",
-                           f"signal {-code}" if code and code < 0 else f"exit code {code}")
-            self.close()
-        return not ended
+        if not ended and not self._pool.broken:
+            return True
+        pid, code = ended[0] if ended else ("?", None)
+        logger.warning("feature worker %s ended between batches (%s); no cut was in "
+                       "flight; starting a fresh pool", pid,
+                       f"signal {-code}" if code and code < 0 else f"exit code {code}")
+        self.close()
+        return False
 
     def run(self, tasks: Sequence[tuple]) -> List[tuple]:
         """Run ``(index, cut, seed, augment)`` tasks; replies in task order.

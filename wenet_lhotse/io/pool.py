@@ -44,7 +44,7 @@ import weakref
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from multiprocessing.connection import Connection
-from typing import Any, Callable, Iterator, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 #: Seconds a worker whose parent died has to clean up before it is ended by force.
 GRACE_S = 10.0
@@ -185,22 +185,30 @@ class ProcessPool(ProcessPoolExecutor):
         with may_start_children():  # a submission may start workers
             return super().submit(fn, *args, **kwargs)
 
+    def _workers(self) -> Dict[int, Any]:
+        """pid -> ``multiprocessing.Process`` of the workers started so far (a copy:
+        the executor's manager thread changes its own)."""
+        return dict(getattr(self, "_processes", None) or {})
+
     @property
     def pids(self) -> List[int]:
         """Pids of the workers started so far."""
-        return list(getattr(self, "_processes", None) or {})
+        return list(self._workers())
+
+    @property
+    def broken(self) -> bool:
+        """Whether the executor marked itself unusable (a worker died under it)."""
+        return bool(getattr(self, "_broken", False))
 
     def ended_workers(self) -> List[Tuple[int, Optional[int]]]:
-        """``(pid, exit code)`` of workers that ended on their own (a negative code is
-        the signal), or ``[(0, None)]`` once the executor marked itself broken."""
-        procs = getattr(self, "_processes", None) or {}
-        ended = [(pid, proc.exitcode) for pid, proc in list(procs.items())
-                 if not proc.is_alive()]
-        return ended or ([(0, None)] if getattr(self, "_broken", False) else [])
+        """``(pid, exit code)`` of the workers that have ended (a negative code is the
+        signal)."""
+        return [(pid, proc.exitcode) for pid, proc in self._workers().items()
+                if not proc.is_alive()]
 
     def terminate(self) -> None:
         """Send the running workers ``SIGTERM``: they clean up and exit."""
-        for proc in list((getattr(self, "_processes", None) or {}).values()):
+        for proc in self._workers().values():
             if proc.is_alive():
                 try:
                     proc.terminate()
@@ -213,7 +221,7 @@ class ProcessPool(ProcessPoolExecutor):
         inherited this pool through ``fork`` (its workers are not ours)."""
         if os.getpid() != self.owner_pid:
             return
-        procs = list((getattr(self, "_processes", None) or {}).values())
+        procs = list(self._workers().values())
         self.shutdown(wait=False, cancel_futures=True)
         deadline = time.monotonic() + timeout
         for proc in procs:

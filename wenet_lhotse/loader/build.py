@@ -114,8 +114,6 @@ class LoaderPlan:
     seed: int
     world_size: int
     rank: int
-    strict: bool
-    skip_report: SkipReport
     #: how every source is read (``lhotse_conf``'s :meth:`~.lhotse_conf.LhotseConf.read_policy`)
     policy: ReadPolicy
     num_workers: int
@@ -123,6 +121,12 @@ class LoaderPlan:
     loader_kw: Dict[str, Any]
     #: source number -> its shard index parts (:func:`~.index_reader.open_shard_index`)
     indexes: Dict[int, Any] = field(default_factory=dict)
+
+    @property
+    def skip_report(self) -> SkipReport:
+        """Where every skip of this loader is counted (the policy's; ``loader.skip_report``)."""
+        assert self.policy.skip_report is not None
+        return self.policy.skip_report
 
     @property
     def weights(self) -> List[float]:
@@ -337,7 +341,6 @@ def build_dataloader(
                           allow_pipe=lconf.allow_pipe)
     ws, rk = world_info(world_size, rank)
     policy = lconf.read_policy(skip_report)
-    strict = policy.strict
     if dataset is None:
         dataset = make_wenet_dataset(tokenizer, cfg.dataset_conf, split, seed=seed)
     transform = DeviceFeatures.for_dataset(dataset, lconf.features_on, lconf.device)
@@ -357,7 +360,7 @@ def build_dataloader(
         loader_kw["worker_init_fn"] = make_worker_init_fn(rank=rk, world_size=ws, seed=seed)
     indexes = (shard_indexes(specs, lconf, split=split, policy=policy)
                if lconf.mode != "streamed" else {})
-    plan = LoaderPlan(specs, transforms, cfg, split, seed, ws, rk, strict, skip_report, policy,
+    plan = LoaderPlan(specs, transforms, cfg, split, seed, ws, rk, policy,
                       num_workers, prefetch_factor, loader_kw, indexes)
     # (issue 22) text / speech-only sources or mix_by: batch -> one sampler per source
     if mixes_by_batch(specs, lconf.mix_by):
