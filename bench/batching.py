@@ -47,7 +47,8 @@ from wenet_harness import import_wenet, wenet_char_tokenizer, wenet_missing
 from wenet_harness.runs import speaker_table
 from wenet_lhotse.corpus import _sample_duration, generate_corpus
 from wenet_lhotse.formats import read_raw_list
-from wenet_lhotse.loader.build import build_dataloader, estimate_bins, make_wenet_dataset
+from wenet_lhotse.loader.bins import estimate_bins
+from wenet_lhotse.loader.build import build_dataloader, make_wenet_dataset
 from wenet_lhotse.text import CharTokenizer
 
 REPO = Path(__file__).resolve().parents[1]

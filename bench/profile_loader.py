@@ -221,7 +221,8 @@ def transfer_cpu(batches: List[Dict[str, Any]], workers: int) -> float:
 
     before = tree_usage()["cpu"]
     try:  # our loader class: batches travel as they do in the loader (shared-memory ring)
-        from wenet_lhotse.loader.dataloader import LhotseDataLoader, LoaderDataset
+        from wenet_lhotse.loader.dataloader import LhotseDataLoader
+        from wenet_lhotse.loader.map_items import LoaderDataset
 
         loader = LhotseDataLoader(LoaderDataset(Ready()), sampler=range(len(batches)),
                                   num_workers=workers, persistent_workers=True)

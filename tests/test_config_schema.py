@@ -9,10 +9,11 @@ import pytest
 
 from wenet_lhotse.dataset.splits import SPLITS, split_rules
 from wenet_lhotse.errors import WenetConfigError
-from wenet_lhotse.loader.config import LhotseConf, LoaderConfig, wenet_batch_conf
+from wenet_lhotse.features.recipe import CutLengths
+from wenet_lhotse.loader.config import LoaderConfig, wenet_batch_conf
 from wenet_lhotse.loader.config_check import check_dataset_conf, lhotse_conf_rules
 from wenet_lhotse.loader.constraints import MaxFramesConstraint, wenet_constraint
-from wenet_lhotse.loader.lengths import CutLengths
+from wenet_lhotse.loader.lhotse_conf import LhotseConf
 
 
 def test_lhotse_conf_and_config_check_share_each_keys_rule():

@@ -13,11 +13,12 @@ from lhotse import CutSet
 
 from wenet_lhotse.convert import export_shards, shard_is_complete, wenet_to_shar
 from wenet_lhotse.convert.lossless import choose_lossless_encoding, encode_lossless
-from wenet_lhotse.convert.shar import partial_dir, shard_paths
+from wenet_lhotse.convert.shar import partial_dir
 from wenet_lhotse.corpus import generate_corpus
 from wenet_lhotse.errors import SkipReport, WenetDataError
 from wenet_lhotse.formats import read_shard_list, write_wenet_shards
 from wenet_lhotse.formats.raw_list import read_raw_list
+from wenet_lhotse.sources.shar_dir import shard_paths
 
 EXTRA = {"emotion": "calm", "domain": "synthetic"}
 

@@ -98,7 +98,7 @@ def test_migration_lists_every_lhotse_conf_key():
     """docs/migration.md's opt-in table names every ``lhotse_conf`` key, and no other."""
     import dataclasses
 
-    from wenet_lhotse.loader.config import LhotseConf
+    from wenet_lhotse.loader.lhotse_conf import LhotseConf
 
     text = (ROOT / "docs" / "migration.md").read_text(encoding="utf-8")
     table = text.split("## Our improvements", 1)[1].split("\n## ", 1)[0]

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from wenet_lhotse.formats import SkipReport, WenetDataError, read_raw_list, read_shard_list
+from wenet_lhotse.errors import SkipReport, WenetDataError
+from wenet_lhotse.formats import read_raw_list, read_shard_list
 
 
 def wav_file(path, seconds=0.5, seed=0):

@@ -10,14 +10,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from wenet_lhotse.formats import (
-    SkipReport,
-    WenetDataError,
-    read_raw_list,
-    read_shard_list,
-    write_raw_list,
-    write_wenet_shards,
-)
+from wenet_lhotse.errors import SkipReport, WenetDataError
+from wenet_lhotse.formats import read_raw_list, read_shard_list, write_raw_list, write_wenet_shards
 from wenet_lhotse.sources import read_wenet_list
 
 

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from wenet_lhotse.corpus import generate_corpus
-from wenet_lhotse.formats import SkipReport, WenetDataError, open_input, read_shard_list
+from wenet_lhotse.errors import SkipReport, WenetDataError
+from wenet_lhotse.formats import read_shard_list
+from wenet_lhotse.io.streams import open_input
 
 
 @pytest.fixture(scope="module")

@@ -86,7 +86,7 @@ def test_import_pool_ends_with_its_parent(corpus8, tmp_path, http_serve, sig):
 
 def test_rerun_removes_stale_temp_files_of_dead_writers(tmp_path):
     target = tmp_path / "out" / "data.list"
-    code = ("import sys, time\nfrom wenet_lhotse.formats import atomic_output\n"
+    code = ("import sys, time\nfrom wenet_lhotse.io.streams import atomic_output\n"
             f"with atomic_output({str(target)!r}) as f:\n"
             "    f.write(b'half'); f.flush(); print('ready', flush=True); time.sleep(600)\n")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
@@ -105,7 +105,7 @@ def test_rerun_removes_stale_temp_files_of_dead_writers(tmp_path):
                             env=dict(os.environ, PYTHONPATH=str(REPO)))
     try:
         assert live.stdout.readline().strip() == "ready"
-        from wenet_lhotse.formats import atomic_output
+        from wenet_lhotse.io.streams import atomic_output
 
         with atomic_output(target) as f:
             f.write(b"whole\n")
@@ -147,7 +147,7 @@ def test_trickling_server_hits_the_request_deadline(corpus8, tmp_path, http_serv
 
 
 def test_trickling_server_hits_the_member_deadline(corpus8, tmp_path, http_serve):
-    from wenet_lhotse.io.streams import ReadLimits
+    from wenet_lhotse.io.read_limits import ReadLimits
 
     base = http_serve(corpus8.root / "shards", mode="trickle", interval=0.2)
     lst = url_list(corpus8, base, tmp_path)

@@ -77,7 +77,7 @@ def test_pipe_lines_need_an_opt_in_python(small, tmp_path):
 
 
 def test_open_input_refuses_pipe_unless_allowed(tmp_path):
-    from wenet_lhotse.formats import open_input
+    from wenet_lhotse.io.streams import open_input
 
     marker = tmp_path / "ran"
     with pytest.raises(WenetDataError, match="allow_pipe") as e:

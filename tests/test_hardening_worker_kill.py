@@ -188,7 +188,7 @@ def test_remote_reads_never_retry_or_wrap_a_killed_worker():
     """A remote read in the main process (a manifest or list over HTTP/S3, map mode)
     catches ``Exception`` to retry and to name the URL: torch's killed-worker error
     raised there by its SIGCHLD handler is neither retried nor made an I/O error."""
-    from wenet_lhotse.io.remote import is_transient, remote_error
+    from wenet_lhotse.io.resumable import is_transient, remote_error
 
     death = RuntimeError("DataLoader worker (pid 4242) is killed by signal: Killed. ")
     assert not is_transient(death)

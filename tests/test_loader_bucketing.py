@@ -10,13 +10,13 @@ import pytest
 from lhotse import CutSet, Recording
 from lhotse.dataset.sampling.dynamic_bucketing import DynamicBucketingSampler
 
+from wenet_lhotse.features.recipe import CutLengths, FrameCounter
 from wenet_lhotse.loader.bucketing import BucketingSampler, chunk_sorted
 from wenet_lhotse.loader.constraints import (
     BucketBatchConstraint,
     MaxFramesConstraint,
     StaticBatchConstraint,
 )
-from wenet_lhotse.loader.lengths import CutLengths, FrameCounter
 
 BINS = [0.8, 1.3, 1.8, 2.3, 2.8, 3.3, 3.8, 4.3, 5.0]  # 10 buckets (seconds)
 

@@ -16,13 +16,12 @@ import pytest
 
 from wenet_lhotse.errors import WenetConfigError, WenetDataError
 from wenet_lhotse.loader.config_check import (
-    SCALARS,
-    SECTIONS,
     check_dataset_conf,
     check_special_tokens,
     lhotse_conf_rules,
     load_wenet_yaml,
 )
+from wenet_lhotse.loader.schema import SCALARS, SECTIONS
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -147,7 +146,7 @@ def test_examples_from_the_issue():
 
 
 def test_every_lhotse_conf_key_is_checked():
-    from wenet_lhotse.loader.config import LhotseConf
+    from wenet_lhotse.loader.lhotse_conf import LhotseConf
 
     rules = lhotse_conf_rules()
     assert set(rules) == {f for f in LhotseConf.__dataclass_fields__}

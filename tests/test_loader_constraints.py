@@ -14,7 +14,12 @@ from lhotse.dataset.sampling.dynamic_bucketing import DynamicBucketingSampler
 
 from wenet_lhotse.features.augment import resample, speed_perturb
 from wenet_lhotse.features.fbank import extractor_from_wenet_conf
-from wenet_lhotse.features.pipeline import planned_speed
+from wenet_lhotse.features.recipe import (
+    CutLengths,
+    FrameCounter,
+    cut_lengths_from_wenet_conf,
+    planned_speed,
+)
 from wenet_lhotse.features.strategy import PooledFeatures
 from wenet_lhotse.loader.constraints import (
     BucketBatchConstraint,
@@ -22,7 +27,6 @@ from wenet_lhotse.loader.constraints import (
     StaticBatchConstraint,
     wenet_constraint,
 )
-from wenet_lhotse.loader.lengths import CutLengths, FrameCounter, cut_lengths_from_wenet_conf
 
 
 def _cuts(n: int, seed: int = 0, sampling_rate: int = 16000, lo: float = 0.3, hi: float = 6.0

@@ -16,11 +16,11 @@ from lhotse.testing.dummies import dummy_cut
 from loader_common import Ids
 
 from wenet_lhotse.errors import WenetDataError
+from wenet_lhotse.features.recipe import CutLengths
 from wenet_lhotse.loader import build_dataloader
 from wenet_lhotse.loader.bins import estimate_bins
 from wenet_lhotse.loader.bucketing import BucketingSampler
 from wenet_lhotse.loader.constraints import StaticBatchConstraint
-from wenet_lhotse.loader.lengths import CutLengths
 from wenet_lhotse.loader.streamed import INITIAL_FILL, WarmStartSampler
 
 

@@ -7,8 +7,9 @@ from lhotse import CutSet
 from lhotse.dataset.sampling.dynamic_bucketing import DynamicBucketingSampler
 from loader_common import CONF, Keys, _epoch
 
+from wenet_lhotse.loader.bins import estimate_bins
 from wenet_lhotse.loader.bucketing import BucketingSampler
-from wenet_lhotse.loader.build import build_dataloader, estimate_bins
+from wenet_lhotse.loader.build import build_dataloader
 from wenet_lhotse.loader.mux import PositionedStream, ResumableMux
 from wenet_lhotse.loader.readers import JsonlReader
 from wenet_lhotse.loader.sampler import ResumableBucketingSampler

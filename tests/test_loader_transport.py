@@ -14,7 +14,8 @@ import torch
 
 from wenet_lhotse.dataset import padding
 from wenet_lhotse.dataset.padding import pad_rows
-from wenet_lhotse.loader.dataloader import LhotseDataLoader, LoaderDataset
+from wenet_lhotse.loader.dataloader import LhotseDataLoader
+from wenet_lhotse.loader.map_items import LoaderDataset
 from wenet_lhotse.loader.transport import BatchRing, SlotBatch
 
 

@@ -1,15 +1,12 @@
-"""The package as users and contributors meet it: the public API, old import paths,
-packaging, and the layer rule of docs/architecture.md."""
+"""The package as users and contributors meet it: the public API, packaging, and the
+layer rule of docs/architecture.md."""
 
 from __future__ import annotations
 
 import ast
-import importlib
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 import wenet_lhotse
 
@@ -40,14 +37,6 @@ TOP = 6  # wenet_compat, wenet_train, cli, demo, corpus
 #: Side by side, never importing each other: training input and the conversion tools.
 APART = {("loader", "convert"), ("convert", "loader")}
 
-#: Old import paths kept as one-line re-exports, with a name each must still give.
-OLD_PATHS = {
-    "wenet_lhotse.formats.shards": "read_shard_list",
-    "wenet_lhotse.convert.inputs": "open_cuts",
-    "wenet_lhotse.loader.sources": "SourceSpec",
-}
-
-
 def test_public_api_resolves_and_import_is_light():
     assert PUBLIC <= set(wenet_lhotse.__all__), PUBLIC - set(wenet_lhotse.__all__)
     for name in wenet_lhotse.__all__:
@@ -64,11 +53,6 @@ def test_every_subpackage_is_a_regular_package():
     missing = [str(d.relative_to(ROOT)) for d in ROOT.rglob("*")
                if d.is_dir() and any(d.glob("*.py")) and not (d / "__init__.py").exists()]
     assert not missing, missing
-
-
-@pytest.mark.parametrize("module,name", sorted(OLD_PATHS.items()))
-def test_old_import_paths_still_work(module, name):
-    assert getattr(importlib.import_module(module), name) is getattr(wenet_lhotse, name)
 
 
 def _layer(module: str) -> int:

@@ -20,7 +20,8 @@ from wenet_lhotse.errors import SkipReport, WenetDataError
 from wenet_lhotse.formats import read_raw_list, read_shard_list, write_wenet_shards
 from wenet_lhotse.io.streams import open_input
 from wenet_lhotse.loader.build import build_dataloader
-from wenet_lhotse.loader.config import LhotseConf, LoaderConfig
+from wenet_lhotse.loader.config import LoaderConfig
+from wenet_lhotse.loader.lhotse_conf import LhotseConf
 from wenet_lhotse.sources.manifest import LazyCheckedManifest
 from wenet_lhotse.sources.shar_stream import LazyCheckedShar
 from wenet_lhotse.sources.text import read_text_source

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
+from wenet_lhotse.features.recipe import CutLengths, FrameCounter
 from wenet_lhotse.loader.build import build_dataloader
-from wenet_lhotse.loader.lengths import CutLengths, FrameCounter
 from wenet_lhotse.text import CharTokenizer
 
 SPEEDS = (0.8, 1.25)  # not WeNet's 0.9/1.0/1.1: a list silently replaced shows
@@ -45,7 +45,7 @@ def test_speed_perturb_list_is_honoured_everywhere(corpus, features_on):
 
 
 def test_planned_lengths_use_the_speed_list():
-    from wenet_lhotse.loader.lengths import cut_lengths_from_wenet_conf
+    from wenet_lhotse.features.recipe import cut_lengths_from_wenet_conf
 
     assert cut_lengths_from_wenet_conf(_conf(), train=True, seed=0).speeds == SPEEDS
     assert cut_lengths_from_wenet_conf({"speed_perturb": True}, train=True, seed=0).speeds \

@@ -33,7 +33,7 @@ _EXPORTS = {
     "read_shard_list": "wenet_lhotse.formats",
     "write_raw_list": "wenet_lhotse.formats",
     "write_wenet_shards": "wenet_lhotse.formats",
-    "ReadLimits": "wenet_lhotse.formats",
+    "ReadLimits": "wenet_lhotse.io.read_limits",
     "ReadPolicy": "wenet_lhotse.io.policy",
     "detect_data_type": "wenet_lhotse.sources",
     "InputKind": "wenet_lhotse.sources.kinds.base",

@@ -32,9 +32,9 @@ import os
 from typing import Any, Dict, List, Mapping, MutableMapping, Optional, Sequence, Tuple, Union
 
 from wenet_lhotse.loader.build import build_dataloader
-from wenet_lhotse.loader.config import LhotseConf
 from wenet_lhotse.loader.config_check import check_wenet_configs
 from wenet_lhotse.loader.distributed import world_info
+from wenet_lhotse.loader.lhotse_conf import LhotseConf
 from wenet_lhotse.loader.wenet_dataset import CutTransform, make_wenet_dataset
 from wenet_lhotse.sources import SourceSpec, detect_source_type
 from wenet_lhotse.sources.detect import WENET_KINDS

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-from wenet_lhotse.wenet_launch import (  # noqa: F401 - import_wenet_module re-exported
+from wenet_lhotse.wenet_launch import (
     import_wenet_module,
     log_stand_ins_once,
     run_patched,

@@ -19,7 +19,6 @@ from wenet_lhotse.convert.lossless import CopyingSharWriter, LosslessAudioTarWri
 from wenet_lhotse.convert.raw import ImportResult, import_raw, iter_raw_cuts
 from wenet_lhotse.convert.shar import SharConversion, shard_is_complete, wenet_to_shar
 from wenet_lhotse.convert.stats import CorpusStats, corpus_stats, plot_stats
-from wenet_lhotse.sources import detect_input_kind, open_cuts, read_shar
 
 __all__ = [
     "CopyingSharWriter",
@@ -29,14 +28,11 @@ __all__ = [
     "SharConversion",
     "ValidationResult",
     "corpus_stats",
-    "detect_input_kind",
     "export_raw_list",
     "export_shards",
     "import_raw",
     "iter_raw_cuts",
-    "open_cuts",
     "plot_stats",
-    "read_shar",
     "shard_is_complete",
     "validate",
     "wenet_to_shar",

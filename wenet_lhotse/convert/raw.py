@@ -30,7 +30,7 @@ from wenet_lhotse.io.parallel import map_bounded
 from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.io.remote import is_remote
 from wenet_lhotse.io.streams import as_path_list, atomic_output, same_file
-from wenet_lhotse.sources.raw_lines import BLOCK_LINES, parse_raw_lines  # noqa: F401
+from wenet_lhotse.sources.raw_lines import parse_raw_lines
 
 logger = logging.getLogger(__name__)
 

@@ -57,9 +57,8 @@ from wenet_lhotse.formats.keyset import KeySet
 from wenet_lhotse.io.remote import is_remote
 from wenet_lhotse.io.tempfiles import output_lock
 from wenet_lhotse.sources.detect import detect_data_type
-from wenet_lhotse.sources.open import read_shar  # noqa: F401 - kept importable from here
 from wenet_lhotse.sources.registry import get_kind, kind_names
-from wenet_lhotse.sources.shar_dir import shar_files, shard_paths  # noqa: F401 - as read_shar
+from wenet_lhotse.sources.shar_dir import shar_files
 
 logger = logging.getLogger(__name__)
 

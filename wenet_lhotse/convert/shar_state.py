@@ -36,7 +36,7 @@ from wenet_lhotse.io.remote import is_remote, remote_exists, remote_put
 from wenet_lhotse.io.streams import open_input
 from wenet_lhotse.io.tempfiles import process_running
 from wenet_lhotse.sources.shar_dir import shard_paths
-from wenet_lhotse.sources.shar_record import (  # noqa: F401 (moved; old import path)
+from wenet_lhotse.sources.shar_record import (
     _FCOMMENT,
     _FHCRC,
     _NO_MTIME,

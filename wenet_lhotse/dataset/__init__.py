@@ -10,7 +10,6 @@ from wenet_lhotse.dataset.filters import (
     filter_stats,
     wenet_filter,
 )
-from wenet_lhotse.formats.layout import cut_text
 
 __all__ = [
     "FilterConf",
@@ -21,7 +20,6 @@ __all__ = [
     "cut_lang",
     "cut_speaker",
     "cut_task",
-    "cut_text",
     "filter_reason",
     "filter_stats",
     "num_frames_10ms",

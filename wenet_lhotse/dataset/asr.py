@@ -39,7 +39,7 @@ from lhotse.dataset.collation import collate_vectors
 from wenet_lhotse.dataset.cut_fields import cut_lang, cut_speaker, cut_task
 from wenet_lhotse.dataset.langid import custom_lang
 from wenet_lhotse.dataset.padding import pad_rows
-from wenet_lhotse.dataset.splits import SPLITS, split_rules  # noqa: F401  (SPLITS: public)
+from wenet_lhotse.dataset.splits import split_rules
 from wenet_lhotse.errors import SkipReport, WenetDataError, carry_skips
 from wenet_lhotse.formats.layout import cut_text
 from wenet_lhotse.text.tokenizer import CJK_PATTERN, read_symbol_table

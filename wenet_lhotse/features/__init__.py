@@ -28,7 +28,7 @@ from wenet_lhotse.features.fbank import (
     WhisperLogMelConfig,
     extractor_from_wenet_conf,
 )
-from wenet_lhotse.features.pipeline import cut_seed
+from wenet_lhotse.features.recipe import cut_seed
 from wenet_lhotse.features.strategy import PooledBatch, PooledFeatures
 
 __all__ = [

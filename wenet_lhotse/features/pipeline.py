@@ -23,11 +23,8 @@ import torch
 
 from wenet_lhotse.errors import WenetDataError, reraise_worker_death
 from wenet_lhotse.features.augment import choose_speed, speed_perturb
-from wenet_lhotse.features.recipe import (  # noqa: F401  (cut_seed & co.: public here)
-    WENET_SPEEDS,
+from wenet_lhotse.features.recipe import (
     FeatureRecipe,
-    cut_seed,
-    planned_speed,
 )
 from wenet_lhotse.formats.audio import as_float_samples, load_samples, resample
 from wenet_lhotse.formats.layout import cut_source

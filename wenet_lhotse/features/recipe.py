@@ -349,3 +349,11 @@ class FeatureRecipe:
                 draw = draws.augments[aug.name] = aug.draw(draws.keep, bins, rng, cfg)
                 draws.keep = aug.frames(draws.keep, draw)
         return draws
+
+
+def cut_lengths_from_wenet_conf(dataset_conf: Mapping[str, Any], *, train: bool, seed: int
+                                ) -> CutLengths:
+    """Planned lengths as :func:`~wenet_lhotse.loader.wenet_dataset.make_wenet_dataset`'s
+    pipeline makes them: the split's :class:`FeatureRecipe` (``train``: with augmentation
+    and speed perturbation)."""
+    return FeatureRecipe.from_wenet_conf(dataset_conf, augment=train).lengths(seed)

@@ -22,9 +22,9 @@ from lhotse.features.base import FeatureExtractor
 from wenet_lhotse.errors import SkipReport, WenetDataError
 from wenet_lhotse.features.augmentations import AUGMENTATIONS
 from wenet_lhotse.features.device import FEATURES_ON, WaveBatch, check_extractor
-from wenet_lhotse.features.pipeline import CutPipeline, cut_seed, one_torch_thread
+from wenet_lhotse.features.pipeline import CutPipeline, one_torch_thread
 from wenet_lhotse.features.pool import WorkerPool
-from wenet_lhotse.features.recipe import FeatureRecipe
+from wenet_lhotse.features.recipe import FeatureRecipe, cut_seed
 
 
 class PooledBatch(NamedTuple):

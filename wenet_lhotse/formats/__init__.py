@@ -3,7 +3,6 @@
 on a cut. Errors name file and line or tar and member (:mod:`wenet_lhotse.errors`).
 Telling input kinds apart and opening any of them is :mod:`wenet_lhotse.sources`."""
 
-from wenet_lhotse.errors import SkippedItem, SkipReport, WenetDataError
 from wenet_lhotse.formats.raw_list import LazyWenetRawListIterator, read_raw_list
 from wenet_lhotse.formats.raw_list_writer import write_raw_list
 from wenet_lhotse.formats.shard_reader import (
@@ -15,22 +14,15 @@ from wenet_lhotse.formats.shard_reader import (
 )
 from wenet_lhotse.formats.shard_writer import write_wenet_shards
 from wenet_lhotse.io.lhotse_io import install_lhotse_io_backend
-from wenet_lhotse.io.streams import ReadLimits, atomic_output, open_input
 
 # Lhotse's readers and writers (Shar tars, manifests, url audio) reach object storage
 # from any process that imports wenet_lhotse.formats, DataLoader and Dask workers included.
 install_lhotse_io_backend()
 
 __all__ = [
-    "ReadLimits",
     "LazyWenetRawListIterator",
     "LazyWenetShardIterator",
     "ShardEntry",
-    "SkipReport",
-    "SkippedItem",
-    "WenetDataError",
-    "atomic_output",
-    "open_input",
     "read_one_tar",
     "read_raw_list",
     "read_shard_entries",

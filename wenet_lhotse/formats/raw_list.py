@@ -42,10 +42,6 @@ from wenet_lhotse.formats.audio import probe_recording, sampling_rate_problem
 from wenet_lhotse.formats.checks import TOO_DEEP, is_finite_number, key_problem, text_problem
 from wenet_lhotse.formats.keyset import KeySet
 from wenet_lhotse.formats.layout import CORE_FIELDS
-from wenet_lhotse.formats.raw_list_writer import (  # noqa: F401 - kept importable from here
-    raw_list_line,
-    write_raw_list,
-)
 from wenet_lhotse.io.access import open_regular
 from wenet_lhotse.io.policy import PolicyHolder, ReadPolicy
 from wenet_lhotse.io.remote import is_remote

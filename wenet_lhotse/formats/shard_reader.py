@@ -42,7 +42,8 @@ from wenet_lhotse.formats.shard_list import ShardEntry, read_shard_entries
 from wenet_lhotse.formats.split import reader_share
 from wenet_lhotse.formats.tar_members import TarMembers
 from wenet_lhotse.io.policy import PolicyHolder, ReadPolicy
-from wenet_lhotse.io.streams import ReadLimits, TailReader, open_input
+from wenet_lhotse.io.read_limits import ReadLimits
+from wenet_lhotse.io.streams import TailReader, open_input
 
 logger = logging.getLogger(__name__)
 

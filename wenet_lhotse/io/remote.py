@@ -49,20 +49,12 @@ from typing import BinaryIO, Iterable, Iterator, List, Optional
 from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.io.access import check_url
 from wenet_lhotse.io.policy import ReadPolicy
-from wenet_lhotse.io.read_limits import (  # noqa: F401  (re-exported)
-    BACKOFF,
-    RETRIES,
+from wenet_lhotse.io.read_limits import (
     BoundedCaller,
-    Deadlines,
     ReadLimits,
-    default_backoff,
-    default_retries,
 )
-from wenet_lhotse.io.resumable import (  # noqa: F401  (re-exported: their old import path)
-    HttpStatusError,
+from wenet_lhotse.io.resumable import (
     ResumableReader,
-    describe,
-    is_transient,
     remote_error,
 )
 

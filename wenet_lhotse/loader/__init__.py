@@ -4,7 +4,7 @@ DDP-safe step counts, cheap resume, and WeNet's ``init_dataset_and_dataloader`` 
 
 from wenet_lhotse.loader.bucketing import BucketingSampler, SteppedBucketer
 from wenet_lhotse.loader.build import build_dataloader, resolve_mode
-from wenet_lhotse.loader.config import BatchingConfig, LhotseConf, LoaderConfig
+from wenet_lhotse.loader.config import BatchingConfig, LoaderConfig
 from wenet_lhotse.loader.constraints import (
     BucketBatchConstraint,
     MaxFramesConstraint,
@@ -21,31 +21,21 @@ from wenet_lhotse.loader.distributed import (
     world_info,
 )
 from wenet_lhotse.loader.ledger import EpochLedger
-from wenet_lhotse.loader.lengths import CutLengths, FrameCounter
+from wenet_lhotse.loader.lhotse_conf import LhotseConf
 from wenet_lhotse.loader.mux import PositionedStream, ResumableMux
 from wenet_lhotse.loader.readers import JsonlReader, ListReader, shar_reader
 from wenet_lhotse.loader.sampler import ResumableBucketingSampler
 from wenet_lhotse.loader.shar_audio import SharAudioAttacher
 from wenet_lhotse.loader.streamed import StreamedEpochDataset
 from wenet_lhotse.loader.wenet_dataset import make_wenet_dataset
-from wenet_lhotse.sources import (
-    SourceSpec,
-    TagCuts,
-    detect_source_type,
-    mux_sources,
-    open_source,
-    parse_sources,
-)
 
 __all__ = [
     "BatchingConfig",
     "BucketBatchConstraint",
     "BucketingSampler",
-    "CutLengths",
     "DataWaitMeter",
     "EpochLedger",
     "EqualStepsIterator",
-    "FrameCounter",
     "JsonlReader",
     "LhotseConf",
     "LhotseDataLoader",
@@ -57,18 +47,12 @@ __all__ = [
     "ResumableBucketingSampler",
     "ResumableMux",
     "SharAudioAttacher",
-    "SourceSpec",
     "StaticBatchConstraint",
     "SteppedBucketer",
     "StreamedDataLoader",
     "StreamedEpochDataset",
-    "TagCuts",
     "build_dataloader",
-    "detect_source_type",
     "make_wenet_dataset",
-    "mux_sources",
-    "open_source",
-    "parse_sources",
     "plan_last_two_rounds",
     "plan_partition",
     "reduce_cv_loss",

@@ -28,8 +28,8 @@ from lhotse.cut import Cut
 from lhotse.dataset.sampling.dynamic_bucketing import estimate_duration_buckets
 
 from wenet_lhotse.dataset.splits import split_rules
+from wenet_lhotse.features.recipe import CutLengths, cut_lengths_from_wenet_conf
 from wenet_lhotse.loader.config import LoaderConfig
-from wenet_lhotse.loader.lengths import CutLengths, cut_lengths_from_wenet_conf
 from wenet_lhotse.sources import SourceSpec
 
 logger = logging.getLogger(__name__)

@@ -35,16 +35,15 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from lhotse import CutSet
 
-from wenet_lhotse.dataset.splits import SPLITS, split_rules  # noqa: F401  (SPLITS: public)
+from wenet_lhotse.dataset.splits import split_rules
 from wenet_lhotse.errors import SkipReport
 from wenet_lhotse.features.device import DeviceFeatures
 from wenet_lhotse.formats.split import reader_share
 from wenet_lhotse.io.policy import ReadPolicy
-from wenet_lhotse.loader.bins import (  # noqa: F401  (estimate_bins: public here before)
+from wenet_lhotse.loader.bins import (
     WorkerEdges,
     bins_and_budget,
     budget_and_formula,
-    estimate_bins,
     given_bins,
     needs_sample,
     split_lengths,
@@ -54,17 +53,11 @@ from wenet_lhotse.loader.bucketing import BucketingSampler
 from wenet_lhotse.loader.config import LoaderConfig
 from wenet_lhotse.loader.config_check import check_dataset_conf, check_special_tokens
 from wenet_lhotse.loader.constraints import batch_constraint
-from wenet_lhotse.loader.dataloader import (
-    EpochTaggedSampler,
-    LhotseDataLoader,
-    LoaderDataset,
-    MapDataLoader,
-    PlannedSampler,
-    StreamedDataLoader,
-)
+from wenet_lhotse.loader.dataloader import LhotseDataLoader, MapDataLoader, StreamedDataLoader
 from wenet_lhotse.loader.distributed import gloo_group, plan_partition, world_info
 from wenet_lhotse.loader.in_order import in_order_batcher, plan_in_order, wants_in_order
 from wenet_lhotse.loader.index_reader import shard_indexes
+from wenet_lhotse.loader.map_items import EpochTaggedSampler, LoaderDataset, PlannedSampler
 from wenet_lhotse.loader.mixed import build_mixed_loader, mixes_by_batch
 from wenet_lhotse.loader.mux import PositionedStream, ResumableMux
 from wenet_lhotse.loader.sampler import ResumableBucketingSampler

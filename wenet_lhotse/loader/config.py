@@ -30,7 +30,7 @@ similar durations) and are ignored.
 
 The ``lhotse_conf`` section (our keys, all optional: ``sources``, ``max_duration``,
 ``mode``, ``fault_tolerant``, ...) is :class:`~wenet_lhotse.loader.lhotse_conf.LhotseConf`,
-whose module lists every key with its default; it is re-exported here.
+whose module lists every key with its default.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from wenet_lhotse.dataset.filters import FilterConf
 from wenet_lhotse.dataset.splits import SplitRules, split_rules
 from wenet_lhotse.errors import SkipReport
 from wenet_lhotse.io.policy import ReadPolicy
-from wenet_lhotse.loader.lhotse_conf import LhotseConf  # re-exported: its old import path
+from wenet_lhotse.loader.lhotse_conf import LhotseConf
 from wenet_lhotse.loader.schema import BATCH_TYPES, WENET_BATCH_CONF
 
 logger = logging.getLogger(__name__)

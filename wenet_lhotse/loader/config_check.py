@@ -30,8 +30,8 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
 from wenet_lhotse.errors import WenetConfigError, WenetDataError
 from wenet_lhotse.formats.yaml_load import bounded_safe_load
-from wenet_lhotse.loader.config import LhotseConf
-from wenet_lhotse.loader.schema import (  # noqa: F401  (SCALARS, SECTIONS: public here)
+from wenet_lhotse.loader.lhotse_conf import LhotseConf
+from wenet_lhotse.loader.schema import (
     SCALARS,
     SECTIONS,
     Check,

@@ -42,8 +42,8 @@ from lhotse.cut import Cut
 from lhotse.dataset.sampling.base import SamplingConstraint
 
 from wenet_lhotse.dataset.splits import split_rules
+from wenet_lhotse.features.recipe import CutLengths, cut_lengths_from_wenet_conf
 from wenet_lhotse.loader.config import batch_value, wenet_batch_conf
-from wenet_lhotse.loader.lengths import CutLengths, cut_lengths_from_wenet_conf
 from wenet_lhotse.loader.schema import WENET_BATCH_CONF
 
 # ---------------------------------------------------------------------------- constraints

@@ -32,11 +32,6 @@ from wenet_lhotse.errors import (
 )
 from wenet_lhotse.loader.distributed import EqualStepsIterator, world_info
 from wenet_lhotse.loader.ledger import BatchCounts, EpochLedger, log_ledger
-from wenet_lhotse.loader.map_items import (  # noqa: F401  (public here before)
-    EpochTaggedSampler,
-    LoaderDataset,
-    PlannedSampler,
-)
 from wenet_lhotse.loader.sampler import ResumableBucketingSampler
 from wenet_lhotse.loader.state_check import check_loader_state
 from wenet_lhotse.loader.streamed import (

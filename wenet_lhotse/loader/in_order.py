@@ -94,7 +94,7 @@ def in_order_batcher(cfg: Any, seed: int) -> Callable[[List[Cut]], List[List[Cut
     bc = cfg.batching.batch_conf
     if bc["batch_type"] == "static":
         return static_batches(int(bc["batch_size"]))
-    from wenet_lhotse.loader.lengths import cut_lengths_from_wenet_conf
+    from wenet_lhotse.features.recipe import cut_lengths_from_wenet_conf
 
     lengths = cut_lengths_from_wenet_conf(cfg.dataset_conf, train=True, seed=seed)
     return dynamic_batches(int(bc["max_frames_in_batch"]), lengths.frames)

@@ -38,7 +38,6 @@ from wenet_lhotse.formats.tar_index import decode_extra
 from wenet_lhotse.io.policy import PolicyHolder, ReadPolicy
 from wenet_lhotse.io.streams import is_local
 from wenet_lhotse.loader.readers import PositionedReader
-from wenet_lhotse.loader.shar_audio import SHARD_KEYS  # noqa: F401  (the keys it sets)
 from wenet_lhotse.sources.meta_cut import MetaCut
 from wenet_lhotse.sources.registry import get_kind
 

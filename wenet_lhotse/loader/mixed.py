@@ -23,7 +23,8 @@ from wenet_lhotse.dataset.text_batch import KindDataset
 from wenet_lhotse.loader.batch_mux import BatchMuxSampler
 from wenet_lhotse.loader.bins import bins_and_budget, split_lengths
 from wenet_lhotse.loader.constraints import batch_constraint
-from wenet_lhotse.loader.dataloader import EpochTaggedSampler, LoaderDataset, MapDataLoader
+from wenet_lhotse.loader.dataloader import MapDataLoader
+from wenet_lhotse.loader.map_items import EpochTaggedSampler, LoaderDataset
 from wenet_lhotse.loader.mux import PositionedStream, ResumableMux
 from wenet_lhotse.loader.sampler import ResumableBucketingSampler
 from wenet_lhotse.loader.source_readers import audio_attacher

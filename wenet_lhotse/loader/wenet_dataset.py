@@ -59,7 +59,8 @@ def make_wenet_dataset(tokenizer: Any, dataset_conf: Mapping[str, Any], split: s
     ``DeviceFeatures.for_dataset`` turns them into features in the training process."""
     from wenet_lhotse.dataset import WenetAsrDataset
     from wenet_lhotse.features.strategy import PooledFeatures
-    from wenet_lhotse.loader.config import LhotseConf, split_rules
+    from wenet_lhotse.loader.config import split_rules
+    from wenet_lhotse.loader.lhotse_conf import LhotseConf
 
     rules = split_rules(split)
     lconf = LhotseConf.from_dict(dataset_conf.get("lhotse_conf"))

@@ -11,7 +11,6 @@ from wenet_lhotse.sources.detect import (
 )
 from wenet_lhotse.sources.kinds.base import InputKind
 from wenet_lhotse.sources.open import (
-    TagCuts,
     mux_sources,
     open_cuts,
     open_kind,
@@ -23,6 +22,7 @@ from wenet_lhotse.sources.open import (
 from wenet_lhotse.sources.registry import detect, get_kind, kinds
 from wenet_lhotse.sources.shar_dir import shar_fields, shar_files, shard_index, shard_paths
 from wenet_lhotse.sources.spec import SOURCE_TYPES, SourceSpec, parse_sources
+from wenet_lhotse.sources.tags import TagCuts
 
 __all__ = [
     "InputKind",

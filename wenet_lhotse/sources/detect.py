@@ -13,7 +13,6 @@ from typing import Dict
 from lhotse.utils import Pathlike
 
 from wenet_lhotse.errors import WenetDataError
-from wenet_lhotse.sources.kinds.sniff import TAR_SUFFIXES, looks_like_shard_line  # noqa: F401
 from wenet_lhotse.sources.registry import detect, kind_names, kinds
 
 #: Every kind :func:`detect_input_kind` returns, and what it is.

@@ -22,7 +22,6 @@ from wenet_lhotse.sources.kinds.shar import spec_fields
 from wenet_lhotse.sources.registry import get_kind
 from wenet_lhotse.sources.shar_dir import shar_fields
 from wenet_lhotse.sources.spec import SourceSpec
-from wenet_lhotse.sources.tags import TagCuts  # noqa: F401  (public here)
 
 
 def open_kind(
