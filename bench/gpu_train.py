@@ -13,7 +13,7 @@ augmentation: speed perturbation, fbank 80, dither 0.1, spec_aug; static batch 1
 
 * **WeNet**: ``wenet.utils.train_utils.init_dataset_and_dataloader`` (the stand-ins of
   ``wenet_harness`` for torchaudio's IO, sox's speed chain and deepspeed);
-* **ours**: the drop-in ``wenet_lhotse.wenet_compat.init_dataset_and_dataloader``;
+* **ours**: the drop-in ``wenet_lhotse.dropin.compat.init_dataset_and_dataloader``;
 * **ours, device**: the same with ``lhotse_conf: {features_on: device}`` (the GPU).
 
 Per step, ``wait`` is the time blocked in ``next(loader)`` (for the device path this
@@ -91,8 +91,8 @@ def build_loader(which: str, corpus: Path, data_type: str, workers: int) -> Any:
         tokenizer = char_tok.CharTokenizer(str(corpus / "units.txt"))
         init = train_utils.init_dataset_and_dataloader
     else:
+        from wenet_lhotse.dropin.compat import init_dataset_and_dataloader as init
         from wenet_lhotse.text import CharTokenizer
-        from wenet_lhotse.wenet_compat import init_dataset_and_dataloader as init
 
         if PATHS[which]:
             conf["lhotse_conf"] = PATHS[which]

@@ -71,8 +71,8 @@ class StageClock:
 
 
 def build(corpus: Path, data_type: str, workers: int, lconf: Dict[str, Any]):
+    from wenet_lhotse.dropin.compat import init_dataset_and_dataloader
     from wenet_lhotse.text import CharTokenizer
-    from wenet_lhotse.wenet_compat import init_dataset_and_dataloader
 
     args, conf = drop_in_args(corpus, data_type, workers)
     if lconf:
@@ -240,8 +240,8 @@ def total_cpu(corpus: Path, data_type: str, workers: int, lconf: Dict[str, Any])
 
     torch.set_num_threads(1)
     preload_langid()  # a start-up cost, as in bench/wenet_baseline.py
+    import wenet_lhotse.dropin.compat  # noqa: F401
     import wenet_lhotse.text  # noqa: F401  (imports are not set-up work)
-    import wenet_lhotse.wenet_compat  # noqa: F401
 
     before = tree_usage()
     t0 = time.perf_counter()

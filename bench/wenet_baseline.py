@@ -17,7 +17,7 @@ loader is iterated):
   sr*speed -> sr, cheaper than sox), "yes (stand-in)". Rows without speed perturbation
   compare WeNet's real code only; ``bench/speed_perturb.py`` compares our speed
   perturbation with libsox's and libsoxr's.
-* **ours**: ``wenet_lhotse.wenet_compat.init_dataset_and_dataloader`` (the drop-in) with
+* **ours**: ``wenet_lhotse.dropin.compat.init_dataset_and_dataloader`` (the drop-in) with
   the same arguments; ``lhotse_conf`` only where a row says so.
 
 Each run is one epoch of the train loader in a fresh process; runs alternate between the
@@ -120,8 +120,8 @@ def child(which: str, corpus: Path, data_type: str, workers: int, speed: bool,
         init = train_utils.init_dataset_and_dataloader
         tokenizer = char_tok.CharTokenizer(str(corpus / "units.txt"))
     else:
+        from wenet_lhotse.dropin.compat import init_dataset_and_dataloader as init
         from wenet_lhotse.text import CharTokenizer
-        from wenet_lhotse.wenet_compat import init_dataset_and_dataloader as init
 
         if lconf:
             conf["lhotse_conf"] = lconf

@@ -31,7 +31,7 @@ import yaml
 from wenet_harness import import_wenet, wenet_missing
 from wenet_harness.runs import speaker_table, write_config
 from wenet_lhotse.corpus import generate_corpus
-from wenet_lhotse.wenet_compat import init_dataset_and_dataloader
+from wenet_lhotse.dropin.compat import init_dataset_and_dataloader
 
 REPO = Path(__file__).resolve().parents[1]
 

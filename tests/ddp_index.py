@@ -17,9 +17,9 @@ from types import SimpleNamespace
 import torch.distributed as dist
 
 from wenet_lhotse.cli.bench_cmd import AISHELL_DATASET_CONF
+from wenet_lhotse.dropin.compat import init_dataset_and_dataloader
 from wenet_lhotse.loader.build import build_dataloader
 from wenet_lhotse.text.tokenizer import CharTokenizer
-from wenet_lhotse.wenet_compat import init_dataset_and_dataloader
 
 
 class Keys:

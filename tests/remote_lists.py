@@ -10,8 +10,8 @@ import torch
 from test_loader_compat import DATASET_CONF, WenetStyleCharTokenizer, _args
 
 from wenet_lhotse import SkipReport, WenetDataError
+from wenet_lhotse.dropin.compat import init_dataset_and_dataloader
 from wenet_lhotse.formats import read_raw_list
-from wenet_lhotse.wenet_compat import init_dataset_and_dataloader
 
 
 def assert_drop_in_features_equal(remote_list, local_list, units) -> None:

@@ -224,8 +224,8 @@ def test_drop_in_computes_features_on_the_device(sharded):
     path's batches, and the workers send waveforms (the transform is in the loader)."""
     import argparse
 
+    from wenet_lhotse.dropin.compat import init_dataset_and_dataloader
     from wenet_lhotse.text import CharTokenizer
-    from wenet_lhotse.wenet_compat import init_dataset_and_dataloader
 
     def first_batches(lconf):
         args = argparse.Namespace(train_data=str(sharded.data_list),

@@ -206,7 +206,7 @@ def test_a_killed_worker_under_the_wenet_drop_in(corpus12, sources, data_type):
     as a killed worker."""
     from types import SimpleNamespace
 
-    from wenet_lhotse.wenet_compat import init_dataset_and_dataloader
+    from wenet_lhotse.dropin.compat import init_dataset_and_dataloader
 
     train = sources["list"] if data_type == "raw" else sources["shards"]
     args = SimpleNamespace(train_data=str(train), cv_data=str(train), data_type=data_type,
@@ -219,11 +219,11 @@ def test_a_killed_worker_under_the_wenet_drop_in(corpus12, sources, data_type):
 
 
 def test_wenet_launch_reports_a_killed_worker_in_one_line(corpus12, sources):
-    """WeNet's scripts run by ``wenet_launch`` (``wenet-lhotse train``): a worker killed
+    """WeNet's scripts run by ``dropin.launch`` (``wenet-lhotse train``): a worker killed
     from outside ends the run with one line saying so (not a traceback, not bad data)."""
     here = Path(__file__).parent
     code = ("import sys; sys.path.insert(0, sys.argv[1]); "
-            "from wenet_lhotse.wenet_launch import run_patched; "
+            "from wenet_lhotse.dropin.launch import run_patched; "
             "run_patched(lambda: None, 'worker_kill_script', sys.argv[2:])")
     env = {**os.environ, "PYTHONPATH": str(here.parent)}
     proc = subprocess.run([sys.executable, "-c", code, str(here), str(sources["list"]),

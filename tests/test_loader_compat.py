@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from wenet_lhotse.cli.bench_cmd import AISHELL_DATASET_CONF
+from wenet_lhotse.dropin.compat import init_dataset_and_dataloader
 from wenet_lhotse.formats import read_raw_list, write_wenet_shards
-from wenet_lhotse.wenet_compat import init_dataset_and_dataloader
 
 
 class WenetStyleCharTokenizer:

@@ -216,8 +216,8 @@ def test_special_tokens_against_the_symbol_table(tmp_path):
 def _drop_in(configs, data_list):
     from types import SimpleNamespace
 
+    from wenet_lhotse.dropin.compat import init_dataset_and_dataloader
     from wenet_lhotse.text import CharTokenizer
-    from wenet_lhotse.wenet_compat import init_dataset_and_dataloader
 
     args = SimpleNamespace(train_data=[str(data_list)], cv_data=str(data_list),
                            data_type="raw", num_workers=0, pin_memory=False, prefetch=2)

@@ -241,6 +241,6 @@ def test_ledger_map_mode_and_cv(shards):
 def test_drop_in_equal_steps_follow_wenets_engine(engine, top, equal):
     from types import SimpleNamespace
 
-    from wenet_lhotse.wenet_compat import wenet_equal_steps
+    from wenet_lhotse.dropin.compat import wenet_equal_steps
 
     assert wenet_equal_steps(SimpleNamespace(train_engine=engine), top) is equal

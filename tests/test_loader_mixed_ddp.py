@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from wenet_lhotse.wenet_compat import init_dataset_and_dataloader
+from wenet_lhotse.dropin.compat import init_dataset_and_dataloader
 
 HERE = Path(__file__).parent
 pytestmark = pytest.mark.slow

@@ -32,8 +32,8 @@ PUBLIC = {
 
 #: Layers, bottom up: a module imports only from its own layer or those below.
 LAYERS = {"errors": 0, "io": 1, "formats": 2, "sources": 3, "text": 4, "features": 4,
-          "dataset": 4, "convert": 4, "loader": 5}
-TOP = 6  # wenet_compat, wenet_train, cli, demo, corpus
+          "dataset": 4, "convert": 4, "loader": 5, "dropin": 6}
+TOP = 7  # cli, demo, corpus, __main__
 #: Side by side, never importing each other: training input and the conversion tools.
 APART = {("loader", "convert"), ("convert", "loader")}
 

@@ -103,7 +103,7 @@ def test_a_bad_line_names_file_and_line(nemo, tmp_path, bad, why):
 def test_the_drop_in_takes_a_nemo_manifest_as_train_data(nemo):
     """WeNet's ``--train_data`` with a NeMo manifest: recognised from its content, as a
     Lhotse manifest is, whatever ``--data_type`` says."""
-    from wenet_lhotse.wenet_compat import wenet_sources
+    from wenet_lhotse.dropin.compat import wenet_sources
 
     path, _, _ = nemo
     (spec,) = wenet_sources(str(path), "raw")

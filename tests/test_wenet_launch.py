@@ -1,8 +1,8 @@
-"""The launcher (``python -m wenet_lhotse.wenet_train`` / ``wenet_recognize``) runs WeNet's
+"""The launcher (``python -m wenet_lhotse.dropin.train`` / ``wenet_recognize``) runs WeNet's
 unmodified scripts with neither torchaudio nor deepspeed installed and WITHOUT the test
 harness' stand-ins on ``PYTHONPATH`` (only this repo and ``$WENET_ROOT``), as on a user's
 fresh machine; missing modules, config and data errors are one line, also per rank under
-torchrun. In-process tests of :mod:`wenet_lhotse.wenet_shims` first."""
+torchrun. In-process tests of :mod:`wenet_lhotse.dropin.shims` first."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from wenet_lhotse.wenet_shims import MissingDependency, missing_packages, stand_ins
+from wenet_lhotse.dropin.shims import MissingDependency, missing_packages, stand_ins
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -96,13 +96,13 @@ def _our_lines(stderr):
 
 
 def test_help_and_missing_module_without_stand_ins_on_the_path(wenet_root, tmp_path):
-    res = _run([sys.executable, "-m", "wenet_lhotse.wenet_train", "--help"],
+    res = _run([sys.executable, "-m", "wenet_lhotse.dropin.train", "--help"],
                _env(wenet_root), tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "--train_engine" in res.stdout and "--deepspeed_config" in res.stdout
     # a module WeNet needs is missing: the real cause, in one line
     code = ("import sys; sys.modules['librosa'] = None\n"
-            "from wenet_lhotse.wenet_recognize import main; main(['--help'])")
+            "from wenet_lhotse.dropin.recognize import main; main(['--help'])")
     res = _run([sys.executable, "-c", code], _env(wenet_root), tmp_path)
     assert res.returncode == 1
     assert res.stderr.strip().splitlines() == [
@@ -137,7 +137,7 @@ def _torchrun(nproc):
 
     return [sys.executable, "-m", "torch.distributed.run", "--nnodes=1",
             f"--nproc_per_node={nproc}", "--rdzv-backend=c10d",
-            f"--rdzv-endpoint=127.0.0.1:{free_port()}", "-m", "wenet_lhotse.wenet_train"]
+            f"--rdzv-endpoint=127.0.0.1:{free_port()}", "-m", "wenet_lhotse.dropin.train"]
 
 
 @pytest.mark.slow
@@ -174,7 +174,7 @@ def _single(wenet_root, **extra):
 def test_missing_data_and_deepspeed_engine_are_one_line(wenet_root, tiny):
     root, corpus, ok, _ = tiny
     (root / "exp1").mkdir(exist_ok=True)
-    cmd = [sys.executable, "-m", "wenet_lhotse.wenet_train"]
+    cmd = [sys.executable, "-m", "wenet_lhotse.dropin.train"]
     res = _run([*cmd, *_train_args(ok, root / "nope.list", root / "exp1")],
                _single(wenet_root), root)
     assert res.returncode == 1
@@ -198,7 +198,7 @@ def test_missing_data_and_deepspeed_engine_are_one_line(wenet_root, tiny):
 def test_a_package_that_does_not_load_is_named(tmp_path, monkeypatch):
     """An installed binary package that fails to load (torchaudio built for another torch
     raises OSError: undefined symbol) is named in the one line, with what to do."""
-    from wenet_lhotse.wenet_launch import import_wenet_module
+    from wenet_lhotse.dropin.launch import import_wenet_module
 
     pkg = tmp_path / "site-packages" / "brokenaudio"
     pkg.mkdir(parents=True)

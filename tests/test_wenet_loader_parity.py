@@ -54,7 +54,7 @@ def _args(wenet, monkeypatch, config, corpus, model_dir):
 def _loaders(wenet, monkeypatch, data, dataset_conf):
     import yaml
 
-    from wenet_lhotse.wenet_compat import init_dataset_and_dataloader
+    from wenet_lhotse.dropin.compat import init_dataset_and_dataloader
 
     _, train_utils, init_tokenizer = wenet
     root, corpus, spk = data
@@ -161,7 +161,7 @@ def test_bad_audio_is_skipped_and_reported_as_wenet_skips_it(wenet, data, monkey
 
     import yaml
 
-    from wenet_lhotse.wenet_compat import init_dataset_and_dataloader
+    from wenet_lhotse.dropin.compat import init_dataset_and_dataloader
 
     _, train_utils, init_tokenizer = wenet
     root, corpus, spk = data
@@ -216,7 +216,7 @@ def test_step_mode_cycle_repeats_every_utterance_as_wenet(wenet, data, monkeypat
     and one pass of the train loader holds every utterance ``max_epoch`` times."""
     import yaml
 
-    from wenet_lhotse.wenet_compat import init_dataset_and_dataloader
+    from wenet_lhotse.dropin.compat import init_dataset_and_dataloader
 
     _, train_utils, init_tokenizer = wenet
     root, corpus, spk = data
@@ -240,8 +240,8 @@ def test_step_mode_cycle_repeats_every_utterance_as_wenet(wenet, data, monkeypat
 def test_drop_in_stops_at_a_misspelled_key_naming_it(wenet, data, monkeypatch):
     import yaml
 
+    from wenet_lhotse.dropin.compat import init_dataset_and_dataloader
     from wenet_lhotse.errors import WenetConfigError
-    from wenet_lhotse.wenet_compat import init_dataset_and_dataloader
 
     _, _, init_tokenizer = wenet
     root, corpus, spk = data

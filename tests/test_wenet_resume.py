@@ -1,4 +1,4 @@
-"""Mid-epoch resume through WeNet's own ``train.py`` (``python -m wenet_lhotse.wenet_train``,
+"""Mid-epoch resume through WeNet's own ``train.py`` (``python -m wenet_lhotse.dropin.train``,
 unmodified ``train.py``): the loader state written beside a ``save_interval`` step
 checkpoint makes a run started with ``--checkpoint step_N.pt`` train exactly the batches
 an uninterrupted run trained after that checkpoint; ``resume_loader: false`` keeps
@@ -14,7 +14,7 @@ import torch
 
 from wenet_harness.runs import run_train, speaker_table, write_config
 from wenet_lhotse.corpus import generate_corpus
-from wenet_lhotse.wenet_resume import loader_state_path
+from wenet_lhotse.dropin.resume import loader_state_path
 
 pytestmark = pytest.mark.slow
 

@@ -86,7 +86,7 @@ def test_train_data_takes_several_lists(data, tmp_path):
     from types import SimpleNamespace
 
     from wenet_harness import import_wenet
-    from wenet_lhotse.wenet_compat import init_dataset_and_dataloader
+    from wenet_lhotse.dropin.compat import init_dataset_and_dataloader
 
     _, corpus, _ = data
     lines = corpus.data_list.read_text(encoding="utf-8").splitlines(keepends=True)
@@ -109,13 +109,13 @@ def test_train_data_takes_several_lists(data, tmp_path):
 
 def test_runner_without_wenet_says_how_to_fix(tmp_path):
     env = dict(os.environ, PYTHONPATH=ROOT)
-    res = subprocess.run([sys.executable, "-m", "wenet_lhotse.wenet_train", "--config", "x"],
+    res = subprocess.run([sys.executable, "-m", "wenet_lhotse.dropin.train", "--config", "x"],
                          env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert res.returncode != 0 and "WeNet is not importable" in res.stderr
 
 
 def test_recognize_py_decodes_a_checkpoint_trained_here(data):
-    """WeNet's recognize.py, through ``python -m wenet_lhotse.wenet_recognize``, on the
+    """WeNet's recognize.py, through ``python -m wenet_lhotse.dropin.recognize``, on the
     checkpoint WeNet's train.py saved under our loader: the same hypotheses, utterance by
     utterance, as recognize.py with WeNet's own reading (dither 0, same model)."""
     from wenet_harness.runs import read_results, run_recognize

@@ -7,7 +7,7 @@ this machine's site-packages visible), then WeNet's own ``train.py`` through the
 * in the fresh venv: ``pip check`` passes with the dependencies read from the wheel's own
   metadata, ``wenet-lhotse --version`` prints the installed version, ``wenet_lhotse`` is
   the installed copy, and neither torchaudio nor deepspeed is installed;
-* ``python -m wenet_lhotse.wenet_train`` under ``torchrun`` trains WeNet's tiny conformer
+* ``python -m wenet_lhotse.dropin.train`` under ``torchrun`` trains WeNet's tiny conformer
   one epoch on 2 gloo ranks with only ``$WENET_ROOT`` on PYTHONPATH (no stand-ins), and a
   typo in the yaml gives one ``error:`` line naming the key, no traceback.
 
@@ -224,7 +224,7 @@ def _train_cmd(venv: Path, config: Path, corpus, model_dir: Path, nproc: int,
         launcher = [python]
         env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1",
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-    return [*launcher, "-m", "wenet_lhotse.wenet_train", "--config", str(config),
+    return [*launcher, "-m", "wenet_lhotse.dropin.train", "--config", str(config),
             "--data_type", "raw", "--train_data", str(corpus.data_list),
             "--cv_data", str(corpus.data_list), "--model_dir", str(model_dir),
             "--tensorboard_dir", str(model_dir / "tb"), "--device", "cpu",

@@ -1,4 +1,4 @@
-"""Run as ``__main__`` by ``wenet_launch.run_patched`` in
+"""Run as ``__main__`` by ``dropin.launch.run_patched`` in
 ``tests/test_hardening_worker_kill.py``: a training-like loop over ``build_dataloader``
 (2 workers) that SIGKILLs one of its own DataLoader workers after the first batch, as the
 out-of-memory killer would. Arguments: the data list, units.txt."""

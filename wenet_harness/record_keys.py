@@ -1,7 +1,7 @@
 """Run a WeNet trainer module and record the keys of every batch WeNet's executor trains.
 
 Usage: ``python -m wenet_harness.record_keys OUT_DIR MODULE ARGS...`` with ``MODULE``
-``wenet.bin.train`` (WeNet's own loader) or ``wenet_lhotse.wenet_train`` (ours). Wraps
+``wenet.bin.train`` (WeNet's own loader) or ``wenet_lhotse.dropin.train`` (ours). Wraps
 ``wenet.utils.executor.batch_forward`` (the call every trained batch goes through, after
 the executor's own ``wenet_join`` and empty-batch checks) to append ``{"epoch", "keys"}``
 to ``OUT_DIR/keys_rank<RANK>.jsonl`` for train batches (tag ``TRAIN``); WeNet's code
@@ -34,8 +34,8 @@ def main() -> None:
         return forward(model, batch, scaler, info_dict, device)
 
     executor.batch_forward = recorded
-    if module == "wenet_lhotse.wenet_train":
-        from wenet_lhotse.wenet_train import main as run
+    if module == "wenet_lhotse.dropin.train":
+        from wenet_lhotse.dropin.train import main as run
 
         run(argv)
     else:

@@ -3,9 +3,9 @@
 Three ways to put a loader under WeNet's ``train.py`` (``how``):
 
 * ``"wenet"``  -- WeNet's own loader (``python -m wenet.bin.train``), the reference;
-* ``"module"`` -- ``python -m wenet_lhotse.wenet_train`` (patches WeNet before import);
+* ``"module"`` -- ``python -m wenet_lhotse.dropin.train`` (patches WeNet before import);
 * ``"swap"``   -- a copy of WeNet's ``train.py`` with the documented one-import change
-  (``from wenet_lhotse.wenet_compat import init_dataset_and_dataloader`` after WeNet's
+  (``from wenet_lhotse.dropin.compat import init_dataset_and_dataloader`` after WeNet's
   own import block), run as a script.
 
 ``nproc=1`` runs one process with the ``RANK``/``WORLD_SIZE``/``MASTER_*`` variables
@@ -27,7 +27,7 @@ import yaml
 from wenet_harness import wenet_env, wenet_root
 
 #: WeNet's import of the loader factory in bin/train.py, followed by the swap line
-SWAP_LINE = "from wenet_lhotse.wenet_compat import init_dataset_and_dataloader  # noqa: F811\n"
+SWAP_LINE = "from wenet_lhotse.dropin.compat import init_dataset_and_dataloader  # noqa: F811\n"
 
 #: a conformer/transformer small enough to train 2 epochs of ~100 short utterances on
 #: one CPU core in seconds
@@ -138,7 +138,7 @@ def run_train(how: str, config: Path, train_data: Sequence[Path], cv_data: Path,
     if how == "wenet":
         target = ["-m", "wenet.bin.train"]
     elif how == "module":
-        target = ["-m", "wenet_lhotse.wenet_train"]
+        target = ["-m", "wenet_lhotse.dropin.train"]
     elif how == "swap":
         target = [str(swapped_train_py(model_dir))]
     else:
@@ -183,9 +183,9 @@ def run_recognize(how: str, config: Path, test_data: Path, checkpoint: Path, res
                   modes: Sequence[str] = ("ctc_greedy_search", "attention"),
                   num_workers: int = 0, timeout: int = 600) -> subprocess.CompletedProcess:
     """WeNet's ``recognize.py`` with WeNet's own reading (``how="wenet"``) or ours
-    (``how="module"``: ``python -m wenet_lhotse.wenet_recognize``)."""
+    (``how="module"``: ``python -m wenet_lhotse.dropin.recognize``)."""
     target = {"wenet": ["-m", "wenet.bin.recognize"],
-              "module": ["-m", "wenet_lhotse.wenet_recognize"]}[how]
+              "module": ["-m", "wenet_lhotse.dropin.recognize"]}[how]
     result_dir.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, *target, "--config", str(config), "--data_type", data_type,
            "--test_data", str(test_data), "--checkpoint", str(checkpoint),

@@ -94,7 +94,7 @@ _EXPORTS = {
     "StaticBatchConstraint": "wenet_lhotse.loader",
     "MaxFramesConstraint": "wenet_lhotse.loader",
     "BucketBatchConstraint": "wenet_lhotse.loader",
-    "init_dataset_and_dataloader": "wenet_lhotse.wenet_compat",
+    "init_dataset_and_dataloader": "wenet_lhotse.dropin",
     # issue 20: the shard index
     "index_shards": "wenet_lhotse.convert.index",
     "IndexSummary": "wenet_lhotse.convert.index",

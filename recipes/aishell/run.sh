@@ -86,7 +86,7 @@ if [ ${stage} -le 5 ] && [ ${stop_stage} -ge 5 ]; then
   # WeNet's --data_type accepts raw|shard; a Shar dir or cuts manifest is detected
   # from the path (or list sources in dataset_conf.lhotse_conf.sources).
   eval torchrun --standalone --nnodes=1 --nproc_per_node=$num_gpus \
-    -m wenet_lhotse.wenet_train \
+    -m wenet_lhotse.dropin.train \
       --config $train_config \
       --data_type raw \
       --train_data data/train/shar \
@@ -105,7 +105,7 @@ if [ ${stage} -le 6 ] && [ ${stop_stage} -ge 6 ]; then
   # (WeNet's final.pt links to "N.pt", a name train.py never writes: the last epoch_N.pt)
   checkpoint=${decode_checkpoint:-$(ls -v $dir/epoch_*.pt | tail -n 1)}
   gpu=0; [ "$device" = cuda ] || gpu=-1
-  python -m wenet_lhotse.wenet_recognize \
+  python -m wenet_lhotse.dropin.recognize \
     --gpu $gpu --device $device \
     --config $dir/train.yaml \
     --data_type raw \

@@ -88,7 +88,7 @@ if [ ${stage} -le 5 ] && [ ${stop_stage} -ge 5 ]; then
   extra=""; [ -z "$max_epoch" ] || extra="--override_config 'max_epoch $max_epoch'"
   [ "$device" != cuda ] || extra="$extra --pin_memory"
   eval torchrun --standalone --nnodes=1 --nproc_per_node=$num_gpus \
-    -m wenet_lhotse.wenet_train --config $train_config --data_type raw \
+    -m wenet_lhotse.dropin.train --config $train_config --data_type raw \
       --train_data data/$train_set/shar --cv_data data/$dev_set/cuts.jsonl.gz \
       --model_dir $dir --tensorboard_dir $dir/tensorboard --device $device \
       --ddp.dist_backend $dist_backend --num_workers $num_workers $extra
@@ -101,7 +101,7 @@ if [ ${stage} -le 6 ] && [ ${stop_stage} -ge 6 ]; then
   # (WeNet's final.pt links to "N.pt", a name train.py never writes: the last epoch_N.pt)
   checkpoint=${decode_checkpoint:-$(ls -v $dir/epoch_*.pt | tail -n 1)}
   gpu=0; [ "$device" = cuda ] || gpu=-1
-  python -m wenet_lhotse.wenet_recognize --gpu $gpu --device $device \
+  python -m wenet_lhotse.dropin.recognize --gpu $gpu --device $device \
     --config $dir/train.yaml --data_type raw --test_data data/$recog_set/data.list \
     --checkpoint $checkpoint --batch_size $decode_batch_size --result_dir $dir \
     --modes $decode_modes

@@ -52,7 +52,7 @@ def bench(config, data, data_type, units, num_batches, num_workers, prefetch, se
     from wenet_lhotse.loader.build import build_dataloader
     from wenet_lhotse.loader.config import frame_shift_ms
     from wenet_lhotse.loader.config_check import load_wenet_yaml
-    from wenet_lhotse.wenet_compat import DATA_TYPES
+    from wenet_lhotse.sources.detect import DATA_TYPES
 
     if config is not None:
         configs = load_wenet_yaml(config)  # stops on a bad dataset_conf, naming the key

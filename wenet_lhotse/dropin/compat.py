@@ -1,10 +1,10 @@
 """Drop-in for WeNet's ``wenet.utils.train_utils.init_dataset_and_dataloader``.
 
-In WeNet's ``train.py`` change one import (or run ``python -m wenet_lhotse.wenet_train``,
+In WeNet's ``train.py`` change one import (or run ``python -m wenet_lhotse.dropin.train``,
 which does it for you)::
 
     # from wenet.utils.train_utils import init_dataset_and_dataloader
-    from wenet_lhotse.wenet_compat import init_dataset_and_dataloader
+    from wenet_lhotse.dropin.compat import init_dataset_and_dataloader
 
 Same signature, same return value ``(train_dataset, cv_dataset, train_data_loader,
 cv_data_loader)``, same side effects (``configs['vocab_size']``, and in step mode --
@@ -44,10 +44,6 @@ logger = logging.getLogger(__name__)
 
 #: ``--data_type`` values WeNet's ``train.py`` / ``recognize.py`` accept.
 WENET_DATA_TYPES = WENET_KINDS
-
-#: ``data_type`` -> source type, for our own CLI (``wenet-lhotse bench --data-type``).
-DATA_TYPES = {"raw": "raw", "shard": "shard", "lhotse": "cuts", "cuts": "cuts", "shar": "shar",
-              "auto": "auto"}
 
 #: ``lhotse_conf`` values under this drop-in unless the yaml sets them: WeNet's behaviour
 #: (skip bad audio, whole cv set on every rank, pcm in every batch).

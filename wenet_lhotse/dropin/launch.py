@@ -1,9 +1,9 @@
 """Run one of WeNet's scripts (``wenet.bin.train``, ``wenet.bin.recognize``) as
 ``__main__`` after patching WeNet, with one-line errors, also under ``torchrun``.
 
-The contract (used by :mod:`wenet_lhotse.wenet_train` and :mod:`wenet_lhotse.wenet_recognize`):
+The contract (used by :mod:`wenet_lhotse.dropin.train` and :mod:`wenet_lhotse.dropin.recognize`):
 
-1. WeNet and the script are imported inside :func:`wenet_lhotse.wenet_shims.stand_ins`, so
+1. WeNet and the script are imported inside :func:`wenet_lhotse.dropin.shims.stand_ins`, so
    packages WeNet imports at module level but never calls with the drop-in serving data
    (torchaudio, deepspeed) need not be installed. The stand-ins leave ``sys.modules`` before
    the script runs; the first call of the patched loader logs, in one line, what was stood
@@ -14,7 +14,7 @@ The contract (used by :mod:`wenet_lhotse.wenet_train` and :mod:`wenet_lhotse.wen
 3. Our own errors raised while the script runs -- a bad yaml key or value
    (:class:`~wenet_lhotse.errors.WenetConfigError`), bad or missing data
    (:class:`~wenet_lhotse.errors.WenetDataError`, ``FileNotFoundError``), a stood-in
-   function called (:class:`~wenet_lhotse.wenet_shims.MissingDependency`) -- print one line
+   function called (:class:`~wenet_lhotse.dropin.shims.MissingDependency`) -- print one line
    on stderr (``error: <rank N: >message``) and exit with status 1. Under ``torchrun``, WeNet's
    ``@record`` has already written the traceback to torch elastic's error file; the file is
    removed so that torchrun's failure summary does not print it again (torchrun still prints
@@ -34,8 +34,8 @@ import sys
 import traceback
 from typing import Any, Callable, List, NoReturn, Optional
 
+from wenet_lhotse.dropin.shims import MissingDependency, stand_ins
 from wenet_lhotse.errors import WenetDataError, is_worker_death
-from wenet_lhotse.wenet_shims import MissingDependency, stand_ins
 
 #: the errors printed as one line (everything else keeps its traceback)
 USER_ERRORS = (WenetDataError, MissingDependency, FileNotFoundError)
@@ -139,7 +139,7 @@ def log_stand_ins_once(func: Callable[..., Any]) -> Callable[..., Any]:
             if _STOOD_IN:
                 import logging
 
-                logging.getLogger("wenet_lhotse.wenet_launch").info(
+                logging.getLogger("wenet_lhotse.dropin.launch").info(
                     "wenet-lhotse stood in for what WeNet imports but does not call here: %s",
                     ", ".join(_STOOD_IN))
         return func(*args, **kwargs)

@@ -3,13 +3,13 @@
 ::
 
     export PYTHONPATH=/path/to/wenet:$PYTHONPATH
-    python -m wenet_lhotse.wenet_recognize --config exp/train.yaml --data_type raw \\
+    python -m wenet_lhotse.dropin.recognize --config exp/train.yaml --data_type raw \\
         --test_data data/test/data.list --checkpoint exp/final.pt --result_dir exp/test \\
         --modes ctc_greedy_search attention --batch_size 16
 
 Every argument is WeNet's. ``recognize.py`` does ``from wenet.dataset.dataset import
 Dataset`` at import time; this replaces ``wenet.dataset.dataset.Dataset`` with
-:func:`wenet_lhotse.wenet_compat.Dataset` first (input order, static batches of
+:func:`wenet_lhotse.dropin.compat.Dataset` first (input order, static batches of
 ``--batch_size``, dither 0 -- what recognize.py's ``test_conf`` asks for), so WeNet's
 model, decoding and result files are WeNet's own.
 """
@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-from wenet_lhotse.wenet_launch import import_wenet_module, log_stand_ins_once, run_patched
+from wenet_lhotse.dropin.launch import import_wenet_module, log_stand_ins_once, run_patched
 
 
 def patch_wenet() -> None:
     """Point WeNet's ``Dataset`` at ours. Raises ImportError without WeNet."""
-    from wenet_lhotse.wenet_compat import Dataset
+    from wenet_lhotse.dropin.compat import Dataset
 
     import_wenet_module("wenet.dataset.dataset").Dataset = log_stand_ins_once(Dataset)
 

@@ -2,7 +2,7 @@
 
 WeNet's ``--checkpoint X.pt`` restores the model and the step, then replays the epoch
 from its start (a step checkpoint's batches are trained again). Under
-``python -m wenet_lhotse.wenet_train``, :func:`install` wraps two WeNet functions:
+``python -m wenet_lhotse.dropin.train``, :func:`install` wraps two WeNet functions:
 
 * ``save_model`` (``wenet.utils.train_utils``, and the executor's reference to it): after
   WeNet saves ``<model_dir>/<tag>.pt`` (``epoch_N`` after an epoch, ``step_N`` every
@@ -117,7 +117,7 @@ def _wrap_save(save: Callable[..., Any]) -> Callable[..., Any]:
 
 def install() -> None:
     """Wrap WeNet's ``save_model`` and the (already patched) loader factory; call after
-    :func:`wenet_lhotse.wenet_train.patch_wenet`, before ``train.py`` is imported."""
+    :func:`wenet_lhotse.dropin.train.patch_wenet`, before ``train.py`` is imported."""
     import importlib
 
     train_utils = importlib.import_module("wenet.utils.train_utils")

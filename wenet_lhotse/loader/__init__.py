@@ -1,6 +1,6 @@
 """Training input: sources -> filters -> mux -> bucketing sampler -> DataLoader, with
 DDP-safe step counts, cheap resume, and WeNet's ``init_dataset_and_dataloader`` drop-in
-(:mod:`wenet_lhotse.wenet_compat`)."""
+(:mod:`wenet_lhotse.dropin.compat`)."""
 
 from wenet_lhotse.loader.bucketing import BucketingSampler, SteppedBucketer
 from wenet_lhotse.loader.build import build_dataloader, resolve_mode

@@ -3,7 +3,7 @@
 WeNet has no such section: its own ``dataset_conf`` keys keep their meaning
 (:mod:`wenet_lhotse.loader.config` reads them and this section into one
 ``LoaderConfig``); every key here is ours and has its row in docs/migration.md's table
-of improvements (the drop-in's defaults for some are ``wenet_compat``'s
+of improvements (the drop-in's defaults for some are ``dropin.compat``'s
 ``WENET_LHOTSE_DEFAULTS``). Each key's type, default and check are
 declared once, on :class:`LhotseConf`'s fields; an unknown key or a bad value is a
 :class:`~wenet_lhotse.errors.WenetConfigError` naming ``lhotse_conf.<key>``.
@@ -36,7 +36,7 @@ declared once, on :class:`LhotseConf`'s fields; an unknown key or a bad value is
                                # each rank trains all its data, uneven steps, for a loop
                                # that joins (WeNet's torch_ddp; the drop-in's default there)
       snapshot_depth: 64       # batches of resume state kept (>= prefetch depth)
-      resume_loader: true      # python -m wenet_lhotse.wenet_train: loader state saved
+      resume_loader: true      # python -m wenet_lhotse.dropin.train: loader state saved
                                # beside each checkpoint, restored by --checkpoint (false:
                                # WeNet's replay of the epoch)
       return_pcm: false        # add pcm / pcm_length (the waveform) to each batch

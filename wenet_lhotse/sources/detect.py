@@ -19,6 +19,10 @@ from wenet_lhotse.sources.registry import detect, kind_names, kinds
 KINDS: Dict[str, str] = {k.name: k.description for k in kinds() if k.detected}
 #: The kinds WeNet itself reads (its ``data_type``).
 WENET_KINDS = kind_names(wenet=True)
+#: A ``data_type`` as our CLI takes it (``wenet-lhotse bench --data-type``: WeNet's two and
+#: ours) -> the source type of a ``lhotse_conf.sources`` entry.
+DATA_TYPES = {"raw": "raw", "shard": "shard", "lhotse": "cuts", "cuts": "cuts", "shar": "shar",
+              "auto": "auto"}
 #: Kinds that can only be read as a stream of tars.
 STREAMED_KINDS = kind_names(streamed=True)
 
