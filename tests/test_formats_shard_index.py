@@ -16,7 +16,7 @@ from wenet_lhotse.errors import SkipReport, WenetDataError
 from wenet_lhotse.formats import read_raw_list, read_shard_list, write_wenet_shards
 from wenet_lhotse.formats.member_reads import BLOCK_BYTES, read_members
 from wenet_lhotse.formats.shard_index import ShardIndex
-from wenet_lhotse.loader.index_reader import IndexReader, open_shard_index
+from wenet_lhotse.sources.indexed_shards import IndexReader, open_shard_index
 
 
 @pytest.fixture

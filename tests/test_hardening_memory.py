@@ -211,7 +211,7 @@ def test_a_fifo_in_the_cli(fifo_shards, tmp_path, command):
 
 def test_a_fifo_as_a_list_or_manifest(tmp_path):
     from wenet_lhotse.io.streams import open_input
-    from wenet_lhotse.loader.readers import JsonlReader
+    from wenet_lhotse.sources.positioned import JsonlReader
     fifo = tmp_path / "cuts.jsonl"
     os.mkfifo(fifo)
     with pytest.raises(WenetDataError, match="FIFO"):

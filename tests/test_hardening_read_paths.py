@@ -172,7 +172,7 @@ def dup_manifest(small, tmp_path):
 def test_duplicate_cut_ids_are_used_once(small, tmp_path):
     """The issue: training and cmvn used both copies; export --shards wrote a tar that
     validate rejects."""
-    from wenet_lhotse.loader.readers import JsonlReader
+    from wenet_lhotse.sources.positioned import JsonlReader
     path = dup_manifest(small, tmp_path)
     for light in (False, True):
         with pytest.raises(WenetDataError) as e:

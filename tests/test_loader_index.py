@@ -1,4 +1,4 @@
-"""loader.index_reader + loader.build: WeNet shard lists sampled through their index
+"""sources.indexed_shards + loader.build: WeNet shard lists sampled through their index
 (map mode, audio read by offset for emitted batches), in one process and on 2 real
 DDP ranks (torchrun, gloo), through build_dataloader and WeNet's drop-in."""
 

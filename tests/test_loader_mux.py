@@ -10,8 +10,8 @@ from loader_common import CONF, Keys
 
 from wenet_lhotse.loader.build import build_dataloader
 from wenet_lhotse.loader.mux import PositionedStream, ResumableMux
-from wenet_lhotse.loader.readers import JsonlReader
 from wenet_lhotse.sources import SourceSpec, mux_sources
+from wenet_lhotse.sources.positioned import JsonlReader
 
 
 def test_resumable_mux_matches_cutset_mux(data):

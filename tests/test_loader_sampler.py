@@ -11,8 +11,8 @@ from wenet_lhotse.loader.bins import estimate_bins
 from wenet_lhotse.loader.bucketing import BucketingSampler
 from wenet_lhotse.loader.build import build_dataloader
 from wenet_lhotse.loader.mux import PositionedStream, ResumableMux
-from wenet_lhotse.loader.readers import JsonlReader
 from wenet_lhotse.loader.sampler import ResumableBucketingSampler
+from wenet_lhotse.sources.positioned import JsonlReader
 
 
 @pytest.mark.parametrize("kind", ["manifest", "raw", "shar"])
@@ -74,7 +74,7 @@ def test_restore_reads_only_the_recent_part_of_the_stream(data, tmp_path, monkey
 
     from lhotse import CutSet
 
-    from wenet_lhotse.loader import readers
+    from wenet_lhotse.sources import positioned as readers
 
     per_file, files, buffer_size = 50, 12, 20
     cuts = list(CutSet.from_file(data["big"][0]).subset(first=per_file * files))

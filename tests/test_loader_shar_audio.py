@@ -1,4 +1,4 @@
-"""loader.shar_audio: Shar audio attached to emitted batches only."""
+"""sources.shar_audio: Shar audio attached to emitted batches only."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def test_tar_scan_matches_tarfile_with_long_names(data, tmp_path):
     import io
     import os
 
-    from wenet_lhotse.loader.shar_audio import _TarScan
+    from wenet_lhotse.sources.shar_audio import _TarScan
 
     tar = tmp_path / "x.tar"
     names = ["short.flac", "a" * 150 + ".flac", "b.c.flac", "ü-long" * 30 + ".flac", "d.json"]

@@ -16,7 +16,8 @@ from loader_common import CONF, Keys
 from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.loader.buffer_state import pack_lines, unpack_lines
 from wenet_lhotse.loader.build import build_dataloader
-from wenet_lhotse.loader.state_check import StateError, check_loader_state, unpack_bounded
+from wenet_lhotse.loader.state_check import check_loader_state, unpack_bounded
+from wenet_lhotse.sources.state_lines import StateError
 
 
 @pytest.fixture(scope="module")

@@ -142,7 +142,7 @@ def test_cv_gets_lhotse_cuts(data):
 def test_raw_list_from_the_probe_cache_holds_metacuts(data, tmp_path):
     """A raw list read from the probe cache is held as MetaCuts for training (the whole
     list stays in memory for WeNet's per-epoch shuffle) and trains as Lhotse cuts do."""
-    from wenet_lhotse.loader.readers import ListReader
+    from wenet_lhotse.sources.positioned import ListReader
 
     conf = {**CONF, "shuffle": True,
             "lhotse_conf": {**CONF["lhotse_conf"], "probe_cache": str(tmp_path / "cache")}}

@@ -1,6 +1,6 @@
 """The shard index file: every utterance of a WeNet shard list, where its audio lies
 in its tar, and each tar's fingerprint (written by :mod:`wenet_lhotse.convert.index`,
-read by :class:`~wenet_lhotse.loader.index_reader.IndexReader`).
+read by :class:`~wenet_lhotse.sources.indexed_shards.IndexReader`).
 
 Layout (one file, written atomically): the line ``WENET-LHOTSE-SHARD-INDEX 1``, an
 8-byte little-endian header length, a JSON header, then numpy columns at 64-byte

@@ -1,6 +1,7 @@
 """Training input: sources -> filters -> mux -> bucketing sampler -> DataLoader, with
 DDP-safe step counts, cheap resume, and WeNet's ``init_dataset_and_dataloader`` drop-in
-(:mod:`wenet_lhotse.dropin.compat`)."""
+(:mod:`wenet_lhotse.dropin`). The positioned readers it samples from are
+:mod:`wenet_lhotse.sources` (:mod:`~wenet_lhotse.sources.positioned`)."""
 
 from wenet_lhotse.loader.bucketing import BucketingSampler, SteppedBucketer
 from wenet_lhotse.loader.build import build_dataloader, resolve_mode
@@ -23,9 +24,7 @@ from wenet_lhotse.loader.distributed import (
 from wenet_lhotse.loader.ledger import EpochLedger
 from wenet_lhotse.loader.lhotse_conf import LhotseConf
 from wenet_lhotse.loader.mux import PositionedStream, ResumableMux
-from wenet_lhotse.loader.readers import JsonlReader, ListReader, shar_reader
 from wenet_lhotse.loader.sampler import ResumableBucketingSampler
-from wenet_lhotse.loader.shar_audio import SharAudioAttacher
 from wenet_lhotse.loader.streamed import StreamedEpochDataset
 from wenet_lhotse.loader.wenet_dataset import make_wenet_dataset
 
@@ -36,17 +35,14 @@ __all__ = [
     "DataWaitMeter",
     "EpochLedger",
     "EqualStepsIterator",
-    "JsonlReader",
     "LhotseConf",
     "LhotseDataLoader",
-    "ListReader",
     "LoaderConfig",
     "MapDataLoader",
     "MaxFramesConstraint",
     "PositionedStream",
     "ResumableBucketingSampler",
     "ResumableMux",
-    "SharAudioAttacher",
     "StaticBatchConstraint",
     "SteppedBucketer",
     "StreamedDataLoader",
@@ -57,7 +53,6 @@ __all__ = [
     "plan_partition",
     "reduce_cv_loss",
     "resolve_mode",
-    "shar_reader",
     "wenet_constraint",
     "world_info",
 ]

@@ -56,7 +56,6 @@ from wenet_lhotse.loader.constraints import batch_constraint
 from wenet_lhotse.loader.dataloader import LhotseDataLoader, MapDataLoader, StreamedDataLoader
 from wenet_lhotse.loader.distributed import gloo_group, plan_partition, world_info
 from wenet_lhotse.loader.in_order import in_order_batcher, plan_in_order, wants_in_order
-from wenet_lhotse.loader.index_reader import shard_indexes
 from wenet_lhotse.loader.map_items import EpochTaggedSampler, LoaderDataset, PlannedSampler
 from wenet_lhotse.loader.mixed import build_mixed_loader, mixes_by_batch
 from wenet_lhotse.loader.mux import PositionedStream, ResumableMux
@@ -66,6 +65,7 @@ from wenet_lhotse.loader.streamed import INITIAL_FILL, StreamedEpochDataset
 from wenet_lhotse.loader.wenet_dataset import CutTransform, make_wenet_dataset
 from wenet_lhotse.sources import SourceSpec, mux_sources, parse_sources
 from wenet_lhotse.sources.groups import flatten_sources
+from wenet_lhotse.sources.indexed_shards import shard_indexes
 from wenet_lhotse.sources.registry import get_kind
 
 logger = logging.getLogger(__name__)
@@ -112,7 +112,8 @@ class LoaderPlan:
     num_workers: int
     prefetch_factor: Optional[int]
     loader_kw: Dict[str, Any]
-    #: source number -> its shard index parts (:func:`~.index_reader.open_shard_index`)
+    #: source number -> its shard index parts
+    #: (:func:`~wenet_lhotse.sources.indexed_shards.open_shard_index`)
     indexes: Dict[int, Any] = field(default_factory=dict)
 
     @property

@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
 from lhotse import CutSet
 from lhotse.cut import Cut
 
-from wenet_lhotse.loader.readers import PositionedReader, Tracked
+from wenet_lhotse.sources.positioned import PositionedReader, Tracked
 
 Transform = Optional[Callable[[CutSet], CutSet]]
 

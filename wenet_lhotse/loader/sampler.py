@@ -6,12 +6,13 @@ part again (and, for Shar, every audio member). Here the sampler's whole state
 at a batch boundary is small and explicit, so restoring costs what the bucket
 buffer costs, whatever the position in the epoch:
 
-* every source is a :class:`~.readers.PositionedReader`: a deterministic per-epoch order
+* every source is a :class:`~wenet_lhotse.sources.positioned.PositionedReader`: a
+  deterministic per-epoch order
   of cuts, each with an integer *position*, that can start at any position
   without parsing what comes before (a list index, or a line number in a
   ``.jsonl(.gz)`` manifest / Shar ``cuts.*.jsonl.gz`` whose earlier lines are
   skipped unparsed; Shar audio is not touched at all: it is attached to the
-  cuts of emitted batches only, see :class:`~.shar_audio.SharAudioAttacher`);
+  cuts of emitted batches only, see :class:`~wenet_lhotse.sources.shar_audio.SharAudioAttacher`);
 * :class:`~.mux.ResumableMux` reproduces ``CutSet.mux`` (same RNG draws, same order)
   with its state (RNG, next position per source, exhausted flags) exposed;
 * :class:`ResumableBucketingSampler` is Lhotse's ``DynamicBucketingSampler``
@@ -63,9 +64,9 @@ from wenet_lhotse.loader.bucketing import undo_bucket_ops
 from wenet_lhotse.loader.buffer_state import PositionedBucketer, pack_lines
 from wenet_lhotse.loader.distributed import plan_last_two_rounds, plan_partition
 from wenet_lhotse.loader.mux import ResumableMux, tuplify
-from wenet_lhotse.loader.readers import LazyCut
 from wenet_lhotse.loader.state_check import check_sampler_state
 from wenet_lhotse.sources.meta_cut import MetaCut
+from wenet_lhotse.sources.positioned import LazyCut
 
 logger = logging.getLogger(__name__)
 

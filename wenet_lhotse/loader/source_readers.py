@@ -3,7 +3,8 @@ and :func:`source_metadata` (cuts without audio, for bucket estimation).
 
 Each source's kind decides (:meth:`~wenet_lhotse.sources.kinds.base.InputKind.map_reader`
 and ``.metadata``); it builds its reader from :class:`SourceReaders`, the loader's readers
-(:mod:`.readers`) bound to the source's shuffling, seed and read policy. This module
+(:mod:`wenet_lhotse.sources.positioned`) bound to the source's shuffling, seed and read
+policy. This module
 only binds them, so the loader never switches on a kind's name.
 """
 
@@ -17,12 +18,12 @@ from lhotse import CutSet
 from wenet_lhotse.errors import SkipReport
 from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.loader.config import LoaderConfig
-from wenet_lhotse.loader.cycle import CycledReader
-from wenet_lhotse.loader.index_reader import IndexReader
-from wenet_lhotse.loader.readers import JsonlReader, ListReader, shar_reader
-from wenet_lhotse.loader.shar_audio import SharAudioAttacher
 from wenet_lhotse.sources import SourceSpec
+from wenet_lhotse.sources.cycled import CycledReader
+from wenet_lhotse.sources.indexed_shards import IndexReader
+from wenet_lhotse.sources.positioned import JsonlReader, ListReader, shar_reader
 from wenet_lhotse.sources.registry import get_kind
+from wenet_lhotse.sources.shar_audio import SharAudioAttacher
 
 
 @dataclass
@@ -63,8 +64,9 @@ def map_reader(spec: SourceSpec, cfg: LoaderConfig, seed: int, policy: ReadPolic
                index: Optional[List[Tuple[str, List[int]]]] = None) -> Any:
     """The source as a positioned reader: WeNet's ``list_shuffle`` reorders its lines
     (in memory) or files (manifests, Shar) or tars (indexed shards: ``index``, the parts
-    of :func:`~.index_reader.open_shard_index`) each pass; ``cycle`` > 1 reads it that
-    many times per epoch (:class:`~.cycle.CycledReader`)."""
+    of :func:`~wenet_lhotse.sources.indexed_shards.open_shard_index`) each pass;
+    ``cycle`` > 1 reads it that
+    many times per epoch (:class:`~wenet_lhotse.sources.cycled.CycledReader`)."""
     reader: Any
     if index is not None:
         reader = IndexReader(index, shuffle=cfg.list_shuffle, seed=seed, light=light,

@@ -1,7 +1,9 @@
 """Every input kind, once: the registry of kinds (:mod:`.registry`, one module each in
 :mod:`.kinds`), detect what a path is (:mod:`.detect`), the Shar directory
 layout (:mod:`.shar_dir`), yaml source specs (:mod:`.spec`) and opening any of them as
-a lazy ``CutSet``, with tags and weighted mixing (:mod:`.open`)."""
+a lazy ``CutSet``, with tags and weighted mixing (:mod:`.open`), and the positioned
+readers the map-style loader samples from (:mod:`.positioned`, :mod:`.cycled`,
+:mod:`.indexed_shards`; audio of emitted batches: :mod:`.shar_audio`)."""
 
 from wenet_lhotse.sources.detect import (
     KINDS,

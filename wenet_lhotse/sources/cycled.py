@@ -9,7 +9,7 @@ stream of positions ``p * n + i``, so the sampler batches across the pass bounda
 WeNet's batcher does: the total number of batches is WeNet's.
 
 WeNet's ``list_shuffle`` (the line or file order of each pass) is the readers' own
-shuffling (:func:`~.readers.buffer_shuffle_order`).
+shuffling (:func:`~.positioned.buffer_shuffle_order`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any, Dict, Iterator, Optional, Tuple
 
 from lhotse.cut import Cut
 
-from wenet_lhotse.loader.readers import PositionedReader
+from wenet_lhotse.sources.positioned import PositionedReader
 
 
 class CycledReader(PositionedReader):

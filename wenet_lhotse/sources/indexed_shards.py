@@ -37,8 +37,8 @@ from wenet_lhotse.formats.shard_list import read_shard_entries
 from wenet_lhotse.formats.tar_index import decode_extra
 from wenet_lhotse.io.policy import PolicyHolder, ReadPolicy
 from wenet_lhotse.io.streams import is_local
-from wenet_lhotse.loader.readers import PositionedReader
 from wenet_lhotse.sources.meta_cut import MetaCut
+from wenet_lhotse.sources.positioned import PositionedReader
 from wenet_lhotse.sources.registry import get_kind
 
 logger = logging.getLogger(__name__)
@@ -261,7 +261,7 @@ def shard_indexes(specs: Sequence[Any], lconf: Any, strict: Optional[bool] = Non
                   skip_report: Optional[SkipReport] = None, split: str = "train", *,
                   policy: Optional[ReadPolicy] = None) -> Dict[int, Any]:
     """``{source number: index parts}`` for the shard lists that have an index
-    (:mod:`.index_reader`, ``lhotse_conf.shard_index``); one line, once, for a training
+    (:mod:`.indexed_shards`, ``lhotse_conf.shard_index``); one line, once, for a training
     shard list without one, naming the command that makes it. ``policy``: how the
     lists are read (default: ``lconf``'s, with the old ``strict``/``skip_report``)."""
     if policy is None:

@@ -1,6 +1,6 @@
 """Sources whose cuts have integer positions in a per-epoch deterministic order, so
 that a resumable sampler can restart at any position without parsing what precedes it
-(see :mod:`.sampler`):
+(see :mod:`wenet_lhotse.loader.sampler`):
 
 * :class:`ListReader`: cuts held in memory; a position is an index into the
   (shuffled) order;
@@ -26,17 +26,18 @@ from lhotse.utils import compute_num_samples
 from wenet_lhotse.errors import SkipReport, WenetDataError
 from wenet_lhotse.io.access import open_regular
 from wenet_lhotse.io.policy import PolicyHolder, ReadPolicy
-from wenet_lhotse.loader.state_check import STATE_SOURCE, DuplicateIds, checked_state_line
 from wenet_lhotse.sources.manifest import parse_manifest_line, parse_manifest_meta
 from wenet_lhotse.sources.meta_cut import MetaCut
 from wenet_lhotse.sources.shar_dir import shar_files
+from wenet_lhotse.sources.state_lines import STATE_SOURCE, DuplicateIds, checked_state_line
 
 
 class LazyCut:
     """A buffered cut restored from a checkpoint: only what the bucketer and the
     sampling constraint look at (``id``, ``duration``, ``sampling_rate``,
     ``num_samples``); the real cut is parsed when its batch is emitted, by its
-    ``stream`` (a :class:`~.mux.PositionedStream`: reader plus transform) from ``raw``
+    ``stream`` (a :class:`~wenet_lhotse.loader.mux.PositionedStream`: reader plus
+    transform) from ``raw``
     (what the reader's ``read_raw`` / ``raw_from_state`` gave)."""
 
     __slots__ = ("id", "duration", "sampling_rate", "stream", "raw")

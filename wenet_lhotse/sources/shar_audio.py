@@ -1,13 +1,13 @@
 """Audio for the cuts of emitted batches only, by member offset in their tar:
 :class:`SharAudioAttacher` finds a Shar cut's member in its ``recording.*.tar`` by
 reading tar headers (data seeked over), then reads the member with one seek; an indexed
-WeNet shard cut (:mod:`.index_reader`: ``custom["shard_tar"]``) knows its offset, and
+WeNet shard cut (:mod:`.indexed_shards`: ``custom["shard_tar"]``) knows its offset, and
 the members a batch needs from one tar are read together, neighbours in one request
 (:func:`~wenet_lhotse.formats.member_reads.read_members`; tars on object storage or
 HTTP in parallel threads). Indexed audio goes through the same checked decoder as a
 streamed tar (:func:`~wenet_lhotse.formats.audio.recording_from_bytes`), and must still
 have the samples and rate the index recorded. Map-style loading reads metadata alone
-(:class:`~.readers.JsonlReader`, :class:`~.index_reader.IndexReader`), so restoring a
+(:class:`~.positioned.JsonlReader`, :class:`~.indexed_shards.IndexReader`), so restoring a
 sampler never touches audio.
 """
 
@@ -26,7 +26,7 @@ from wenet_lhotse.formats.member_reads import REINDEX, read_members
 from wenet_lhotse.io.policy import PolicyHolder, ReadPolicy
 from wenet_lhotse.io.streams import is_local
 
-#: ``custom`` keys of an indexed shard cut that locate its audio (see :mod:`.index_reader`).
+#: ``custom`` keys of an indexed shard cut that locate its audio (see :mod:`.indexed_shards`).
 SHARD_KEYS = ("shard_tar", "shard_member", "shard_offset", "shard_size")
 
 #: Threads reading the tars of one batch on object storage / HTTP.

@@ -63,7 +63,7 @@ from wenet_lhotse.sources.units import UnitReader
 
 
 class PositionedReaders(Protocol):
-    """The map-style loader's readers (:mod:`wenet_lhotse.loader.readers`), bound to one
+    """The map-style loader's readers (:mod:`wenet_lhotse.sources.positioned`), bound to one
     source's shuffling, seed and policy, as the loader hands them to :meth:`map_reader`."""
 
     policy: ReadPolicy
