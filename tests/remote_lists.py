@@ -12,6 +12,7 @@ from test_loader_compat import DATASET_CONF, WenetStyleCharTokenizer, _args
 from wenet_lhotse import SkipReport, WenetDataError
 from wenet_lhotse.dropin.compat import init_dataset_and_dataloader
 from wenet_lhotse.formats import read_raw_list
+from wenet_lhotse.io.policy import ReadPolicy
 
 
 def assert_drop_in_features_equal(remote_list, local_list, units) -> None:
@@ -40,7 +41,8 @@ def assert_missing_audio_named(lst, url: str, line: int, kept: int) -> None:
     assert str(info.value).startswith(f"{lst}:{line}: audio file not found: {url}")
     assert info.value.kind == "missing_audio" and "\n" not in str(info.value)
     report = SkipReport()
-    assert len(list(read_raw_list(lst, strict=False, skip_report=report))) == kept
+    assert len(list(read_raw_list(lst,
+                                  policy=ReadPolicy(strict=False, skip_report=report)))) == kept
     assert [(i.line, i.kind) for i in report] == [(line, "missing_audio")]
 
 

@@ -20,6 +20,7 @@ datasets = pytest.importorskip("datasets")
 from wenet_lhotse import CharTokenizer  # noqa: E402
 from wenet_lhotse.errors import SkipReport, WenetDataError  # noqa: E402
 from wenet_lhotse.formats import read_shard_list  # noqa: E402
+from wenet_lhotse.io.policy import ReadPolicy  # noqa: E402
 from wenet_lhotse.loader.build import build_dataloader  # noqa: E402
 from wenet_lhotse.sources.parquet import LazyParquetCuts  # noqa: E402
 
@@ -121,7 +122,7 @@ def test_bad_rows_named_and_counted(rows, tmp_path):
     with pytest.raises(WenetDataError, match=r"bad\.parquet: row 1: column 'audio' holds no"):
         list(LazyParquetCuts([str(src)]))
     report = SkipReport(log=False)
-    got = list(LazyParquetCuts([str(src)], strict=False, skip_report=report))
+    got = list(LazyParquetCuts([str(src)], policy=ReadPolicy(strict=False, skip_report=report)))
     assert [c.id for c in got] == [bad[0]["id"], bad[3]["id"]]
     assert [(i.kind, "row 2" in i.message or "row 1" in i.message) for i in report.items] == [
         ("missing_audio", True), ("bad_audio", True)]

@@ -13,6 +13,7 @@ from lhotse import CutSet
 from wenet_lhotse.convert import export_raw_list, import_raw, iter_raw_cuts, wenet_to_shar
 from wenet_lhotse.errors import SkipReport, WenetDataError
 from wenet_lhotse.formats.raw_list import read_raw_list
+from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.sources import detect_input_kind, open_cuts
 
 
@@ -101,7 +102,8 @@ def test_bad_lines_strict_and_fault_tolerant(corpus, tmp_path):
         import_raw(path, tmp_path / "c.jsonl.gz", num_workers=2)
     assert not (tmp_path / "c.jsonl.gz").exists()  # atomic: nothing half written
     report = SkipReport()
-    res = import_raw(path, tmp_path / "c.jsonl.gz", strict=False, skip_report=report,
+    res = import_raw(path, tmp_path / "c.jsonl.gz",
+                     policy=ReadPolicy(strict=False, skip_report=report),
                      num_workers=2)
     assert res.num_cuts == 6
     assert [(i.line, i.kind) for i in report] == [(4, "json"), (5, "duplicate"),

@@ -14,6 +14,7 @@ import soundfile as sf
 
 from wenet_lhotse.errors import SkipReport, WenetDataError
 from wenet_lhotse.formats import read_raw_list, read_shard_list
+from wenet_lhotse.io.policy import ReadPolicy
 
 
 def wav_file(path, seconds=0.5, seed=0):
@@ -76,7 +77,7 @@ def test_raw_bad_line(case, audio, tmp_path, caplog):
 
     report = SkipReport()
     with caplog.at_level(logging.WARNING):
-        cuts = list(read_raw_list(lst, strict=False, skip_report=report))
+        cuts = list(read_raw_list(lst, policy=ReadPolicy(strict=False, skip_report=report)))
     assert [c.id for c in cuts] == ["first", "last"]
     assert [(i.source, i.line, i.kind) for i in report] == [(str(lst), 2, kind)]
     assert f"{lst}:2" in caplog.text  # logged too
@@ -87,7 +88,7 @@ def test_raw_first_bad_duplicate_does_not_hide_later_valid_line(audio, tmp_path)
     lst.write_bytes(line(key="k", wav=str(audio["dir"] / "gone.wav")) + b"\n"
                     + line(key="k", wav=audio["a"], txt="valid") + b"\n")
     report = SkipReport()
-    (cut,) = list(read_raw_list(lst, strict=False, skip_report=report))
+    (cut,) = list(read_raw_list(lst, policy=ReadPolicy(strict=False, skip_report=report)))
     assert cut.supervisions[0].text == "valid"
     assert report.counts() == {"missing_audio": 1}
 
@@ -97,7 +98,7 @@ def test_raw_empty_lines_crlf_bom_and_no_final_newline(audio, tmp_path):
     lst.write_bytes(b"\xef\xbb\xbf" + line(key="a/b.c", wav=audio["a"], txt="x y") + b"\r\n"
                     + b"\r\n   \n\t\r\n" + line(key="z", wav=audio["b"], txt="z"))
     report = SkipReport()
-    cuts = list(read_raw_list(lst, strict=False, skip_report=report))
+    cuts = list(read_raw_list(lst, policy=ReadPolicy(strict=False, skip_report=report)))
     assert [(c.id, c.supervisions[0].text) for c in cuts] == [("a/b.c", "x y"), ("z", "z")]
     assert len(report) == 0  # empty lines are not "skipped items"
 
@@ -155,7 +156,7 @@ def check_shard_case(lst, tar, member, kind, message, kept, report_len=1):
     assert str(e.value).startswith(f"{tar}[{member}]: " if member else f"{tar}: ")
     assert message in str(e.value)
     report = SkipReport()
-    cuts = list(read_shard_list(lst, strict=False, skip_report=report))
+    cuts = list(read_shard_list(lst, policy=ReadPolicy(strict=False, skip_report=report)))
     assert [c.id for c in cuts] == kept
     assert len(report) == report_len and report.items[-1].kind == kind
     assert (report.items[-1].source, report.items[-1].member) == (tar, member)
@@ -251,7 +252,9 @@ def test_missing_and_unreadable_tars(tmp_path):
         list(read_shard_list(lst))
     assert e.value.kind == "bad_tar"
     report = SkipReport()
-    assert [c.id for c in read_shard_list(lst, strict=False, skip_report=report)] == ["u1"]
+    policy = ReadPolicy(strict=False, skip_report=report)
+    assert [c.id for c in read_shard_list(lst,
+                                          policy=policy)] == ["u1"]
     assert [(i.source, i.kind) for i in report] == [
         (junk, "bad_tar"), (empty, "bad_tar"), (missing, "missing_file")]
 
@@ -262,7 +265,8 @@ def test_non_utf8_line_in_shard_list(tmp_path):
     with pytest.raises(WenetDataError, match=r"shards\.list:1: line is not valid UTF-8"):
         read_shard_list(lst)
     report = SkipReport()
-    assert [c.id for c in read_shard_list(lst, strict=False, skip_report=report)] == ["u1"]
+    policy = ReadPolicy(strict=False, skip_report=report)
+    assert [c.id for c in read_shard_list(lst, policy=policy)] == ["u1"]
     assert [(i.line, i.kind) for i in report] == [(1, "encoding")]
 
 
@@ -276,7 +280,8 @@ def test_valid_tar_with_long_zero_padding_is_not_reported(tmp_path):
     full = tar_bytes(utt("u1"))
     lst, (tar,) = shard_list(tmp_path, full + bytes(200_000))  # e.g. a large blocking factor
     report = SkipReport()
-    assert [c.id for c in read_shard_list(lst, strict=False, skip_report=report)] == ["u1"]
+    policy = ReadPolicy(strict=False, skip_report=report)
+    assert [c.id for c in read_shard_list(lst, policy=policy)] == ["u1"]
     assert len(report) == 0
 
 
@@ -306,5 +311,5 @@ def test_same_suffix_twice_for_one_key(tmp_path):
     members = utt("u1") + [("u1.txt", b"second text")] + utt("u2")
     lst, (tar,) = shard_list(tmp_path, tar_bytes(members))
     check_shard_case(lst, tar, "u1.txt", "duplicate", "second member", kept=["u1", "u2"])
-    (first, _) = list(read_shard_list(lst, strict=False))
+    (first, _) = list(read_shard_list(lst, policy=ReadPolicy(strict=False)))
     assert first.supervisions[0].text == "text of u1"  # the first member wins

@@ -13,6 +13,7 @@ import pytest
 
 from wenet_lhotse import SkipReport, WenetDataError, read_shard_list
 from wenet_lhotse.corpus import generate_corpus
+from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.loader.build import build_dataloader
 
 
@@ -76,7 +77,7 @@ def test_server_failing_after_a_drop_is_one_clear_error(corpus6, tmp_path, http_
     assert resume.startswith("bytes=") and base.server.ranges == [None, resume, resume]
 
     report = SkipReport()
-    kept = list(read_shard_list(lst, strict=False, skip_report=report))
+    kept = list(read_shard_list(lst, policy=ReadPolicy(strict=False, skip_report=report)))
     assert [(i.source, i.kind) for i in report] == [(u, "io") for u in urls]
     assert all(i.member for i in report)
     assert len(kept) < 6  # what was read before the drop is kept, the rest is counted

@@ -12,6 +12,7 @@ import soundfile as sf
 
 from wenet_lhotse.errors import SkipReport, WenetDataError
 from wenet_lhotse.formats import read_raw_list, read_shard_list, write_raw_list, write_wenet_shards
+from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.sources import read_wenet_list
 
 
@@ -193,7 +194,7 @@ def test_fault_tolerant_keeps_every_valid_line(corpus, tmp_path):
     lst = tmp_path / "data.list"
     lst.write_text("\n".join(bad) + "\n", encoding="utf-8")
     report = SkipReport()
-    cuts = list(read_raw_list(lst, strict=False, skip_report=report))
+    cuts = list(read_raw_list(lst, policy=ReadPolicy(strict=False, skip_report=report)))
     assert [c.id for c in cuts] == corpus.keys
     assert [(i.line, i.kind) for i in report] == [(6, "json")]
 

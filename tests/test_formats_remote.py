@@ -11,6 +11,7 @@ from servers import DUMMY_CREDENTIALS
 
 from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.io.lhotse_io import install_lhotse_io_backend
+from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.io.remote import (
     RetryingReader,
     is_remote,
@@ -195,7 +196,7 @@ def test_failures_past_retries_are_counted_in_fault_tolerant_mode(s3_proxy, monk
     lst.write_text("".join(u + "\n" for u in urls + [s3.url("gone.tar")]))
     proxy.arm(cut_after=20_000, times=1000)
     report = SkipReport()
-    assert list(read_shard_list(lst, strict=False, skip_report=report)) == []
+    assert list(read_shard_list(lst, policy=ReadPolicy(strict=False, skip_report=report))) == []
     assert [(i.source, i.kind) for i in report] == [
         (urls[0], "io"), (urls[1], "io"), (s3.url("gone.tar"), "missing_file")]
     assert "Response payload is not completed" in list(report)[0].message
@@ -213,7 +214,7 @@ def test_object_gone_mid_shard_names_the_member(s3, monkeypatch, tmp_path):
     lst = tmp_path / "one.list"
     lst.write_text(url + "\n")
     report = SkipReport()
-    it = iter(read_shard_list(lst, strict=False, skip_report=report))
+    it = iter(read_shard_list(lst, policy=ReadPolicy(strict=False, skip_report=report)))
     first = next(it)
     s3.fs().rm_file(url.split("://", 1)[1])
     rest = list(it)

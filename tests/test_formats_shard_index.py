@@ -16,6 +16,7 @@ from wenet_lhotse.errors import SkipReport, WenetDataError
 from wenet_lhotse.formats import read_raw_list, read_shard_list, write_wenet_shards
 from wenet_lhotse.formats.member_reads import BLOCK_BYTES, read_members
 from wenet_lhotse.formats.shard_index import ShardIndex
+from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.sources.indexed_shards import IndexReader, open_shard_index
 
 
@@ -110,11 +111,13 @@ def test_a_stale_tar_is_one_error_or_one_counted_skip(shards, how):
     tar = shards["tars"][1]
     _damage(how, tar, shards["tars"][3])
     with pytest.raises(WenetDataError) as err:
-        open_shard_index([shards["list"]], "auto", strict=True, skip_report=SkipReport())
+        open_shard_index([shards["list"]], "auto",
+                         policy=ReadPolicy(strict=True, skip_report=SkipReport()))
     msg = str(err.value)
     assert msg.startswith(tar) and "\n" not in msg and "wenet-lhotse index" in msg
     report = SkipReport()
-    parts = open_shard_index([shards["list"]], "auto", strict=False, skip_report=report)
+    policy = ReadPolicy(strict=False, skip_report=report)
+    parts = open_shard_index([shards["list"]], "auto", policy=policy)
     assert [(i.source, i.kind) for i in report] == [(tar, "stale_index")]
     assert "4 utterances left out" in report.items[0].message
     reader = IndexReader(parts)
@@ -154,7 +157,7 @@ def test_bad_items_are_recorded_and_reported(shards):
         open_shard_index([shards["list"]], "auto", True, SkipReport())
     report = SkipReport()
     reader = IndexReader(open_shard_index([shards["list"]], "auto", False, report),
-                         strict=False, skip_report=report)
+                         policy=ReadPolicy(strict=False, skip_report=report))
     for epoch in range(2):
         reader.set_epoch(epoch)
         assert len(list(reader.iter_from(0))) == 19
@@ -170,7 +173,7 @@ def test_a_key_repeated_in_a_later_tar_is_recorded_once_as_bad(shards, tmp_path)
     assert ix.tars[5]["count"] == 0 and {b[1] for b in ix.tars[5]["bad"]} == {"duplicate"}
     report = SkipReport()
     reader = IndexReader(open_shard_index([shards["list"]], "auto", False, report),
-                         strict=False, skip_report=report)
+                         policy=ReadPolicy(strict=False, skip_report=report))
     keys = [c.id for _, c in reader.iter_from(0)]
     assert sorted(keys) == sorted(c.id for c in shards["cuts"])  # each once
     assert [i.kind for i in report] == ["duplicate"] * 4

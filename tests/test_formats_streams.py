@@ -11,6 +11,7 @@ import pytest
 from wenet_lhotse.corpus import generate_corpus
 from wenet_lhotse.errors import SkipReport, WenetDataError
 from wenet_lhotse.formats import read_shard_list
+from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.io.streams import open_input
 
 
@@ -55,7 +56,7 @@ def test_http_missing_shard(sharded, http_root, tmp_path):
         list(read_shard_list(lst))
     assert e.value.kind == "missing_file" and "urls.list:2" in str(e.value)
     report = SkipReport()
-    got = list(read_shard_list(lst, strict=False, skip_report=report))
+    got = list(read_shard_list(lst, policy=ReadPolicy(strict=False, skip_report=report)))
     assert [c.id for c in got] == sharded.keys[:4]
     assert [(i.source, i.kind) for i in report] == [(f"{http_root}/nope.tar", "missing_file")]
 
@@ -63,7 +64,7 @@ def test_http_missing_shard(sharded, http_root, tmp_path):
 def test_pipe_cat(sharded, tmp_path):
     lst = tmp_path / "pipe.list"
     lst.write_text("".join(f"pipe:cat {p}\n" for p in sharded.shards_list.read_text().split()))
-    assert_same_cuts(list(read_shard_list(lst, allow_pipe=True)),
+    assert_same_cuts(list(read_shard_list(lst, policy=ReadPolicy(allow_pipe=True))),
                      list(read_shard_list(sharded.shards_list)))
 
 
@@ -73,12 +74,14 @@ def test_failing_pipe_names_the_command(sharded, tmp_path):
     lst.write_text(f"pipe:cat {first}\npipe:cat {tmp_path}/missing.tar\n")
     with pytest.raises(WenetDataError, match=r"pipe:cat .*missing.tar: command exited with "
                                              r"status 1: cat: .*No such file") as e:
-        list(read_shard_list(lst, allow_pipe=True))
+        list(read_shard_list(lst, policy=ReadPolicy(allow_pipe=True)))
     assert e.value.kind == "io"
     # a command that fails after a complete tar is still reported
     lst.write_text(f"pipe:cat {first}; exit 3\n")
     report = SkipReport()
-    got = list(read_shard_list(lst, strict=False, skip_report=report, allow_pipe=True))
+    policy = ReadPolicy(strict=False, skip_report=report, allow_pipe=True)
+    got = list(read_shard_list(lst,
+                               policy=policy))
     assert [c.id for c in got] == sharded.keys[:2]
     assert [i.kind for i in report] == ["io"] and "status 3" in report.items[0].message
 
@@ -88,10 +91,10 @@ def test_stopping_early_ends_the_command(sharded, tmp_path):
     first = sharded.shards_list.read_text().split()[0]
     # `yes` never ends by itself: the reader must kill it when the consumer stops
     lst.write_text(f"pipe:cat {first}; yes\n")
-    it = iter(read_shard_list(lst, allow_pipe=True))
+    it = iter(read_shard_list(lst, policy=ReadPolicy(allow_pipe=True)))
     assert next(it).id == sharded.keys[0]
     it.close()
-    f = open_input("pipe:yes", allow_pipe=True)
+    f = open_input("pipe:yes", policy=ReadPolicy(allow_pipe=True))
     assert f.read(4) == b"y\ny\n"
     f.close()
     assert f.raw._proc.poll() is not None  # killed, not left running
@@ -101,7 +104,7 @@ def test_open_input_kinds(sharded, http_root):
     tar = sharded.shards_list.read_text().split()[0]
     data = open(tar, "rb").read()
     for name in (tar, f"file://{tar}", f"pipe:cat {tar}", f"{http_root}/{tar_names(sharded)[0]}"):
-        with open_input(name, allow_pipe=True) as f:
+        with open_input(name, policy=ReadPolicy(allow_pipe=True)) as f:
             assert f.read() == data
     with pytest.raises(WenetDataError, match="no such file"):
         open_input(tar + ".absent")

@@ -24,6 +24,7 @@ from wenet_lhotse import SkipReport, WenetDataError
 from wenet_lhotse.formats.audio import recording_from_bytes
 from wenet_lhotse.formats.shard_reader import LazyWenetShardIterator
 from wenet_lhotse.formats.tar_members import TarMembers, plain_header
+from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.io.streams import TailReader
 
 
@@ -64,9 +65,11 @@ def same_members(data: bytes, chunk: int = 0):
     return fast
 
 
-def read_cuts(path: Path, fast: bool, strict: bool, **kw):
+def read_cuts(path: Path, fast: bool, strict: bool, **policy):
+    """``policy``: more :class:`ReadPolicy` fields (``allow_pipe``, ``max_member_bytes``)."""
     report = SkipReport(log=False)
-    it = LazyWenetShardIterator([str(path)], strict=strict, skip_report=report, **kw)
+    it = LazyWenetShardIterator(
+        [str(path)], policy=ReadPolicy(strict=strict, skip_report=report, **policy))
     it.fast_tar = fast
     cuts, error = [], None
     try:

@@ -18,6 +18,7 @@ from adversarial import REPO, add_sparse, cli, raw_line, tar_of, utt
 
 from wenet_lhotse import SkipReport, WenetDataError, read_raw_list, read_shard_list
 from wenet_lhotse.io.access import url_problem
+from wenet_lhotse.io.policy import ReadPolicy
 
 #: The address-space limit of the memory subprocesses (bytes): torch and Lhotse
 #: imported take ~1.5 GB of address space here.
@@ -68,7 +69,7 @@ def test_an_archive_url_in_a_raw_list_reads_nothing(tmp_path):
         list(read_raw_list(lst))
     assert (e.value.line, e.value.kind) == (1, "refused")
     report = SkipReport()
-    assert list(read_raw_list(lst, strict=False, skip_report=report)) == []
+    assert list(read_raw_list(lst, policy=ReadPolicy(strict=False, skip_report=report))) == []
     assert [(i.line, i.kind) for i in report] == [(1, "refused"), (2, "refused")]
     res = cli("validate", lst)
     assert res.returncode != 0 and "Traceback" not in res.stderr
@@ -195,7 +196,9 @@ def test_a_fifo_in_a_shard_list_is_refused_not_waited_on(fifo_shards):
         list(read_shard_list(lst))
     assert str(fifo) in str(e.value)
     report = SkipReport()
-    assert [c.id for c in read_shard_list(lst, strict=False, skip_report=report)] == ["u1", "u2"]
+    policy = ReadPolicy(strict=False, skip_report=report)
+    assert [c.id for c in read_shard_list(lst,
+                                          policy=policy)] == ["u1", "u2"]
     assert len(report) == 1 and "FIFO" in report.items[0].message
 
 

@@ -13,6 +13,7 @@ from adversarial import cli, raw_line
 from wenet_lhotse import SkipReport, WenetDataError, read_raw_list
 from wenet_lhotse.corpus import generate_corpus
 from wenet_lhotse.formats.checks import key_problem
+from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.sources.manifest import LazyCheckedManifest
 
 
@@ -59,14 +60,15 @@ def test_deep_json_line_is_a_counted_skip_in_python(small, tmp_path):
         list(read_raw_list(lst))
     assert (e.value.source, e.value.line, e.value.kind) == (str(lst), 3, "json")
     report = SkipReport()
-    assert len(list(read_raw_list(lst, strict=False, skip_report=report))) == 6
+    assert len(list(read_raw_list(lst, policy=ReadPolicy(strict=False, skip_report=report)))) == 6
     assert [i.line for i in report] == [3]
     man = deep_manifest(small, tmp_path)
     with pytest.raises(WenetDataError) as e:
         list(LazyCheckedManifest([man]))
     assert (e.value.line, e.value.kind) == (3, "json") and "nested" in e.value.message
     report = SkipReport()
-    assert len(list(LazyCheckedManifest([man], strict=False, skip_report=report))) == 6
+    assert len(list(LazyCheckedManifest([man],
+                                        policy=ReadPolicy(strict=False, skip_report=report)))) == 6
     assert report.counts() == {"json": 1}
 
 
@@ -179,14 +181,15 @@ def test_duplicate_cut_ids_are_used_once(small, tmp_path):
             list(JsonlReader([str(path)], light=light).iter_from(0))
         assert (e.value.line, e.value.kind) == (4, "duplicate")
         report = SkipReport()
-        reader = JsonlReader([str(path)], strict=False, skip_report=report, light=light)
+        policy = ReadPolicy(strict=False, skip_report=report)
+        reader = JsonlReader([str(path)], policy=policy, light=light)
         assert [c.id for _, c in reader.iter_from(0)] == small.keys
         assert report.counts() == {"duplicate": 1}
         # resumed after line 3: the copy at line 4 is still dropped
         assert [p for p, _ in reader.iter_from(3)] == [4, 5, 6]
     report = SkipReport()
-    assert [c.id for c in LazyCheckedManifest([path], strict=False,
-                                              skip_report=report)] == small.keys
+    policy = ReadPolicy(strict=False, skip_report=report)
+    assert [c.id for c in LazyCheckedManifest([path], policy=policy)] == small.keys
     assert [i.line for i in report] == [4]
 
 

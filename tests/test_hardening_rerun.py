@@ -21,6 +21,7 @@ from wenet_lhotse import (
     wenet_to_shar,
 )
 from wenet_lhotse.corpus import generate_corpus
+from wenet_lhotse.io.policy import ReadPolicy
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +153,7 @@ def test_non_finite_times_in_manifests(corpus12, tmp_path, field, value):
         list(open_cuts(man)[0])
     assert (e.value.source, e.value.line, e.value.kind) == (str(man), 2, "bad_segment")
     report = SkipReport()
-    assert len(list(open_cuts(man, strict=False, skip_report=report)[0])) == 2
+    assert len(list(open_cuts(man, policy=ReadPolicy(strict=False, skip_report=report))[0])) == 2
     res = cli("stats", man)
     assert "nan" not in res.stdout.lower()
 

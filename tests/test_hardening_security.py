@@ -24,6 +24,7 @@ from adversarial import (
 
 from wenet_lhotse import SkipReport, WenetDataError, open_cuts, read_raw_list, read_shard_list
 from wenet_lhotse.corpus import generate_corpus
+from wenet_lhotse.io.policy import ReadPolicy
 
 
 @pytest.fixture(scope="module")
@@ -69,10 +70,10 @@ def test_pipe_lines_need_an_opt_in_python(small, tmp_path):
     assert e.value.source == str(lst) and e.value.line == 1 and e.value.kind == "refused"
     assert "allow_pipe" in str(e.value) and "\n" not in str(e.value)
     report = SkipReport()
-    assert list(read_shard_list(lst, strict=False, skip_report=report)) == []
+    assert list(read_shard_list(lst, policy=ReadPolicy(strict=False, skip_report=report))) == []
     assert [i.line for i in report] == [1, 2, 3] and report.counts() == {"refused": 3}
     assert not marker.exists()
-    cuts = list(read_shard_list(lst, allow_pipe=True))
+    cuts = list(read_shard_list(lst, policy=ReadPolicy(allow_pipe=True)))
     assert [c.id for c in cuts] == small.keys and marker.exists()
 
 
@@ -83,7 +84,7 @@ def test_open_input_refuses_pipe_unless_allowed(tmp_path):
     with pytest.raises(WenetDataError, match="allow_pipe") as e:
         open_input(f"pipe:touch {marker}")
     assert e.value.kind == "refused" and not marker.exists()
-    with open_input("pipe:echo hi", allow_pipe=True) as f:
+    with open_input("pipe:echo hi", policy=ReadPolicy(allow_pipe=True)) as f:
         assert f.read() == b"hi\n"
 
 
@@ -135,7 +136,7 @@ def test_command_sources_in_a_manifest_are_not_run(small, tmp_path):
     with pytest.raises(WenetDataError, match="allow_pipe") as e:
         list(open_cuts(man)[0])
     assert e.value.line == 1 and not marker.exists()
-    got = [c.load_audio().shape for c in open_cuts(man, allow_pipe=True)[0]]
+    got = [c.load_audio().shape for c in open_cuts(man, policy=ReadPolicy(allow_pipe=True))[0]]
     assert len(got) == 1 and marker.exists()
 
 
@@ -161,7 +162,7 @@ def test_only_regular_members(tmp_path, case):
         list(read_shard_list(lst))
     assert (e.value.source, e.value.member, e.value.kind) == (tar, "u2.wav", "bad_member")
     report = SkipReport()
-    cuts = list(read_shard_list(lst, strict=False, skip_report=report))
+    cuts = list(read_shard_list(lst, policy=ReadPolicy(strict=False, skip_report=report)))
     assert [c.id for c in cuts] == ["u1", "u3"]
     assert ("u2.wav", "bad_member") in [(i.member, i.kind) for i in report]
 
@@ -170,12 +171,12 @@ def test_member_size_cap(tmp_path, monkeypatch):
     lst = write_shard_list(tmp_path, [tar_of(utt("u1") + utt("u2", 2))])
     size = len(wav_bytes())
     with pytest.raises(WenetDataError, match=f"over the {size - 1}-byte limit") as e:
-        list(read_shard_list(lst, max_member_bytes=size - 1))
+        list(read_shard_list(lst, policy=ReadPolicy(max_member_bytes=size - 1)))
     assert e.value.member == "u1.wav" and e.value.kind == "bad_member"
-    assert len(list(read_shard_list(lst, max_member_bytes=size))) == 2
+    assert len(list(read_shard_list(lst, policy=ReadPolicy(max_member_bytes=size)))) == 2
     monkeypatch.setenv("WENET_LHOTSE_MAX_MEMBER_BYTES", str(size - 1))
     report = SkipReport()
-    assert list(read_shard_list(lst, strict=False, skip_report=report)) == []
+    assert list(read_shard_list(lst, policy=ReadPolicy(strict=False, skip_report=report))) == []
     # reading past an oversized member means reading what it claims: the tar ends there
     assert report.counts() == {"bad_member": 1}
 
@@ -192,6 +193,7 @@ def test_forged_sizes_never_allocate(tmp_path):
 import resource
 resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
 from wenet_lhotse import SkipReport, read_shard_list
+from wenet_lhotse.io.policy import ReadPolicy
 r = SkipReport()
 ids = [c.id for c in read_shard_list({str(lst)!r}, strict=False, skip_report=r)]
 print(ids, sorted((i.member, i.kind) for i in r))
@@ -229,7 +231,9 @@ def test_unsafe_keys_in_raw_lists(small, tmp_path, case):
     assert (e.value.source, e.value.line, e.value.kind) == (str(lst), 2, "unsafe_key")
     assert "\n" not in str(e.value)
     report = SkipReport()
-    assert [c.id for c in read_raw_list(lst, strict=False, skip_report=report)] == ["ok1",
+    policy = ReadPolicy(strict=False, skip_report=report)
+    assert [c.id for c in read_raw_list(lst,
+                                        policy=policy)] == ["ok1",
                                                                                     "ok2"]
     assert report.counts() == {"unsafe_key": 1}
 
@@ -244,7 +248,8 @@ def test_unsafe_member_names_in_tars(tmp_path, name):
         list(read_shard_list(lst))
     assert e.value.kind == "unsafe_key" and e.value.member == f"{name}.txt"
     report = SkipReport()
-    assert [c.id for c in read_shard_list(lst, strict=False, skip_report=report)] == ["u1",
+    policy = ReadPolicy(strict=False, skip_report=report)
+    assert [c.id for c in read_shard_list(lst, policy=policy)] == ["u1",
                                                                                       "u3"]
     assert set(report.counts()) == {"unsafe_key"}
 

@@ -18,6 +18,7 @@ from lhotse import CutSet
 from wenet_lhotse.convert.index import index_shards
 from wenet_lhotse.errors import SkipReport
 from wenet_lhotse.formats import read_raw_list, read_shard_list, write_wenet_shards
+from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.loader.build import build_dataloader
 from wenet_lhotse.loader.dataloader import MapDataLoader, StreamedDataLoader
 
@@ -151,8 +152,9 @@ def test_ddp_indexed_shards_every_readable_utterance_once_equal_steps(
         f.truncate(os.path.getsize(shards["tars"][1]) // 2)
     index_shards(shards["list"])
     os.remove(shards["tars"][4])
-    readable = sorted(c.id for c in read_shard_list(shards["list"], strict=False,
-                                                    skip_report=SkipReport(log=False)))
+    policy = ReadPolicy(strict=False, skip_report=SkipReport(log=False))
+    readable = sorted(c.id for c in read_shard_list(shards["list"],
+                                                    policy=policy))
     assert 12 <= len(readable) < 16
     ranks = _torchrun(how, shards["list"], corpus.units, tmp_path / how)
     assert {r["loader"] for r in ranks} == {"MapDataLoader"}

@@ -14,6 +14,7 @@ from servers import free_port
 
 from wenet_lhotse.errors import SkipReport, WenetDataError
 from wenet_lhotse.formats import read_raw_list
+from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.sources.probe_cache import BLOCK_LINES, probed_raw_list
 
 HERE = Path(__file__).parent
@@ -68,16 +69,16 @@ def test_two_ranks_probe_half_each_then_the_cache(long_list, tmp_path):
 
 def test_skips_are_cached_and_reported_again(long_list, tmp_path):
     report = SkipReport()
-    res = probed_raw_list(long_list, strict=False, skip_report=report)
+    res = probed_raw_list(long_list, policy=ReadPolicy(strict=False, skip_report=report))
     assert not res.from_cache and res.lines_probed == 4 * BLOCK_LINES
     assert [(i.line, i.kind) for i in report] == [(701, "missing_audio")]
     again = SkipReport()
-    res2 = probed_raw_list(long_list, strict=False, skip_report=again)
+    res2 = probed_raw_list(long_list, policy=ReadPolicy(strict=False, skip_report=again))
     assert res2.from_cache and res2.lines_probed == 0
     assert list(again) == list(report)
     # editing the list changes its key: the old cache is not used
     long_list.write_text(long_list.read_text() + "\n")
-    res3 = probed_raw_list(long_list, strict=False, skip_report=SkipReport())
+    res3 = probed_raw_list(long_list, policy=ReadPolicy(strict=False, skip_report=SkipReport()))
     assert not res3.from_cache and res3.manifest != res.manifest
 
 

@@ -23,6 +23,7 @@ from wenet_lhotse import CharTokenizer, SkipReport, WenetDataError, build_datalo
 from wenet_lhotse.cli.main import main
 from wenet_lhotse.corpus import generate_corpus
 from wenet_lhotse.formats import read_raw_list
+from wenet_lhotse.io.policy import ReadPolicy
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +87,7 @@ def test_missing_and_failing_urls(corpus8, http_serve, tmp_path, fast_retries):
     assert "HTTP status 500" in err and "gave up after 1 retries" in err
     assert "\n" not in err
     report = SkipReport()
-    assert list(read_raw_list(bad, strict=False, skip_report=report)) == []
+    assert list(read_raw_list(bad, policy=ReadPolicy(strict=False, skip_report=report))) == []
     assert [(i.line, i.kind) for i in report] == [(n, "io") for n in range(1, 9)]
 
     plain = http_serve(corpus8.root / "wav", mode="ok")  # no range support: whole files

@@ -22,6 +22,7 @@ from remote_lists import (
 from wenet_lhotse import CharTokenizer, SkipReport, WenetDataError, build_dataloader
 from wenet_lhotse.corpus import generate_corpus
 from wenet_lhotse.formats import read_raw_list
+from wenet_lhotse.io.policy import ReadPolicy
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -77,7 +78,7 @@ def test_missing_and_unreachable_objects(corpus10, s3_proxy, tmp_path, monkeypat
     two.write_text("".join(lst.read_text().splitlines(keepends=True)[:2]))
     proxy.arm(cut_after=2_000, times=1000)  # every header read cut, past the retries
     report = SkipReport()
-    assert list(read_raw_list(two, strict=False, skip_report=report)) == []
+    assert list(read_raw_list(two, policy=ReadPolicy(strict=False, skip_report=report))) == []
     assert [(i.source, i.line, i.kind) for i in report] == [(str(two), 1, "io"),
                                                             (str(two), 2, "io")]
     first = report.items[0]

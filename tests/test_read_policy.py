@@ -117,18 +117,6 @@ def test_one_policy_decides_strict_or_skip_for_every_reader_kind(made, tmp_path,
     assert len(policy.skip_report) == 1  # the one bad item, counted in the policy's report
 
 
-def test_old_keywords_still_make_the_policy_and_cannot_contradict_it(made, tmp_path):
-    read, good = _bad_shard(made, tmp_path)
-    path = tmp_path / "shards.list"
-    report = SkipReport(log=False)
-    assert len(list(read_shard_list(path, strict=False, skip_report=report))) == good
-    assert len(report) == 1
-    with pytest.raises(TypeError, match="strict"):
-        read_shard_list(path, strict=True, policy=ReadPolicy(strict=False))
-    with pytest.raises(TypeError, match="skip_report"):  # another report: another object
-        read_shard_list(path, skip_report=SkipReport(), policy=ReadPolicy())
-
-
 def test_pipe_refused_unless_the_policy_allows_it(made, tmp_path):
     tar = made["shards"].read_text(encoding="utf-8").split()[0]
     path = tmp_path / "pipe.list"

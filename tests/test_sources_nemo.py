@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from wenet_lhotse.cli import main
 from wenet_lhotse.corpus import generate_corpus
 from wenet_lhotse.errors import SkipReport, WenetDataError
+from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.loader.build import build_dataloader
 from wenet_lhotse.sources import detect_input_kind, open_cuts
 from wenet_lhotse.text import CharTokenizer
@@ -96,7 +97,7 @@ def test_a_bad_line_names_file_and_line(nemo, tmp_path, bad, why):
     assert f"{path}:2" in str(err.value) and why in str(err.value)
     assert "\n" not in str(err.value)
     report = SkipReport(log=False)
-    cuts = list(open_cuts(path, strict=False, skip_report=report)[0])
+    cuts = list(open_cuts(path, policy=ReadPolicy(strict=False, skip_report=report))[0])
     assert len(cuts) == len(nemo[1]) and [i.line for i in report] == [2]
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from wenet_lhotse import CharTokenizer
 from wenet_lhotse.errors import SkipReport, WenetDataError
+from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.sources.text import item_key, read_text_source
 
 
@@ -57,8 +58,8 @@ def test_bad_lines_named_or_counted(corpus, tok, tmp_path):
     with pytest.raises(WenetDataError, match=r"bad\.jsonl:2: needs 'txt'"):
         read_text_source([str(path)], tok, name="bad")
     report = SkipReport(log=False)
-    items, stats = read_text_source([str(path)], tok, name="bad", strict=False,
-                                    skip_report=report)
+    items, stats = read_text_source([str(path)], tok, name="bad",
+                                    policy=ReadPolicy(strict=False, skip_report=report))
     assert len(items) == 1 and stats.bad == 3
     assert [(i.line, i.kind) for i in report.items] == [(2, "missing_field"), (3, "json"),
                                                         (4, "encoding")]

@@ -34,6 +34,7 @@ from wenet_lhotse.formats.layout import is_file_or_remote, is_whole_recording
 from wenet_lhotse.formats.raw_list_writer import raw_list_line
 from wenet_lhotse.formats.shard_writer import write_wenet_shards
 from wenet_lhotse.formats.split import chunked
+from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.io.streams import atomic_output, same_file
 from wenet_lhotse.sources.open import open_cuts
 
@@ -183,7 +184,7 @@ def export_raw_list(
     from tqdm.auto import tqdm
 
     _refuse_same(src, out_list)
-    cuts, _ = open_cuts(src, allow_pipe=allow_pipe)
+    cuts, _ = open_cuts(src, policy=ReadPolicy(allow_pipe=allow_pipe))
     # absolute here: pool and cluster workers run in other directories
     adir = (Path(audio_dir) if audio_dir is not None else default_audio_dir(out_list)).absolute()
     name = str(out_list)
@@ -229,7 +230,7 @@ def export_shards(
     from tqdm.auto import tqdm
 
     _refuse_same(src, list_path)
-    cuts, _ = open_cuts(src, allow_pipe=allow_pipe)
+    cuts, _ = open_cuts(src, policy=ReadPolicy(allow_pipe=allow_pipe))
     it = tqdm(cuts, desc="export", unit="utt", disable=not progress)
     if cluster:
         with open_cluster(cluster) as executor, scheduler_loss(executor, cluster):

@@ -28,6 +28,7 @@ from wenet_lhotse.formats.keyset import KeySet
 from wenet_lhotse.formats.shard_index import ShardIndex, index_path, tar_problem, write_index
 from wenet_lhotse.formats.shard_list import read_shard_entries
 from wenet_lhotse.formats.tar_index import TarRows, index_tar
+from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.io.remote import is_remote
 from wenet_lhotse.io.streams import is_local, is_pipe
 
@@ -72,7 +73,7 @@ def _index_one(job: Any) -> TarRows:
         return TarRows(url=entry.url, bad=[("a pipe: has no offsets to read members by; "
                                             "write the tar to storage to index it",
                                             "not_indexable", None)])
-    rows = index_tar(entry, allow_pipe=allow_pipe)
+    rows = index_tar(entry, policy=ReadPolicy(allow_pipe=allow_pipe))
     if is_remote(entry.url) and not any(k in ("missing_file", "io") for _, k, _ in rows.bad):
         rows.digest = _etag(entry.url) or rows.digest
     return rows
@@ -113,7 +114,7 @@ def index_shards(list_path: str, *, cache_dir: Optional[str] = None, out: Option
     """Index shard list ``list_path`` (see the module doc); ``out`` overrides the
     index's path, ``full`` reads every tar again."""
     path = out or index_path(list_path, cache_dir)
-    entries = read_shard_entries(list_path, allow_pipe=allow_pipe)
+    entries = read_shard_entries(list_path, policy=ReadPolicy(allow_pipe=allow_pipe))
     old: Optional[ShardIndex] = None
     if not full:
         try:

@@ -27,7 +27,6 @@ from typing import Any, Iterable, List, Optional, Tuple
 
 from lhotse.cut import Cut
 
-from wenet_lhotse.errors import SkipReport
 from wenet_lhotse.formats.audio import encode_pcm16_wav, sniff_container
 from wenet_lhotse.formats.layout import cut_text
 from wenet_lhotse.io.policy import ReadPolicy
@@ -67,12 +66,11 @@ def _shard_tar(cuts: List[Cut], path: str) -> None:
 
 def import_parquet(paths: Iterable[str], out_dir: str, *, shard_size: int = 1000,
                    columns: ParquetColumns = ParquetColumns(),
-                   strict: Optional[bool] = None, skip_report: Optional[SkipReport] = None,
                    policy: Optional[ReadPolicy] = None) -> Tuple[Path, int]:
     """Parquet / ``save_to_disk`` input -> WeNet shards in ``out_dir`` plus
     ``out_dir/shards.list``; returns ``(list path, utterances written)``. A bad row
-    raises or is skipped as ``policy`` (or the old ``strict``/``skip_report``) says."""
-    policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report)
+    raises or is skipped as ``policy`` says (default: raises)."""
+    policy = (policy or ReadPolicy())
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tars: List[str] = []

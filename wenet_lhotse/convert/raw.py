@@ -109,8 +109,6 @@ def iter_raw_cuts_with_lines(
     paths: Union[Pathlike, Sequence[Pathlike]],
     *,
     wav_root: Optional[Pathlike] = None,
-    strict: Optional[bool] = None,
-    skip_report: Optional[SkipReport] = None,
     num_workers: int = 4,
     executor: str = "process",
     check_duplicates: bool = True,
@@ -139,10 +137,10 @@ def iter_raw_cuts_with_lines(
         (fault-tolerant mode; it is recorded in ``skip_report`` too), so that a caller
         can count positions in the input, good and bad lines alike.
     :param policy: strict or skip into its ``skip_report``, URL protocols and network
-        limits of the probes (:class:`~wenet_lhotse.io.policy.ReadPolicy`); the old
-        ``strict``/``skip_report`` keywords make one when it is not given.
+        limits of the probes (:class:`~wenet_lhotse.io.policy.ReadPolicy`; default:
+        strict).
     """
-    policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report)
+    policy = (policy or ReadPolicy())
     if cluster:
         mapper = functools.partial(map_tasks, cluster=cluster)
     else:
@@ -157,8 +155,6 @@ def import_raw(
     data_list: Union[Pathlike, Sequence[Pathlike]],
     out_path: Pathlike,
     *,
-    strict: Optional[bool] = None,
-    skip_report: Optional[SkipReport] = None,
     progress: bool = False,
     policy: Optional[ReadPolicy] = None,
     **kwargs: Any,
@@ -170,7 +166,7 @@ def import_raw(
     :param progress: show a tqdm bar (unit: lines turned into cuts).
     :param policy: its ``strict`` (default True: raise on the first bad line; else
         skip, log and count it in its ``skip_report``), URL protocols and network
-        limits; the old ``strict``/``skip_report`` keywords make one when not given.
+        limits.
     :param kwargs: how the lines are read, the keywords of
         :func:`iter_raw_cuts_with_lines`: ``wav_root``; ``num_workers``
         (header-probing pool size, default 4); ``executor``; ``check_duplicates``
@@ -183,7 +179,7 @@ def import_raw(
     """
     from tqdm.auto import tqdm
 
-    policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report)
+    policy = (policy or ReadPolicy())
     report = policy.skip_report
     assert report is not None
     out = out_path if is_remote(str(out_path)) else Path(out_path)

@@ -45,6 +45,7 @@ from wenet_lhotse.errors import SkippedItem, SkipReport, WenetDataError, short_e
 from wenet_lhotse.formats.checks import check_key
 from wenet_lhotse.formats.layout import json_value
 from wenet_lhotse.formats.shard_reader import ShardEntry, read_one_tar, read_shard_entries
+from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.io.remote import is_remote, remote_put
 from wenet_lhotse.sources.registry import get_kind
 from wenet_lhotse.sources.shar_dir import shard_paths
@@ -97,8 +98,8 @@ def write_shard(job: ShardJob, out_dir: str, audio_format: str, strict: bool,
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     if job.tar is not None:
-        cuts: Iterable[Cut] = read_one_tar(job.tar, strict=strict, skip_report=report,
-                                           allow_pipe=allow_pipe)
+        policy = ReadPolicy(strict=strict, skip_report=report, allow_pipe=allow_pipe)
+        cuts: Iterable[Cut] = read_one_tar(job.tar, policy=policy)
     else:
         cuts = job.cuts or []
     suffix = f".{job.index:06d}"
@@ -186,8 +187,8 @@ def _shard_list_jobs(data_lists: Sequence[Pathlike], strict: bool, skip_report: 
     jobs: List[ShardJob] = []
     for lst in data_lists:
         bad = SkipReport()
-        entries = read_shard_entries([str(lst)], strict=strict, skip_report=bad,
-                                     allow_pipe=allow_pipe)
+        policy = ReadPolicy(strict=strict, skip_report=bad, allow_pipe=allow_pipe)
+        entries = read_shard_entries([str(lst)], policy=policy)
         skip_report.extend(bad.items)
         at_line = {e.line: ShardJob(0, tar=e) for e in entries}
         at_line.update({item.line: ShardJob(0, skipped=[item]) for item in bad})
@@ -215,7 +216,7 @@ def iter_jobs(
     from wenet_lhotse.convert.raw import iter_raw_cuts_with_lines
 
     items = iter_raw_cuts_with_lines([str(p) for p in data_lists], wav_root=wav_root,
-                                     strict=strict, skip_report=skip_report,
+                                     policy=ReadPolicy(strict=strict, skip_report=skip_report),
                                      num_workers=probe_workers, cluster=cluster,
                                      yield_skips=True)
     return _raw_jobs(items, shard_size or 1000), None

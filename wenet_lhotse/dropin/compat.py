@@ -214,4 +214,4 @@ def Dataset(data_type: str, data_list_file: DataArg, tokenizer: Any = None,  # n
                  if tokenizer is not None else None)
     return OrderedBatches(wenet_sources(data_list_file, data_type, "--test_data"), dataset,
                           int(batch_conf.get("batch_size", 16)), transform=transform,
-                          strict=not lconf.fault_tolerant)
+                          policy=lconf.read_policy())

@@ -37,7 +37,7 @@ from lhotse.audio import AudioSource
 from lhotse.lazy import Dillable
 from lhotse.utils import Pathlike, compute_num_samples, fastcopy
 
-from wenet_lhotse.errors import SkipReport, WenetDataError, reraise_worker_death, short_error
+from wenet_lhotse.errors import WenetDataError, reraise_worker_death, short_error
 from wenet_lhotse.formats.audio import probe_recording, sampling_rate_problem
 from wenet_lhotse.formats.checks import TOO_DEEP, is_finite_number, key_problem, text_problem
 from wenet_lhotse.formats.keyset import KeySet
@@ -66,16 +66,13 @@ class LazyWenetRawListIterator(PolicyHolder, Dillable):
     offered, since it would need a full pass with header reads.
 
     Skipped items (``policy.strict`` False) are logged and recorded in the policy's
-    ``skip_report`` (a worker process records into its own copy). ``strict`` and
-    ``skip_report`` (old keywords) make the policy when none is given.
+    ``skip_report`` (a worker process records into its own copy).
     """
 
     def __init__(
         self,
         paths: Union[Pathlike, Sequence[Pathlike]],
         wav_root: Optional[Pathlike] = None,
-        strict: Optional[bool] = None,
-        skip_report: Optional[SkipReport] = None,
         probe: bool = True,
         check_duplicates: bool = True,
         *,
@@ -84,7 +81,7 @@ class LazyWenetRawListIterator(PolicyHolder, Dillable):
         # Absolute now: iterating later from another directory reads the same files.
         self.paths = [p if is_remote(p) else os.path.abspath(p) for p in as_path_list(paths)]
         self.wav_root = os.path.abspath(str(wav_root) if wav_root is not None else os.getcwd())
-        self.policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report)
+        self.policy = (policy or ReadPolicy())
         self.probe = probe
         self.check_duplicates = check_duplicates
 
@@ -261,8 +258,6 @@ def read_raw_list(
     paths: Union[Pathlike, Sequence[Pathlike]],
     *,
     wav_root: Optional[Pathlike] = None,
-    strict: Optional[bool] = None,
-    skip_report: Optional[SkipReport] = None,
     probe: bool = True,
     check_duplicates: bool = True,
     policy: Optional[ReadPolicy] = None,
@@ -272,10 +267,6 @@ def read_raw_list(
 
     :param wav_root: directory that relative ``wav`` paths resolve against;
         default: the working directory now.
-    :param strict: raise :class:`WenetDataError` (naming list file and 1-based line)
-        on the first bad line; with False, log it, record it in ``skip_report`` and go on.
-    :param skip_report: where skipped lines are recorded (a new one is made when None;
-        reachable as ``cuts.data.skip_report``).
     :param probe: True (default): read every audio header (duration in seconds,
         sampling rate in Hz). False: a line carrying numeric ``duration`` (seconds) and
         ``sample_rate`` (Hz) fields is trusted without touching the file (assumed mono;
@@ -287,7 +278,7 @@ def read_raw_list(
         skip, URL protocols, network limits); ``strict``/``skip_report`` make one
         when it is not given (default strict, as WeNet).
     """
-    policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report)
+    policy = (policy or ReadPolicy())
     for path in as_path_list(paths):
         if not is_remote(path) and not os.path.isfile(path):
             raise WenetDataError("no such list file", path, kind="missing_file")

@@ -10,7 +10,7 @@ from typing import List, Optional, Sequence, Union
 
 from lhotse.utils import Pathlike
 
-from wenet_lhotse.errors import SkipReport, WenetDataError
+from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.io.access import PIPE_REFUSED, open_regular
 from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.io.remote import is_remote
@@ -32,19 +32,14 @@ class ShardEntry:
 
 def read_shard_entries(
     paths: Union[Pathlike, Sequence[Pathlike]],
-    strict: Optional[bool] = None,
-    skip_report: Optional[SkipReport] = None,
-    allow_pipe: Optional[bool] = None,
     *,
     policy: Optional[ReadPolicy] = None,
 ) -> List[ShardEntry]:
     """Read shard list file(s): one tar per non-empty line (LF or CRLF). Relative
     local paths are made absolute against the working directory. A ``pipe:`` line
     the ``policy`` does not allow is bad input (kind ``"refused"``, never run), as is
-    a URL of a protocol it does not allow. ``strict``/``skip_report``/``allow_pipe``
-    (old keywords) make the policy when none is given."""
-    policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report,
-                           allow_pipe=allow_pipe)
+    a URL of a protocol it does not allow."""
+    policy = (policy or ReadPolicy())
     entries = []
     for path in as_path_list(paths):
         try:

@@ -33,7 +33,7 @@ from lhotse import CutSet, SupervisionSegment
 from lhotse.lazy import Dillable
 from lhotse.utils import Pathlike
 
-from wenet_lhotse.errors import SkipReport, WenetDataError, reraise_worker_death, short_error
+from wenet_lhotse.errors import WenetDataError, reraise_worker_death, short_error
 from wenet_lhotse.formats.audio import recording_from_bytes
 from wenet_lhotse.formats.checks import key_problem, max_member_bytes, member_problem
 from wenet_lhotse.formats.keyset import KeySet
@@ -54,9 +54,7 @@ class LazyWenetShardIterator(PolicyHolder, Dillable):
 
     ``set_epoch(e)`` changes the shuffling (seed + epoch); with ``stateful_shuffle``
     the epoch also advances by one after each complete pass. How to read (strict or
-    skip, ``pipe:``, URL protocols, member cap, network limits) is ``policy``; the old
-    keywords (``strict``, ``skip_report``, ``allow_pipe``, ``max_member_bytes``,
-    ``limits``) make one when it is not given.
+    skip, ``pipe:``, URL protocols, member cap, network limits) is ``policy``.
     """
 
     #: Read tars with :class:`~wenet_lhotse.formats.tar_members.TarMembers`' fast path
@@ -78,13 +76,8 @@ class LazyWenetShardIterator(PolicyHolder, Dillable):
         world_size: Optional[int] = None,
         worker_id: Optional[int] = None,
         num_workers: Optional[int] = None,
-        strict: Optional[bool] = None,
-        skip_report: Optional[SkipReport] = None,
         check_duplicates: bool = True,
         stateful_shuffle: bool = False,
-        allow_pipe: Optional[bool] = None,
-        max_member_bytes: Optional[int] = None,
-        limits: Optional[ReadLimits] = None,
         *,
         policy: Optional[ReadPolicy] = None,
     ) -> None:
@@ -102,9 +95,7 @@ class LazyWenetShardIterator(PolicyHolder, Dillable):
         self.split_for_dataloading = split_for_dataloading
         self.rank, self.world_size = rank, world_size
         self.worker_id, self.num_workers = worker_id, num_workers
-        self.policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report,
-                                    allow_pipe=allow_pipe, max_member_bytes=max_member_bytes,
-                                    limits=limits)
+        self.policy = (policy or ReadPolicy())
         self.check_duplicates = check_duplicates
         self.stateful_shuffle = stateful_shuffle
 
@@ -139,7 +130,7 @@ class LazyWenetShardIterator(PolicyHolder, Dillable):
 
     def _open_input(self, name: str, limits: ReadLimits):
         """The tar's byte stream (a hook: the indexer fingerprints what it reads)."""
-        return open_input(name, limits=limits, policy=self.policy)
+        return open_input(name, policy=self.policy.replace(limits=limits))
 
     def _handle(self, err: WenetDataError) -> None:
         self.policy.handle(err)
@@ -314,17 +305,12 @@ def read_shard_list(
     seed: int = 0,
     epoch: int = 0,
     split_for_dataloading: bool = False,
-    strict: Optional[bool] = None,
-    skip_report: Optional[SkipReport] = None,
     rank: Optional[int] = None,
     world_size: Optional[int] = None,
     worker_id: Optional[int] = None,
     num_workers: Optional[int] = None,
     check_duplicates: bool = True,
     stateful_shuffle: bool = False,
-    allow_pipe: Optional[bool] = None,
-    max_member_bytes: Optional[int] = None,
-    limits: Optional[ReadLimits] = None,
     policy: Optional[ReadPolicy] = None,
 ) -> CutSet:
     """Open WeNet shard list(s) as a lazy :class:`~lhotse.CutSet` of cuts with
@@ -339,29 +325,22 @@ def read_shard_list(
         ranks x DataLoader workers together read every tar exactly once. Detected from
         ``RANK``/``WORLD_SIZE`` / ``torch.distributed`` and the DataLoader worker info;
         ``rank``, ``world_size``, ``worker_id``, ``num_workers`` override.
-    :param strict: raise :class:`WenetDataError` naming tar and member on the first
-        bad item; with False, log it, record it in ``skip_report`` and go on
-        (a tar that cannot be opened or is cut short counts as one skipped item).
     :param check_duplicates: detect repeated keys among the tars this reader reads
         (32-64 bytes per key).
     :param stateful_shuffle: advance the epoch after each complete pass, so a loader
         that never calls ``set_epoch`` (WeNet's ``train.py``) still reshuffles (each
         DataLoader worker holds its own copy; all advance together).
-    :param allow_pipe: run ``pipe:CMD`` lines (shell commands); without it they are
-        bad input (kind ``"refused"``) and nothing is run.
-    :param max_member_bytes: largest tar member read (bytes); default
-        ``$WENET_LHOTSE_MAX_MEMBER_BYTES`` or 1 GiB. Larger, sparse, link and device
-        members are bad input (kind ``"bad_member"``) and never allocated.
-    :param limits: network deadlines (:class:`~wenet_lhotse.io.read_limits.ReadLimits`;
-        default from the environment).
-    :param policy: all of the above how-to-read settings in one
-        :class:`~wenet_lhotse.io.policy.ReadPolicy` (with its ``url_protocols``); the
-        old keywords ``strict``, ``skip_report``, ``allow_pipe``, ``max_member_bytes``
-        and ``limits`` make one when it is not given.
+    :param policy: how to read, in one :class:`~wenet_lhotse.io.policy.ReadPolicy`:
+        ``strict`` (raise :class:`WenetDataError` naming tar and member on the first
+        bad item; with False, log it, record it in ``skip_report`` and go on -- a tar
+        that cannot be opened or is cut short counts as one skipped item),
+        ``allow_pipe`` (run ``pipe:CMD`` lines; without it they are bad input of kind
+        ``"refused"`` and nothing is run), ``max_member_bytes`` (largest tar member
+        read; default ``$WENET_LHOTSE_MAX_MEMBER_BYTES`` or 1 GiB; larger, sparse, link
+        and device members are bad input, kind ``"bad_member"``, never allocated),
+        ``limits`` (network deadlines) and ``url_protocols``.
     """
-    policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report,
-                           allow_pipe=allow_pipe, max_member_bytes=max_member_bytes,
-                           limits=limits)
+    policy = (policy or ReadPolicy())
     entries = read_shard_entries(paths, policy=policy)
     return CutSet(
         LazyWenetShardIterator(
@@ -381,13 +360,10 @@ def read_shard_list(
     )
 
 
-def read_one_tar(tar: Union[str, ShardEntry], *, strict: Optional[bool] = None,
-                 skip_report: Optional[SkipReport] = None, allow_pipe: Optional[bool] = None,
-                 check_duplicates: bool = True,
+def read_one_tar(tar: Union[str, ShardEntry], *, check_duplicates: bool = True,
                  policy: Optional[ReadPolicy] = None) -> CutSet:
     """Lazy cuts (in-memory audio) of one WeNet tar shard (path, URL or ``pipe:``),
-    streamed once, read as ``policy`` says (or the old keywords)."""
-    policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report,
-                           allow_pipe=allow_pipe)
+    streamed once, read as ``policy`` says."""
+    policy = (policy or ReadPolicy())
     return CutSet(LazyWenetShardIterator([tar], check_duplicates=check_duplicates,
                                          policy=policy))

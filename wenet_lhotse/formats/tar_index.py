@@ -168,16 +168,16 @@ def decode_extra(extra: str) -> Tuple[Optional[str], Optional[str], Optional[Dic
     return obj.get("speaker"), obj.get("lang"), custom
 
 
-def index_tar(entry: Any, allow_pipe: Optional[bool] = None, *,
+def index_tar(entry: Any, *,
               policy: Optional[ReadPolicy] = None) -> TarRows:
     """Read one tar (path, URL or :class:`ShardEntry`) once and return its rows; never
     raises for bad data (it goes to ``bad``; an unreadable tar is one bad item).
-    ``policy`` gives ``allow_pipe``, URL protocols, member cap and network limits (the
-    old ``allow_pipe`` keyword makes one); whatever its ``strict``, the indexer skips
+    ``policy`` gives ``pipe:`` permission, URL protocols, member cap and network
+    limits; whatever its ``strict``, the indexer skips
     and records, into a report of its own."""
     entry = entry if isinstance(entry, ShardEntry) else ShardEntry(str(entry))
     report = SkipReport(log=False)
-    policy = ReadPolicy.of(policy, allow_pipe=allow_pipe)
+    policy = (policy or ReadPolicy())
     reader = _Indexer([entry], check_duplicates=True,
                       policy=policy.replace(strict=False, skip_report=report))
     out = TarRows(url=entry.url)

@@ -26,7 +26,7 @@ from wenet_lhotse.errors import WenetDataError
 
 #: Why a ``pipe:`` input was not run (one line; the CLI, Python and yaml spellings).
 PIPE_REFUSED = ("'pipe:' runs a shell command; commands from data run only when allowed "
-                "(--allow-pipe on the CLI, allow_pipe=True in Python, "
+                "(--allow-pipe on the CLI, ReadPolicy(allow_pipe=True) in Python, "
                 "lhotse_conf.allow_pipe in yaml)")
 
 

@@ -5,9 +5,8 @@ audio) takes one ``policy`` instead of loose flags: whether the first bad item r
 (``strict``, WeNet's behaviour) or is skipped and recorded (``skip_report``), whether
 shell commands from the data may run (``allow_pipe``), which URL protocols may be read
 (``url_protocols``), the size cap of one tar member (``max_member_bytes``) and the time
-limits and retries of network reads (``limits``). Public entry points still accept the
-old keywords (``strict=``, ``skip_report=``, ``allow_pipe=``) and turn them into a policy
-once, at the boundary (:meth:`ReadPolicy.of`).
+limits and retries of network reads (``limits``). It is the one way to pass these
+settings: no reader takes them as separate keywords.
 
 A policy is picklable: it travels to DataLoader workers and pool processes with the
 reader; its ``skip_report`` is then the worker's copy, forwarded back with the batches
@@ -63,21 +62,6 @@ class ReadPolicy:
         if self.url_protocols is not None:
             self.url_protocols = frozenset(p.lower() for p in self.url_protocols)
 
-    @classmethod
-    def of(cls, policy: Optional[ReadPolicy] = None, **legacy: Any) -> ReadPolicy:
-        """``policy``, or one made from the old keywords (``strict``, ``skip_report``,
-        ``allow_pipe``, ...; ``None`` values are left at their defaults). Giving both
-        a policy and keywords that differ from it is an error."""
-        given = {k: v for k, v in legacy.items() if v is not None}
-        if policy is None:
-            return cls(**given)
-        clash = [k for k, v in given.items()  # a report is one object, not its contents
-                 if getattr(policy, k) is not v
-                 and (k == "skip_report" or getattr(policy, k) != v)]
-        if clash:
-            raise TypeError(f"give either policy= or {', '.join(sorted(clash))}=, not both")
-        return policy
-
     def replace(self, **changes: Any) -> ReadPolicy:
         """A copy with ``changes`` (the skip report is shared unless replaced)."""
         return dataclasses.replace(self, **changes)
@@ -104,21 +88,18 @@ class ReadPolicy:
 
 
 def _view(name: str) -> Any:
-    """A property reading ``self.policy.<name>``; setting it gives the reader a copy of
-    its policy with that one field changed (the skip report stays shared)."""
+    """A read-only property giving ``self.policy.<name>``."""
 
     def get(self: Any) -> Any:
         return getattr(self.policy, name)
 
-    def put(self: Any, value: Any) -> None:
-        self.policy = self.policy.replace(**{name: value})
-
-    return property(get, put, doc=f"The policy's ``{name}``.")
+    return property(get, doc=f"The policy's ``{name}``.")
 
 
 class PolicyHolder:
     """A reader that keeps its :class:`ReadPolicy` in ``self.policy``; ``strict``,
-    ``skip_report`` and ``allow_pipe`` read (and, for old callers, set) the policy's."""
+    ``skip_report`` and ``allow_pipe`` read the policy's (change the policy to change
+    them: :meth:`ReadPolicy.replace`)."""
 
     policy: ReadPolicy
     strict: bool = _view("strict")

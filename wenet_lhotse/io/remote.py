@@ -51,7 +51,6 @@ from wenet_lhotse.io.access import check_url
 from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.io.read_limits import (
     BoundedCaller,
-    ReadLimits,
 )
 from wenet_lhotse.io.resumable import (
     ResumableReader,
@@ -109,10 +108,9 @@ class RetryingReader(ResumableReader):
 
     def __init__(self, url: str, retries: Optional[int] = None,
                  backoff: Optional[float] = None, block_size: Optional[int] = None,
-                 limits: Optional[ReadLimits] = None,
                  policy: Optional[ReadPolicy] = None) -> None:
         policy = policy if policy is not None else ReadPolicy()
-        limits = limits if limits is not None else policy.read_limits()
+        limits = policy.read_limits()
         if retries is not None or backoff is not None:
             limits = dataclasses.replace(
                 limits, retries=limits.retries if retries is None else retries,
@@ -171,12 +169,11 @@ class RetryingReader(ResumableReader):
         self._caller.close()
 
 
-def open_remote(url: str, limits: Optional[ReadLimits] = None, *,
-                policy: Optional[ReadPolicy] = None) -> BinaryIO:
+def open_remote(url: str, *, policy: Optional[ReadPolicy] = None) -> BinaryIO:
     """Open an object-storage URL for sequential binary reading (see module doc),
-    within ``limits`` (default: the ``policy``'s, else :class:`ReadLimits` from the
+    within the ``policy``'s ``limits`` (default: :class:`ReadLimits` from the
     environment); the ``policy``'s ``url_protocols`` are allowed too."""
-    reader = RetryingReader(url, limits=limits, policy=policy)
+    reader = RetryingReader(url, policy=policy)
     return io.BufferedReader(reader, buffer_size=1 << 16)
 
 

@@ -44,7 +44,7 @@ from lhotse.utils import Pathlike
 
 from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.io.access import PIPE_REFUSED, open_regular
-from wenet_lhotse.io.http_reader import HttpReader, ReadLimits
+from wenet_lhotse.io.http_reader import HttpReader
 from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.io.remote import is_remote, open_remote, remote_output
 from wenet_lhotse.io.tempfiles import remove_stale_temp_files, temp_prefix
@@ -140,7 +140,6 @@ class _PipeReader(io.RawIOBase):
 
 
 def open_input(name: str, timeout: Optional[float] = None, *,
-               allow_pipe: Optional[bool] = None, limits: Optional[ReadLimits] = None,
                policy: Optional[ReadPolicy] = None) -> BinaryIO:
     """Open a local path, ``file://``, ``http(s)://`` URL or ``pipe:CMD`` for sequential
     binary reading. A missing local file raises :class:`WenetDataError` (kind
@@ -149,15 +148,13 @@ def open_input(name: str, timeout: Optional[float] = None, *,
 
     :param timeout: HTTP stall timeout (seconds); overrides ``limits.stall_s``.
     :param policy: ``allow_pipe``, network time limits and extra URL protocols
-        (default: :class:`~wenet_lhotse.io.policy.ReadPolicy`'s, from the environment);
-        ``allow_pipe`` (old keyword) makes one when it is not given.
-    :param limits: network time limits; override the policy's.
+        (default: :class:`~wenet_lhotse.io.policy.ReadPolicy`'s, from the environment).
     """
     name = str(name)
-    policy = ReadPolicy.of(policy, allow_pipe=allow_pipe)
-    limits = limits if limits is not None else policy.read_limits()
+    policy = (policy or ReadPolicy())
+    limits = policy.read_limits()
     if is_remote(name):
-        return open_remote(name, limits, policy=policy)
+        return open_remote(name, policy=policy)
     if is_pipe(name):
         if not policy.allow_pipe:
             raise WenetDataError(PIPE_REFUSED, name, kind="refused")

@@ -20,6 +20,7 @@ import torch
 from lhotse import CutSet
 from lhotse.dataset.sampling.simple import SimpleCutSampler
 
+from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.sources import SourceSpec, open_source
 
 
@@ -30,12 +31,13 @@ class OrderedBatches(torch.utils.data.IterableDataset):
     :param dataset: ``dataset[cuts] -> batch`` (e.g. our ``WenetAsrDataset``).
     :param batch_size: utterances per batch (WeNet's ``batch_conf.batch_size``).
     :param transform: ``CutSet -> CutSet`` applied to each source (WeNet's filters).
-    :param strict: raise on unreadable list lines / tars instead of skipping them.
+    :param policy: how the sources are read (default: strict -- raise on unreadable
+        list lines / tars instead of skipping them).
     """
 
     def __init__(self, specs: Sequence[SourceSpec], dataset: Any, batch_size: int,
                  transform: Optional[Callable[[CutSet], CutSet]] = None,
-                 strict: bool = False, skip_report: Any = None) -> None:
+                 *, policy: Optional[ReadPolicy] = None) -> None:
         super().__init__()
         if batch_size < 1:
             raise ValueError(f"batch_conf.batch_size must be >= 1, got {batch_size}")
@@ -43,13 +45,12 @@ class OrderedBatches(torch.utils.data.IterableDataset):
         self.dataset = dataset
         self.batch_size = int(batch_size)
         self.transform = transform
-        self.strict = strict
-        self.skip_report = skip_report
+        self.policy = policy if policy is not None else ReadPolicy()
 
     def cuts(self) -> CutSet:
         """The sources' cuts, in order (lazy)."""
-        cutsets = [open_source(s, strict=self.strict, skip_report=self.skip_report,
-                               transform=self.transform) for s in self.specs]
+        cutsets = [open_source(s, policy=self.policy, transform=self.transform)
+                   for s in self.specs]
         if len(cutsets) == 1:
             return cutsets[0]
         out = cutsets[0]

@@ -178,7 +178,7 @@ class StreamedEpochDataset(torch.utils.data.IterableDataset):
 
     def __init__(self, dataset: Any, specs: Sequence[SourceSpec], transforms: Sequence[Any],
                  sampler_kw: Dict[str, Any], seed: int, shuffle: bool, stop_early: bool,
-                 rank: int, world_size: int, strict: bool = True, cycle: int = 1, *,
+                 rank: int, world_size: int, cycle: int = 1, *,
                  policy: Optional[ReadPolicy] = None) -> None:
         super().__init__()
         self.dataset = dataset
@@ -191,8 +191,8 @@ class StreamedEpochDataset(torch.utils.data.IterableDataset):
         self.rank, self.world_size = rank, world_size
         self.cycle = int(cycle)  # WeNet's dataset_conf.cycle: passes over the tars per epoch
         self.skip_report = SkipReport()  # this worker's reader skips, forwarded per batch
-        #: how the sources are read (default: ``strict``'s), skips into ``skip_report``
-        self.policy = (policy or ReadPolicy(strict=strict)).replace(
+        #: how the sources are read (default: strict), skips into ``skip_report``
+        self.policy = (policy or ReadPolicy()).replace(
             skip_report=self.skip_report)
         self.strict = self.policy.strict
         self.epoch = -1

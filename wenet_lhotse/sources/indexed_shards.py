@@ -31,7 +31,7 @@ import numpy as np
 from lhotse import AudioSource, Recording, SupervisionSegment
 from lhotse.cut import Cut
 
-from wenet_lhotse.errors import SkipReport, WenetDataError
+from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.formats.shard_index import ShardIndex, index_path, tar_problem
 from wenet_lhotse.formats.shard_list import read_shard_entries
 from wenet_lhotse.formats.tar_index import decode_extra
@@ -82,16 +82,15 @@ class IndexReader(PolicyHolder, PositionedReader):
     """The rows of one or more shard indexes (``parts``: ``(index path, usable tar
     numbers)``) in the epoch's order (see the module doc). ``light``: yield
     :class:`IndexedCut` (training); else built cuts. What the indexer recorded as bad
-    is raised or skipped as ``policy`` (or the old ``strict``/``skip_report``) says."""
+    is raised or skipped as ``policy`` says."""
 
     def __init__(self, parts: Sequence[Tuple[str, Sequence[int]]], shuffle: bool = False,
-                 seed: int = 0, strict: Optional[bool] = None,
-                 skip_report: Optional[SkipReport] = None, light: bool = True, *,
+                 seed: int = 0, light: bool = True, *,
                  policy: Optional[ReadPolicy] = None) -> None:
         self.parts = [(str(p), list(t)) for p, t in parts]
         self.shuffle = shuffle
         self.seed = seed
-        self.policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report)
+        self.policy = (policy or ReadPolicy())
         self.light = light
         self.epoch = 0
         self._indexes: Dict[int, ShardIndex] = {}
@@ -216,15 +215,13 @@ def find_shard_index(list_path: str, setting: Any = "auto") -> Optional[str]:
 
 
 def open_shard_index(list_paths: Sequence[str], setting: Any,
-                     strict: Optional[bool] = None, skip_report: Optional[SkipReport] = None,
-                     allow_pipe: Optional[bool] = None, *,
+                     *,
                      policy: Optional[ReadPolicy] = None
                      ) -> Optional[List[Tuple[str, List[int]]]]:
     """``parts`` for :class:`IndexReader` when every list has an index, else None;
     checks the tars (see the module doc), a stale or bad one raised or skipped as
-    ``policy`` (or the old ``strict``/``skip_report``/``allow_pipe``) says."""
-    policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report,
-                           allow_pipe=allow_pipe)
+    ``policy`` says."""
+    policy = (policy or ReadPolicy())
     found = [find_shard_index(p, setting) for p in list_paths]
     if not found or any(f is None for f in found):
         return None
@@ -257,16 +254,14 @@ def open_shard_index(list_paths: Sequence[str], setting: Any,
 _HINTED: set = set()  # shard lists told about ``wenet-lhotse index`` (once per process)
 
 
-def shard_indexes(specs: Sequence[Any], lconf: Any, strict: Optional[bool] = None,
-                  skip_report: Optional[SkipReport] = None, split: str = "train", *,
+def shard_indexes(specs: Sequence[Any], lconf: Any, split: str = "train", *,
                   policy: Optional[ReadPolicy] = None) -> Dict[int, Any]:
     """``{source number: index parts}`` for the shard lists that have an index
     (:mod:`.indexed_shards`, ``lhotse_conf.shard_index``); one line, once, for a training
     shard list without one, naming the command that makes it. ``policy``: how the
-    lists are read (default: ``lconf``'s, with the old ``strict``/``skip_report``)."""
+    lists are read (default: ``lconf``'s)."""
     if policy is None:
-        policy = lconf.read_policy(skip_report)
-        policy = policy if strict is None else policy.replace(strict=strict)
+        policy = lconf.read_policy()
     out: Dict[int, Any] = {}
     for i, spec in enumerate(specs):
         if not get_kind(spec.type).indexable or spec.fields is not None or not spec.paths:

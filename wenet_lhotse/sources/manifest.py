@@ -40,7 +40,7 @@ from lhotse.lazy import Dillable, count_newlines_fast
 from lhotse.serialization import deserialize_item
 from lhotse.utils import Pathlike, compute_num_samples
 
-from wenet_lhotse.errors import SkipReport, WenetDataError, reraise_worker_death
+from wenet_lhotse.errors import WenetDataError, reraise_worker_death
 from wenet_lhotse.formats.checks import TOO_DEEP, key_problem, text_problem
 from wenet_lhotse.formats.keyset import KeySet
 from wenet_lhotse.io.access import PIPE_REFUSED
@@ -225,15 +225,15 @@ def duplicate_error(cut_id: str, path: str, lineno: Optional[int]) -> WenetDataE
                           "input)", path, line=lineno, kind="duplicate")
 
 
-def iter_manifest(path: str, allow_pipe: Optional[bool] = None, metadata_only: bool = False,
+def iter_manifest(path: str, metadata_only: bool = False,
                   *, policy: Optional[ReadPolicy] = None) -> Iterator[Tuple[Any, int]]:
     """``(cut or WenetDataError, line number)`` for each non-empty line of one manifest;
     a truncated or unreadable file ends with one ``WenetDataError`` (kind
     ``"truncated"``) saying how much was not read. ``metadata_only``: plain cuts come as
     :class:`MetaCut` (:func:`parse_manifest_meta`). ``policy``: ``command`` sources
-    allowed or not, network limits, URL protocols (the old ``allow_pipe`` makes one);
+    allowed or not, network limits, URL protocols;
     its ``strict`` is the caller's business (every error is yielded)."""
-    policy = ReadPolicy.of(policy, allow_pipe=allow_pipe)
+    policy = (policy or ReadPolicy())
     allow = policy.allow_pipe
     parse = parse_manifest_meta if metadata_only else parse_manifest_line
     no = 0
@@ -256,17 +256,15 @@ def iter_manifest(path: str, allow_pipe: Optional[bool] = None, metadata_only: b
 class LazyCheckedManifest(PolicyHolder, Dillable):
     """The cuts of Lhotse manifest(s), read lazily with the checks of the module doc
     (``metadata_only``: plain cuts as :class:`MetaCut`), bad lines raised or skipped
-    as ``policy`` says (the old ``strict``/``skip_report``/``allow_pipe`` make one).
+    as ``policy`` says.
     Picklable; ``len()`` counts lines (as Lhotse's lazy manifests do)."""
 
-    def __init__(self, paths: Sequence[Pathlike], strict: Optional[bool] = None,
-                 skip_report: Optional[SkipReport] = None, allow_pipe: Optional[bool] = None,
-                 metadata_only: bool = False, check_duplicates: bool = True, *,
+    def __init__(self, paths: Sequence[Pathlike], metadata_only: bool = False,
+                 check_duplicates: bool = True, *,
                  policy: Optional[ReadPolicy] = None) -> None:
         self.paths: List[str] = [p if is_remote(p) else os.path.abspath(p)
                                  for p in as_path_list(paths)]
-        self.policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report,
-                                    allow_pipe=allow_pipe)
+        self.policy = (policy or ReadPolicy())
         self.metadata_only = metadata_only
         self.check_duplicates = check_duplicates
 

@@ -12,7 +12,6 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 from lhotse import CutSet
 from lhotse.utils import Pathlike
 
-from wenet_lhotse.errors import SkipReport
 from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.io.remote import is_remote
 from wenet_lhotse.io.streams import as_path_list
@@ -28,21 +27,17 @@ def open_kind(
     kind: str,
     paths: Sequence[str],
     *,
-    strict: Optional[bool] = None,
-    skip_report: Optional[SkipReport] = None,
-    allow_pipe: Optional[bool] = None,
     policy: Optional[ReadPolicy] = None,
     **kw: Any,
 ) -> CutSet:
     """Open ``paths`` as the registered kind ``kind``
     (:meth:`~wenet_lhotse.sources.kinds.base.InputKind.open`; see :func:`open_cuts` /
-    :func:`open_source` for the arguments). ``policy`` (or the old keywords ``strict``,
-    ``skip_report``, ``allow_pipe``): how bad input and ``pipe:`` inputs are treated;
+    :func:`open_source` for the arguments). ``policy``: how bad input and ``pipe:`` inputs are
+    treated;
     ``kw``: ``wav_root``, ``with_audio``, ``shuffle_shards``, ``seed``, ``epoch``,
     ``split_for_dataloading``, ``fields`` (a Shar source given by URLs), ``shar_shards``
     and the shard split's ``rank``/``world_size``/``worker_id``/``num_workers``."""
-    policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report,
-                           allow_pipe=allow_pipe)
+    policy = (policy or ReadPolicy())
     return get_kind(kind).open(list(paths), policy, **kw)
 
 
@@ -50,30 +45,22 @@ def open_cuts(
     path: Pathlike,
     *,
     kind: str = "auto",
-    strict: Optional[bool] = None,
-    skip_report: Optional[SkipReport] = None,
     with_audio: bool = True,
     wav_root: Optional[Pathlike] = None,
-    allow_pipe: Optional[bool] = None,
     policy: Optional[ReadPolicy] = None,
 ) -> Tuple[CutSet, str]:
     """Open ``path`` lazily as a CutSet; returns ``(cuts, kind)``.
 
     :param kind: one of :data:`~wenet_lhotse.sources.detect.KINDS` or ``"auto"`` (detected).
-    :param strict: WeNet readers raise on the first bad item; otherwise they skip it
-        and record it in ``skip_report``.
     :param with_audio: for Shar, False reads only the cut manifests (no tars).
     :param wav_root: for raw lists, the directory relative ``wav`` paths resolve
         against (default: the working directory, as WeNet does).
-    :param allow_pipe: run ``pipe:`` lines of shard lists and ``command`` audio sources
-        of manifests (shell commands from the data); without it they are bad input.
-    :param policy: a :class:`~wenet_lhotse.io.policy.ReadPolicy` instead of ``strict``,
-        ``skip_report`` and ``allow_pipe``.
+    :param policy: how to read (:class:`~wenet_lhotse.io.policy.ReadPolicy`; default:
+        strict, no ``pipe:``).
     """
     if kind == "auto":
         kind = detect_input_kind(path)
-    return open_kind(kind, [str(path)], strict=strict, skip_report=skip_report,
-                     allow_pipe=allow_pipe, policy=policy, with_audio=with_audio,
+    return open_kind(kind, [str(path)], policy=policy, with_audio=with_audio,
                      wav_root=wav_root), kind
 
 
@@ -120,15 +107,12 @@ def spec_shar_fields(spec: SourceSpec) -> Dict[str, List[str]]:
 def open_source(
     spec: SourceSpec,
     *,
-    strict: Optional[bool] = None,
-    skip_report: Optional[SkipReport] = None,
     shuffle_shards: bool = False,
     seed: int = 0,
     epoch: int = 0,
     split_for_dataloading: bool = False,
     transform: Optional[Callable[[CutSet], CutSet]] = None,
     shar_shards: Optional[Sequence[int]] = None,
-    allow_pipe: Optional[bool] = None,
     policy: Optional[ReadPolicy] = None,
     **split_kw: Any,
 ) -> CutSet:
@@ -145,8 +129,7 @@ def open_source(
     :param policy: a :class:`~wenet_lhotse.io.policy.ReadPolicy` instead of ``strict``,
         ``skip_report`` and ``allow_pipe``; the source's own ``allow_pipe`` adds to it.
     """
-    policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report,
-                           allow_pipe=allow_pipe)
+    policy = (policy or ReadPolicy())
     return get_kind(spec.type).open_tagged(
         spec, policy, transform, shuffle_shards=shuffle_shards, seed=seed, epoch=epoch,
         split_for_dataloading=split_for_dataloading, shar_shards=shar_shards, **split_kw)

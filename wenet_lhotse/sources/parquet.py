@@ -33,7 +33,7 @@ from lhotse import SupervisionSegment
 from lhotse.cut import Cut
 from lhotse.lazy import Dillable
 
-from wenet_lhotse.errors import SkipReport, WenetDataError, reraise_worker_death
+from wenet_lhotse.errors import WenetDataError, reraise_worker_death
 from wenet_lhotse.formats.audio import recording_from_bytes
 from wenet_lhotse.io.policy import PolicyHolder, ReadPolicy
 
@@ -126,15 +126,13 @@ def row_cut(row: Dict[str, Any], cols: ParquetColumns, where: str, index: int,
 
 class LazyParquetCuts(PolicyHolder, Dillable):
     """Iterates the cuts of Parquet files / ``save_to_disk`` directories lazily; a bad
-    row is raised or skipped as ``policy`` says (the old ``strict``/``skip_report``
-    make one)."""
+    row is raised or skipped as ``policy`` says."""
 
     def __init__(self, paths: Sequence[str], columns: ParquetColumns = ParquetColumns(),
-                 strict: Optional[bool] = None, skip_report: Optional[SkipReport] = None,
                  *, policy: Optional[ReadPolicy] = None) -> None:
         self.paths = [str(p) for p in paths]
         self.columns = columns
-        self.policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report)
+        self.policy = (policy or ReadPolicy())
 
     def __iter__(self) -> Iterator[Cut]:
         cols = self.columns

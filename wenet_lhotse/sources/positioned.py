@@ -23,7 +23,7 @@ from lhotse.lazy import Dillable
 from lhotse.serialization import open_best
 from lhotse.utils import compute_num_samples
 
-from wenet_lhotse.errors import SkipReport, WenetDataError
+from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.io.access import open_regular
 from wenet_lhotse.io.policy import PolicyHolder, ReadPolicy
 from wenet_lhotse.sources.manifest import parse_manifest_line, parse_manifest_meta
@@ -190,10 +190,9 @@ class JsonlReader(PolicyHolder, PositionedReader):
 
     def __init__(self, paths: Sequence[str], shuffle_files: bool = False, seed: int = 0,
                  shar_tars: Optional[Sequence[Optional[str]]] = None,
-                 strict: Optional[bool] = None, skip_report: Optional[SkipReport] = None,
                  light: bool = False, *, policy: Optional[ReadPolicy] = None) -> None:
         self.light = light
-        self.policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report)
+        self.policy = (policy or ReadPolicy())
         self._reported: set = set()  # (epoch, file, line): a pass read again is not a new skip
         self.paths = [str(p) for p in paths]
         self.shuffle_files = shuffle_files
@@ -342,11 +341,10 @@ def _open_lines(path: str):
 
 
 def shar_reader(in_dir: str, shuffle_files: bool = False, seed: int = 0,
-                strict: Optional[bool] = None, skip_report: Optional[SkipReport] = None,
                 light: bool = False, *, policy: Optional[ReadPolicy] = None) -> JsonlReader:
     """A :class:`JsonlReader` over a Shar directory's ``cuts.*.jsonl*`` (metadata only),
-    read as ``policy`` (or the old ``strict``/``skip_report``) says."""
-    policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report)
+    read as ``policy`` says."""
+    policy = (policy or ReadPolicy())
     files = shar_files(in_dir)
     cuts = {i: p for i, p in files.get("cuts", {}).items() if ".jsonl" in p}
     if not cuts:

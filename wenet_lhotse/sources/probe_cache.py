@@ -54,7 +54,7 @@ from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
 from lhotse.utils import Pathlike
 
-from wenet_lhotse.errors import SkippedItem, SkipReport, WenetDataError
+from wenet_lhotse.errors import SkippedItem, WenetDataError
 from wenet_lhotse.formats.keyset import KeySet
 from wenet_lhotse.formats.raw_list import LazyWenetRawListIterator
 from wenet_lhotse.io.policy import ReadPolicy
@@ -82,14 +82,13 @@ class ProbeResult:
     from_cache: bool
     lines_probed: int  # lines parsed (headers read) by this rank
 
-    def cuts(self, strict: Optional[bool] = None, skip_report: Optional[SkipReport] = None,
-             metadata_only: bool = False, *,
+    def cuts(self, metadata_only: bool = False, *,
              policy: Optional[ReadPolicy] = None) -> LazyCheckedManifest:
         """The cached cuts, read with every manifest's checks, bad ones raised or
-        skipped as ``policy`` says (or the old ``strict``/``skip_report``); never
+        skipped as ``policy`` says; never
         ``allow_pipe``: a raw line cannot make a ``command`` source, so a cache holding
         one was forged."""
-        policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report)
+        policy = (policy or ReadPolicy())
         return LazyCheckedManifest([self.manifest], metadata_only=metadata_only,
                                    policy=policy.replace(allow_pipe=False))
 
@@ -192,8 +191,6 @@ def probed_raw_list(
     paths: Union[Pathlike, Sequence[Pathlike]],
     *,
     wav_root: Optional[Pathlike] = None,
-    strict: Optional[bool] = None,
-    skip_report: Optional[SkipReport] = None,
     cache_dir: Optional[Pathlike] = None,
     policy: Optional[ReadPolicy] = None,
 ) -> ProbeResult:
@@ -202,7 +199,6 @@ def probed_raw_list(
     :param policy: its ``strict``: raise the first bad line's :class:`WenetDataError`
         (on every rank); else record bad lines in its ``skip_report`` (also when they
         come from the cache); its URL protocols and network limits for the probes.
-        The old ``strict``/``skip_report`` keywords make one when not given.
     """
     import torch.distributed as dist
 
@@ -211,7 +207,7 @@ def probed_raw_list(
         if not os.path.isfile(p):
             raise WenetDataError("no such list file", p, kind="missing_file")
     root = os.path.abspath(str(wav_root) if wav_root is not None else os.getcwd())
-    policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report)
+    policy = (policy or ReadPolicy())
     manifest, skips = cache_paths(lists, root, cache_dir)
     group, world, rank = _group()
     cached = _load_cache(manifest, skips) if manifest.is_file() and skips.is_file() else None

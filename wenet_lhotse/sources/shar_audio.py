@@ -103,12 +103,11 @@ class SharAudioAttacher(PolicyHolder):
     missing raises :class:`WenetDataError` naming the tar (``policy.strict``), or is
     left out and recorded in the policy's ``skip_report`` (the loader forwards it with
     the batch; a copy starts with an empty one). The policy also gives the member size
-    cap, network limits and URL protocols of indexed shard reads; the old ``strict``
-    keyword makes one."""
+    cap, network limits and URL protocols of indexed shard reads."""
 
-    def __init__(self, strict: Optional[bool] = None, *,
+    def __init__(self, *,
                  policy: Optional[ReadPolicy] = None) -> None:
-        self.policy = ReadPolicy.of(policy, strict=strict)
+        self.policy = (policy or ReadPolicy())
         self._scans: Dict[str, _TarScan] = {}
         self._lock = threading.Lock()
 

@@ -33,7 +33,7 @@ from lhotse.lazy import Dillable
 from lhotse.serialization import decode_json_line, deserialize_item, open_best
 from lhotse.shar.utils import fill_shar_placeholder
 
-from wenet_lhotse.errors import SkipReport, WenetDataError
+from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.formats.checks import max_member_bytes, member_problem
 from wenet_lhotse.io.policy import PolicyHolder, ReadPolicy
 
@@ -50,16 +50,14 @@ def supported(fields: Dict[str, List[str]]) -> bool:
 class LazyCheckedShar(PolicyHolder, Dillable):
     """The cuts of Shar shards ``fields`` (``{"cuts": [...], "recording": [...]}``, one
     entry per shard, in reading order), audio attached, checked as the module doc says;
-    bad items raised or skipped and the member size cap as ``policy`` says (the old
-    ``strict``/``skip_report`` make one)."""
+    bad items raised or skipped and the member size cap as ``policy`` says."""
 
     _lost_manifest = False  # the current shard's manifest was cut short
 
-    def __init__(self, fields: Dict[str, List[str]], strict: Optional[bool] = None,
-                 skip_report: Optional[SkipReport] = None, *,
+    def __init__(self, fields: Dict[str, List[str]], *,
                  policy: Optional[ReadPolicy] = None) -> None:
         self.fields = {k: [str(u) for u in v] for k, v in fields.items()}
-        self.policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report)
+        self.policy = (policy or ReadPolicy())
 
     def _handle(self, err: WenetDataError) -> None:
         self.policy.handle(err)

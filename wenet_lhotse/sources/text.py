@@ -42,7 +42,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 from lhotse.cut.text import TextExample, TextPairExample
 
-from wenet_lhotse.errors import SkipReport, WenetDataError
+from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.io.streams import open_input
 
@@ -141,9 +141,6 @@ def read_text_source(
     name: str = "text",
     filter_conf: Optional[Mapping[str, Any]] = None,
     tags: Optional[Mapping[str, Any]] = None,
-    strict: Optional[bool] = None,
-    skip_report: Optional[SkipReport] = None,
-    allow_pipe: Optional[bool] = None,
     policy: Optional[ReadPolicy] = None,
 ) -> Tuple[List[TextItem], TextReadStats]:
     """Read, tokenize and filter a text source; returns ``(items, stats)``.
@@ -160,8 +157,7 @@ def read_text_source(
         raise ValueError(f"text source {name}: needs a tokenizer with WeNet's tokenize(line)")
     fc = dict(filter_conf or {})
     lo, hi = int(fc.get("token_min_length", 1)), int(fc.get("token_max_length", 200))
-    policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report,
-                           allow_pipe=allow_pipe)
+    policy = (policy or ReadPolicy())
     stats = TextReadStats()
     items: List[TextItem] = []
     base_custom = dict(tags or {})
