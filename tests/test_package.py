@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import wenet_lhotse
@@ -120,11 +121,14 @@ def test_no_import_cycles():
             visit(m, [m])
 
 
-#: Small modules with one job: no module of the package is longer (lines).
-MAX_MODULE_LINES = 400
+#: Small modules with one idea each: a guideline, not a rule (lines). A cohesive module
+#: above it is reported, never split just to pass (issue 28).
+MODULE_LINES_GUIDELINE = 400
 
 
-def test_no_module_is_over_400_lines():
-    long = {str(p.relative_to(ROOT)): n for p in ROOT.rglob("*.py")
-            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
-    assert not long, long
+def test_modules_above_the_line_guideline_are_reported():
+    long = {str(p.relative_to(ROOT)): n for p in sorted(ROOT.rglob("*.py"))
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MODULE_LINES_GUIDELINE}
+    if long:
+        warnings.warn(f"modules above the {MODULE_LINES_GUIDELINE}-line guideline: "
+                      + ", ".join(f"{m} ({n})" for m, n in sorted(long.items())), stacklevel=1)
