@@ -331,8 +331,7 @@ def build_dataloader(
     cfg = LoaderConfig.from_wenet(dataset_conf, split)
     lconf = cfg.lhotse
     # (issue 22) nested source groups and temperature -> flat sources with their weights
-    specs = parse_sources(flatten_sources(sources, lconf.reweight_temperature),
-                          allow_pipe=lconf.allow_pipe)
+    specs = parse_sources(flatten_sources(sources, lconf.reweight_temperature))
     ws, rk = world_info(world_size, rank)
     policy = lconf.read_policy(skip_report)
     if dataset is None:

@@ -126,8 +126,8 @@ def open_source(
         ``num_workers`` of the split (default: detected).
     :param shar_shards: for Shar, read exactly these shard indices, in this order (the
         caller's own split; ``shuffle_shards``/``split_for_dataloading`` are then unused).
-    :param policy: a :class:`~wenet_lhotse.io.policy.ReadPolicy` instead of ``strict``,
-        ``skip_report`` and ``allow_pipe``; the source's own ``allow_pipe`` adds to it.
+    :param policy: how to read (:class:`~wenet_lhotse.io.policy.ReadPolicy`; default:
+        strict, no shell commands from the data).
     """
     policy = (policy or ReadPolicy())
     return get_kind(spec.type).open_tagged(

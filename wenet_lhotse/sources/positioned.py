@@ -181,8 +181,7 @@ class JsonlReader(PolicyHolder, PositionedReader):
     :param policy: ``strict``: a bad line (see :mod:`wenet_lhotse.sources.manifest`)
         or a file cut short raises :class:`WenetDataError` naming file and line; else
         it is recorded in the policy's ``skip_report`` (once per epoch) and skipped (a
-        cut-short file ends there); ``allow_pipe``: ``command`` audio sources. The old
-        ``strict``/``skip_report`` keywords make one when not given.
+        cut-short file ends there); whether ``command`` audio sources may run.
     :param light: yield plain cuts as :class:`~wenet_lhotse.sources.meta_cut.MetaCut`
         (Lhotse objects built when asked for: the training sampler materializes only
         the cuts of its rank's emitted batches).

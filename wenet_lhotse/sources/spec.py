@@ -44,8 +44,6 @@ class SourceSpec:
         in the same order; URLs are anything Lhotse opens (``pipe:aws s3 cp s3://... -``,
         ``pipe:curl -s https://...``, or ``s3://``/``https://`` with smart_open). Instead
         of ``path``; such a source is always streamed.
-    :param allow_pipe: run the shell commands this source's data names (``pipe:`` lines,
-        ``command`` audio sources); set from ``lhotse_conf.allow_pipe``, not per source.
     :param repeat: (mixing by batch) start a new pass when exhausted instead of leaving the
         mix; the epoch ends when every other source is exhausted.
     :param transcripts: False for speech-only data (no targets: ``kind: speech`` batches).
@@ -57,7 +55,6 @@ class SourceSpec:
     tags: Dict[str, Any] = field(default_factory=dict)
     name: Optional[str] = None
     fields: Optional[Dict[str, List[str]]] = None
-    allow_pipe: bool = field(default=False, repr=False)
     repeat: bool = False
     transcripts: bool = True
     #: ``type: parquet``: column names ``{audio, text, id}`` (sources.parquet.ParquetColumns)
@@ -130,14 +127,12 @@ class SourceSpec:
         return cls(path=str(obj))
 
 
-def parse_sources(sources: Any, allow_pipe: bool = False) -> List[SourceSpec]:
-    """A list of :class:`SourceSpec` from a spec, a path, or a list of either;
-    ``allow_pipe`` (``lhotse_conf.allow_pipe``) is set on each."""
+def parse_sources(sources: Any) -> List[SourceSpec]:
+    """A list of :class:`SourceSpec` from a spec, a path, or a list of either (whether
+    their data may run shell commands is the read policy's, not a source's)."""
     if isinstance(sources, (str, os.PathLike, SourceSpec, Mapping)):
         sources = [sources]
     specs = [SourceSpec.from_any(s) for s in sources]
     if not specs:
         raise ValueError("no data sources given")
-    for spec in specs:
-        spec.allow_pipe = spec.allow_pipe or allow_pipe
     return specs

@@ -150,8 +150,7 @@ def read_text_source(
         and ``token_max_length`` (default 200) apply to text.
     :param tags: added to each item's ``custom`` (``task``, ``lang``, ...).
     :param policy: how to read: raise on the first bad line (``strict``) or skip it
-        and record it in ``skip_report``; ``pipe:`` inputs; network limits. The old
-        ``strict``/``skip_report``/``allow_pipe`` keywords make one when not given.
+        and record it in ``skip_report``; ``pipe:`` inputs; network limits.
     """
     if tokenizer is None or not callable(getattr(tokenizer, "tokenize", None)):
         raise ValueError(f"text source {name}: needs a tokenizer with WeNet's tokenize(line)")

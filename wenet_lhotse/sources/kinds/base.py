@@ -137,10 +137,7 @@ class InputKind(UnitReader):
 
     def open_tagged(self, spec: Any, policy: ReadPolicy, transform: Any = None,
                     **kw: Any) -> CutSet:
-        """:meth:`open_source` with ``transform`` applied and the source's tags added
-        (the source's own ``allow_pipe`` adds to ``policy``'s)."""
-        if spec.allow_pipe and not policy.allow_pipe:
-            policy = policy.replace(allow_pipe=True)
+        """:meth:`open_source` with ``transform`` applied and the source's tags added."""
         cuts = self.open_source(spec, policy, **kw)
         if transform is not None:
             cuts = transform(cuts)
