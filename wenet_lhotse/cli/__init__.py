@@ -3,6 +3,7 @@
 # Each module registers its subcommands on ``main`` when imported.
 from wenet_lhotse.cli import (  # noqa: F401
     bench_cmd,
+    calibrate_cmd,
     cmvn_cmd,
     corpus_cmd,
     data,
