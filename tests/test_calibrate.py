@@ -14,14 +14,14 @@ from click.testing import CliRunner
 
 from wenet_harness.runs import write_config
 from wenet_lhotse.cli import main
-from wenet_lhotse.loader.lhotse_conf import LhotseConf
-from wenet_lhotse.wenet_calibrate import (
+from wenet_lhotse.dropin.calibrate import (
     SavedTensorMemory,
     bins_from,
     build_wenet_step,
     calibrate,
     largest_batch,
 )
+from wenet_lhotse.loader.lhotse_conf import LhotseConf
 
 
 @pytest.mark.parametrize("seed", range(20))

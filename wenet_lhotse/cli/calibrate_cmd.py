@@ -1,5 +1,5 @@
 """``wenet-lhotse calibrate``: per-bucket batch sizes fitted to the accelerator's memory,
-found by training steps of the user's WeNet model (:mod:`wenet_lhotse.wenet_calibrate`)."""
+found by training steps of the user's WeNet model (:mod:`wenet_lhotse.dropin.calibrate`)."""
 
 from __future__ import annotations
 
@@ -79,8 +79,7 @@ def calibrate_cmd(config_path, bins_path, device, memory_fraction, memory_bytes,
     from tqdm import tqdm
 
     from wenet_lhotse.cli.main import refuse_output_is_input
-    from wenet_lhotse.io.streams import atomic_output
-    from wenet_lhotse.wenet_calibrate import (
+    from wenet_lhotse.dropin.calibrate import (
         CudaMemory,
         SavedTensorMemory,
         bins_from,
@@ -88,6 +87,7 @@ def calibrate_cmd(config_path, bins_path, device, memory_fraction, memory_bytes,
         calibrate,
         snippet,
     )
+    from wenet_lhotse.io.streams import atomic_output
 
     refuse_output_is_input(output, config_path, bins_path)
     configs = _load(config_path, "--config")

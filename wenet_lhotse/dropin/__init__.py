@@ -11,6 +11,8 @@ Everything WeNet-facing lives here, above the loader; nothing below imports it.
   restored by ``--checkpoint`` (:mod:`.resume`).
 * ``python -m wenet_lhotse.dropin.recognize`` (:mod:`.recognize`): WeNet's own
   ``recognize.py`` reading through :func:`Dataset`.
+* :mod:`.calibrate` (``wenet-lhotse calibrate``): per-bucket batch sizes fitted to the
+  accelerator by training steps of the yaml's WeNet model.
 * :mod:`.launch` runs a WeNet script as ``__main__`` after patching it, with one-line
   errors; :mod:`.shims` stands in for what WeNet imports but never calls here
   (torchaudio, deepspeed), only while WeNet imports.

@@ -331,7 +331,7 @@ def build_wenet_step(configs: Dict[str, Any], device: str = "cpu", dtype: str = 
     ``init_optimizer_and_scheduler``, on ``device``."""
     import torch
 
-    from wenet_lhotse.wenet_launch import import_wenet_module
+    from wenet_lhotse.dropin.launch import import_wenet_module
 
     torch.manual_seed(seed)
     random.seed(seed)
