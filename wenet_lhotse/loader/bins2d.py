@@ -109,42 +109,63 @@ def _equal_total_ends(values: np.ndarray, n: int) -> List[int]:
     return ends + [len(values)]
 
 
-def _min_padding_edges(tokens: np.ndarray, n: int) -> List[int]:
-    """At most ``n`` upper edges over ``tokens`` (integers) minimising ``sum(edge(t) - t)``,
-    ``edge(t)`` the first edge ``>= t``: a dynamic programme over the distinct values."""
-    vals, counts = np.unique(tokens, return_counts=True)
-    u = len(vals)
-    n = min(n, u)
-    cnt = np.concatenate([[0], np.cumsum(counts)])
-    tot = np.concatenate([[0], np.cumsum(counts * vals.astype(float))])
-    # cost[a, b]: the values vals[a..b] padded to vals[b] (a <= b)
-    a_idx, b_idx = np.meshgrid(np.arange(u), np.arange(u), indexing="ij")
-    cost = (cnt[b_idx + 1] - cnt[a_idx]) * vals[b_idx] - (tot[b_idx + 1] - tot[a_idx])
-    cost = np.where(a_idx <= b_idx, cost, np.inf)
-    best = cost[0].copy()  # best[b]: values 0..b in one group
+def _best_split(cost: np.ndarray, n: int) -> List[int]:
+    """The last index of each of ``n`` consecutive groups of ``0..u-1`` minimising the
+    sum of ``cost[first, last]`` (``inf`` below the diagonal): a dynamic programme."""
+    u = cost.shape[0]
+    n = max(1, min(n, u))
+    best = cost[0].copy()  # best[b]: items 0..b in the groups so far
     back: List[np.ndarray] = []
     for _ in range(1, n):
-        # prev group ends at a-1, this one is a..b
-        trial = np.concatenate([[np.inf], best[:-1]])[:, None] + cost
+        trial = np.concatenate([[np.inf], best[:-1]])[:, None] + cost  # this group a..b
         arg = np.argmin(trial, axis=0)
         back.append(arg)
         best = trial[arg, np.arange(u)]
-    edges, b = [], u - 1
+    lasts, b = [u - 1], u - 1
     for arg in reversed(back):
-        edges.append(int(vals[b]))
-        a = int(arg[b])
-        if a == 0:
-            break
-        b = a - 1
-    else:
-        edges.append(int(vals[b]))
-    return sorted(set(edges))
+        b = int(arg[b]) - 1
+        lasts.append(b)
+    return sorted(set(lasts))
+
+
+def _group_cost(per_group: Any, u: int) -> np.ndarray:
+    a, b = np.meshgrid(np.arange(u), np.arange(u), indexing="ij")
+    return np.where(a <= b, per_group(a, b), np.inf)
+
+
+def _min_padding_edges(tokens: np.ndarray, n: int) -> List[int]:
+    """At most ``n`` upper edges over ``tokens`` (integers) minimising ``sum(edge(t) - t)``,
+    ``edge(t)`` the first edge ``>= t``, exactly, over the distinct values."""
+    vals, counts = np.unique(tokens, return_counts=True)
+    cnt = np.concatenate([[0], np.cumsum(counts)])
+    tot = np.concatenate([[0], np.cumsum(counts * vals.astype(float))])
+    cost = _group_cost(lambda a, b: (cnt[b + 1] - cnt[a]) * vals[b] - (tot[b + 1] - tot[a]),
+                       len(vals))
+    return [int(vals[i]) for i in _best_split(cost, n)]
+
+
+#: candidate duration edges for :func:`_fewest_batches_ends` (quantiles of the durations)
+EDGE_CANDIDATES = 1500
+
+
+def _fewest_batches_ends(d: np.ndarray, n: int, max_duration: float) -> List[int]:
+    """End indexes (exclusive) of ``n`` groups of the sorted durations ``d`` minimising the
+    expected batches ``sum(cuts / floor(max_duration / edge))``, edges among
+    :data:`EDGE_CANDIDATES` quantiles (the last: the longest cut)."""
+    vals = np.unique(np.quantile(d, np.linspace(0, 1, EDGE_CANDIDATES), method="higher"))
+    cnt = np.concatenate([[0], np.searchsorted(d, vals, side="right")])
+    size = np.maximum(1.0, np.floor(max_duration / vals))
+    cost = _group_cost(lambda a, b: (cnt[b + 1] - cnt[a]) / size[b], len(vals))
+    return [int(cnt[i + 1]) for i in _best_split(cost, n)]
 
 
 def estimate_bins_2d(durations: Sequence[float], tokens: Sequence[int], num_buckets: int,
-                     num_token_buckets: int, sigma: Optional[float] = OUTLIER_SIGMA) -> Bins2D:
+                     num_token_buckets: int, sigma: Optional[float] = OUTLIER_SIGMA,
+                     max_duration: Optional[float] = None) -> Bins2D:
     """2D bins from per-cut durations (s) and token counts (see the module docstring).
-    ``sigma=None`` keeps every cut in the token edges."""
+    ``sigma=None`` keeps every cut in the token edges. With ``max_duration`` (the batch
+    budget, seconds) the duration edges are the ones giving the fewest batches for it
+    instead of equal total duration."""
     d, t = np.asarray(durations, dtype=float), np.asarray(tokens, dtype=int)
     if len(d) == 0 or len(d) != len(t):
         raise ValueError("durations and tokens: one of each per cut, at least one cut")
@@ -153,7 +174,9 @@ def estimate_bins_2d(durations: Sequence[float], tokens: Sequence[int], num_buck
     bins: List[Bin] = []
     max_tps: List[float] = []
     outliers = start = 0
-    for end in _equal_total_ends(d, max(1, num_buckets)):
+    ends = (_equal_total_ends(d, max(1, num_buckets)) if max_duration is None
+            else _fewest_batches_ends(d, num_buckets, max_duration))
+    for end in ends:
         dd, tt = d[start:end], t[start:end]
         tps = tt / np.maximum(dd, 1e-6)
         keep = np.ones(len(tt), dtype=bool)

@@ -190,7 +190,8 @@ class SteppedBucketer(DynamicBucketer):
                 b.queue.clear()
         if not cuts:
             return False
-        measure = self.constraint.measure_length
+        # a constraint may order the remainders itself (2D: by batch size, then bin)
+        measure = getattr(self.constraint, "merge_key", self.constraint.measure_length)
         cuts.sort(key=lambda c: (measure(c), c.id))
         chunks = chunk_sorted(cuts, self.constraint)
         last = chunks.pop()

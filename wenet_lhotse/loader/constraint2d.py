@@ -25,8 +25,8 @@ Durations are the cuts' own (before speed perturbation).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from lhotse import CutSet
 from lhotse.dataset.sampling.base import SamplingConstraint
@@ -50,6 +50,8 @@ class Bucket2DConstraint(SamplingConstraint):
     limit: int = 0  # the smallest batch size among the bins of the batch's cuts
     longest: float = 0.0  # seconds
     most_tokens: int = 0
+    #: cut id -> bin (shared by copies: a bucketer measures each cut many times)
+    _bin_of: Dict[str, int] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.bins = [(float(d), int(t)) for d, t in self.bins]
@@ -60,7 +62,11 @@ class Bucket2DConstraint(SamplingConstraint):
         return (self.tokens_of or num_tokens)(example)
 
     def select_bucket(self, buckets: Any, example: Any = None, example_len: Any = None) -> int:
-        return select_bin(self.bins, example.duration, self._tokens(example), self.strict)
+        i = self._bin_of.get(example.id)
+        if i is None:
+            i = select_bin(self.bins, example.duration, self._tokens(example), self.strict)
+            self._bin_of[example.id] = i
+        return i
 
     def add(self, example: Any) -> None:
         bucket = self.select_bucket(self.bins, example)
@@ -96,6 +102,13 @@ class Bucket2DConstraint(SamplingConstraint):
 
     def measure_length(self, example: Any) -> float:
         return example.duration
+
+    def merge_key(self, example: Any) -> Tuple[int, int, float]:
+        """How an epoch's remainders are ordered before they are cut into batches
+        (:mod:`.bucketing`): by their bin's batch size (largest first), bin, duration --
+        so a batch seldom mixes bins (a mix is held to its smallest batch size)."""
+        i = self.select_bucket(self.bins, example)
+        return (-self.batch_sizes[i], i, float(example.duration))
 
 
 class TpsFilter:
