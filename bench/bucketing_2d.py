@@ -28,7 +28,7 @@ cuts filtered, and the largest batch over its caps (padded seconds / budget, pad
 tokens / cap).
 
 Run: ``python bench/bucketing_2d.py [--num-cuts 20000] [--buckets 10] [--token-buckets 4]
-[--max-duration 200] [--max-tokens 800]`` (one core, about a minute).
+[--max-duration 200] [--max-tokens 800] [--equal-duration]`` (20 s of one core).
 """
 
 from __future__ import annotations
@@ -164,12 +164,15 @@ def over_budget(batches: List[List[MonoCut]], max_duration: float,
 
 def measure(num_cuts: int = 20000, buckets: int = 10, token_buckets: int = 4,
             max_duration: float = 200.0, max_tokens: Optional[int] = 800,
-            seed: int = 0) -> Dict[Tuple[str, str, str], Dict[str, float]]:
+            seed: int = 0, equal_duration: bool = False
+            ) -> Dict[Tuple[str, str, str], Dict[str, float]]:
     """Every row: ``(bins, selection, cap) -> {batches, token_pad, audio_pad, filtered,
-    over_d, over_t}``."""
+    over_d, over_t}``. ``equal_duration``: our duration edges by equal total duration
+    (NeMo's rule) instead of the fewest batches for ``max_duration``."""
     cuts = corpus(num_cuts, seed)
     durs, toks = [c.duration for c in cuts], [num_tokens(c) for c in cuts]
-    ours = estimate_bins_2d(durs, toks, buckets, token_buckets, max_duration=max_duration)
+    ours = estimate_bins_2d(durs, toks, buckets, token_buckets,
+                            max_duration=None if equal_duration else max_duration)
     nemo, nemo_tps = nemo_bins(durs, toks, buckets, token_buckets)
     rows = {}
     for cap in (None, max_tokens):
@@ -193,9 +196,11 @@ def main() -> None:
     p.add_argument("--max-duration", type=float, default=200.0)
     p.add_argument("--max-tokens", type=int, default=800)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--equal-duration", action="store_true",
+                   help="our duration edges by equal total duration (NeMo's rule)")
     a = p.parse_args()
     rows = measure(a.num_cuts, a.buckets, a.token_buckets, a.max_duration, a.max_tokens,
-                   a.seed)
+                   a.seed, a.equal_duration)
     print(f"{'cap':<14}{'selection':<16}{'bins':<6}{'n':>4}{'batches':>9}{'tok pad':>9}"
           f"{'aud pad':>9}{'filtered':>9}{'max B*d/cap':>12}{'max B*t/cap':>12}")
     for (name, sel, cap), r in rows.items():

@@ -210,6 +210,13 @@ def test_tps_filter_per_bin_and_global():
     assert f.filtered == 2
     with pytest.raises(ValueError, match="max_tps"):
         TpsFilter(bins, num_tokens, max_tps=[1.0])
+    from wenet_lhotse.loader.constraint2d import loader_constraint_2d
+    from wenet_lhotse.loader.lhotse_conf import LhotseConf
+
+    for key, value in (("max_tps", 9.0), ("bucket_strict_2d", True)):
+        with pytest.raises(ValueError) as err:  # no 2D bins: said, not ignored
+            loader_constraint_2d(LhotseConf.from_dict({key: value}), None)
+        assert str(err.value).startswith(f"lhotse_conf.{key}: applies to 2D buckets")
 
 
 # ---------------------------------------------------------------- the CLI, the loader

@@ -52,7 +52,11 @@ from wenet_lhotse.loader.bins import (  # noqa: F401  (estimate_bins: public her
 from wenet_lhotse.loader.bucketing import BucketingSampler
 from wenet_lhotse.loader.config import LoaderConfig
 from wenet_lhotse.loader.config_check import check_dataset_conf, check_special_tokens
-from wenet_lhotse.loader.constraint2d import loader_constraint_2d, tps_transforms
+from wenet_lhotse.loader.constraint2d import (
+    check_2d_keys,
+    loader_constraint_2d,
+    tps_transforms,
+)
 from wenet_lhotse.loader.constraints import batch_constraint
 from wenet_lhotse.loader.dataloader import (
     EpochTaggedSampler,
@@ -220,6 +224,7 @@ def build_streamed_loader(plan: LoaderPlan, dataset: Any) -> StreamedDataLoader:
     specs, seed, ws, rk = plan.specs, plan.seed, plan.world_size, plan.rank
     weights, transforms = plan.weights, plan.transforms
     train = cfg.rules.training
+    check_2d_keys(lconf)  # (issue 31)
     if lconf.bucket_bins_2d:  # (issue 22)
         raise ValueError("lhotse_conf.bucket_bins_2d: 2D buckets need map-style loading "
                          "(lhotse_conf.mode: map)")

@@ -31,6 +31,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 from lhotse import CutSet
 from lhotse.dataset.sampling.base import SamplingConstraint
 
+from wenet_lhotse.errors import WenetConfigError
 from wenet_lhotse.loader.bins2d import Bin, TokenCounter, num_tokens, select_bin
 
 
@@ -156,6 +157,20 @@ class FilteredTransform:
         return cuts.filter(self.tps.keep)
 
 
+#: the lhotse_conf keys that only mean something with bucket_bins_2d
+KEYS_2D = ("bucket_batch_sizes_2d", "bucket_strict_2d", "bucket_max_tokens_2d", "min_tps",
+           "max_tps")
+
+
+def check_2d_keys(lconf: Any) -> None:
+    """Refuse a 2D-only key set without ``bucket_bins_2d`` (one line naming the key)."""
+    if not getattr(lconf, "bucket_bins_2d", None):
+        for k in KEYS_2D:
+            if getattr(lconf, k, None) not in (None, False):
+                raise WenetConfigError(f"lhotse_conf.{k}", "applies to 2D buckets: set "
+                                       "lhotse_conf.bucket_bins_2d (wenet-lhotse estimate-bins)")
+
+
 def loader_constraint_2d(lconf: Any, tokenizer: Any) -> Optional[
         Tuple[List[Bin], Bucket2DConstraint, Optional[TpsFilter]]]:
     """``(bins, constraint, filter)`` from ``lhotse_conf`` (None without
@@ -167,6 +182,7 @@ def loader_constraint_2d(lconf: Any, tokenizer: Any) -> Optional[
 
     bins = getattr(lconf, "bucket_bins_2d", None)
     if not bins:
+        check_2d_keys(lconf)
         return None
     if tokenizer is None:
         raise ValueError("lhotse_conf.bucket_bins_2d needs a tokenizer (tokens are a bin axis)")
