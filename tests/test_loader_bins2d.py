@@ -321,3 +321,42 @@ def test_real_loader_caps_strict_and_tps_filter_in_the_ledger(corpus, data):
         assert sum(map(len, batches)) == len(cuts) - 3
         led = loader.epoch_ledger()
         assert (led.trained, led.filtered, led.total) == (len(cuts) - 3, 3, len(cuts))
+
+
+def test_indexed_shards_2d_and_1d_caps_over_epochs_and_seeds(corpus, tmp_path):
+    """The indexed path (tar shards sampled through their index, real DataLoader): 2D bins
+    with a seconds and a token cap, and 1D max_duration, every batch within its caps over
+    3 epochs x 2 seeds, every utterance once per epoch."""
+    from lhotse import CutSet
+
+    from wenet_lhotse import CharTokenizer
+    from wenet_lhotse.convert.index import index_shards
+    from wenet_lhotse.formats import read_raw_list, write_wenet_shards
+    from wenet_lhotse.loader.build import build_dataloader
+    from wenet_lhotse.loader.dataloader import MapDataLoader
+
+    tok = CharTokenizer(corpus.units)
+    cuts = list(read_raw_list(corpus.data_list))
+    lst = write_wenet_shards(CutSet.from_cuts(cuts), tmp_path / "shards", shard_size=3,
+                             list_path=tmp_path / "shards.list")
+    index_shards(str(lst))
+    durs = [c.duration for c in cuts]
+    toks = [len(tok.tokenize(c.supervisions[0].text)[1]) for c in cuts]
+    bins = estimate_bins_2d(durs, toks, 2, 2).bins
+    two_d = {"bucket_bins_2d": [list(b) for b in bins], "max_duration": 8.0,
+             "bucket_max_tokens_2d": 60}
+    for lconf, tokens in ((two_d, 60), ({"max_duration": 8.0, "num_buckets": 3}, None)):
+        conf = {"batch_conf": {"batch_type": "static", "batch_size": 4},
+                "filter_conf": {"token_max_length": 1000},
+                "lhotse_conf": {**lconf, "shard_index": True, "buffer_size": 40}}
+        for seed in (0, 1):
+            loader = build_dataloader(str(lst), tok, conf, "train", dataset=_KeysTokens(tok),
+                                      seed=seed)[1]
+            assert isinstance(loader, MapDataLoader)
+            for _ in range(3):
+                batches = list(loader)
+                assert sorted(k for b in batches for k, _, _ in b) == sorted(c.id for c in cuts)
+                for b in batches:
+                    assert len(b) == 1 or len(b) * max(d for _, d, _ in b) <= 8.0
+                    assert tokens is None or len(b) == 1 or \
+                        len(b) * max(t for _, _, t in b) <= tokens
