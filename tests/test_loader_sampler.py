@@ -49,14 +49,26 @@ def test_sampler_follows_lhotse_dynamic_bucketing(data):
                                      duration_bins=bins, **kw)
     stepped = BucketingSampler(CutSet.from_jsonl_lazy(data["manifest"]), duration_bins=bins,
                                **kw)
+    gave_back = 0
     for epoch in range(2):
         theirs.set_epoch(epoch)
         stepped.set_epoch(epoch)
         a = [[c.id for c in b] for b in ours]
         b = [[c.id for c in b] for b in theirs]
         assert a == [[c.id for c in b] for b in stepped]
-        assert a[:3] == b[:3]
+        # Lhotse's batcher keeps the cut that made a batch exceed max_duration (a longer
+        # cut drawn last); ours gives it back to its bucket (issue 31): the same batch less
+        # that cut, and never over the budget
+        # (the batches after it may then differ)
+        dur = {c.id: c.duration for c in data["cuts"]}
+        for x, y in zip(a[:3], b[:3]):
+            if x != y:
+                assert x == y[:-1] and len(y) * max(dur[k] for k in y) > 12.0
+                gave_back += 1
+                break
+        assert all(len(x) * max(dur[k] for k in x) <= 12.0 for x in a if len(x) > 1)
         assert len(a) <= len(b)  # never more partial batches
+    assert gave_back  # the case occurs here
 
 
 def _buffered_items(state):

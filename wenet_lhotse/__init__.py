@@ -111,7 +111,7 @@ _EXPORTS = {
     "BatchMuxSampler": "wenet_lhotse.loader.batch_mux",
     "TextBatchSampler": "wenet_lhotse.loader.text_sampler",
     "source_shares": "wenet_lhotse.loader.mixed",
-    "Bucket2DConstraint": "wenet_lhotse.loader.bins2d",
+    "Bucket2DConstraint": "wenet_lhotse.loader.constraint2d",
     "estimate_bins_2d": "wenet_lhotse.loader.bins2d",
 }
 

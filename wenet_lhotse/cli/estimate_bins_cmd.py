@@ -27,12 +27,20 @@ from wenet_lhotse.cli.main import main
               help="Also cap the padded output tokens per batch.")
 @click.option("--num-cuts", type=int, default=20000, show_default=True,
               help="Cuts read for the estimate (the first ones).")
+@click.option("--sigma", type=float, default=4.0, show_default=True,
+              help="Tokens-per-second outliers (z-score above this, per duration bucket) "
+                   "are left out of the token edges (NeMo's --token_outlier_threshold).")
+@click.option("--strict", is_flag=True,
+              help="Expect lhotse_conf.bucket_strict_2d: true (for the expected figures).")
 def estimate_bins(input_path, units, bpe_model, num_buckets, num_token_buckets,
-                  max_duration, max_tokens, num_cuts):
+                  max_duration, max_tokens, num_cuts, sigma, strict):
     """Print 2D bins [[max seconds, max tokens], ...] and one batch size per bin, as
-    JSON with the lhotse_conf keys that take them (bucket_bins_2d, bucket_batch_sizes_2d)."""
+    JSON with the lhotse_conf keys that take them (bucket_bins_2d, bucket_batch_sizes_2d,
+    max_tps: the per-bin tokens-per-second limit for the optional filter), and what the
+    estimate's cuts would give: padding per dimension (audio, tokens: % of the padded
+    totals, each cut padded to its bin's edges) and the number of batches."""
     from wenet_lhotse.formats.layout import cut_text
-    from wenet_lhotse.loader.bins2d import bucket_batch_sizes, estimate_bins_2d
+    from wenet_lhotse.loader.bins2d import bucket_batch_sizes, estimate_bins_2d, expected
     from wenet_lhotse.sources.open import open_cuts
     from wenet_lhotse.text.tokenizer import BpeTokenizer, CharTokenizer
 
@@ -42,7 +50,15 @@ def estimate_bins(input_path, units, bpe_model, num_buckets, num_token_buckets,
     for cut in itertools.islice(cuts, num_cuts):
         durs.append(cut.duration)
         toks.append(len(tok.tokenize(cut_text(cut) or "")[1]))
-    bins = estimate_bins_2d(durs, toks, num_buckets, num_token_buckets)
-    sizes = bucket_batch_sizes(bins, max_duration, max_tokens)
-    click.echo(json.dumps({"bucket_bins_2d": [[round(d, 3), t] for d, t in bins],
-                           "bucket_batch_sizes_2d": sizes, "num_cuts": len(durs)}))
+    if not durs:
+        raise click.ClickException(f"{input_path}: no cuts")
+    est = estimate_bins_2d(durs, toks, num_buckets, num_token_buckets, sigma=sigma,
+                           max_duration=max_duration)
+    sizes = bucket_batch_sizes(est.bins, max_duration, max_tokens)
+    exp = expected(est.bins, sizes, durs, toks, strict=strict)
+    click.echo(json.dumps({
+        "bucket_bins_2d": [[d, t] for d, t in est.bins], "bucket_batch_sizes_2d": sizes,
+        "max_tps": est.max_tps, "num_cuts": len(durs), "tps_outliers": est.outliers,
+        "expected": {"audio_padding_percent": round(100 * exp["audio_padding"], 1),
+                     "token_padding_percent": round(100 * exp["token_padding"], 1),
+                     "batches": exp["batches"]}}))

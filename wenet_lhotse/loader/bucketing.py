@@ -13,6 +13,12 @@ the incomplete batch goes back into its buckets to be completed by cuts still to
 So with ``StaticBatchConstraint(B)`` an epoch of ``N`` cuts has exactly ``ceil(N / B)``
 batches, all of ``B`` cuts but the last -- WeNet's count.
 
+No batch exceeds its constraint, remainders included: merged remainders are cut by the
+constraint's ``exceeded()`` (a 2D constraint holds a batch of several bins to the smallest
+of their batch sizes), and a batch drawn from a bucket never keeps the cut that made it
+exceed (Lhotse's ``DurationBatcher`` does, when a longer cut comes last: +10% over
+``max_duration`` measured with ``TimeConstraint``); that cut goes back to its bucket.
+
 :class:`BucketingSampler` is Lhotse's ``DynamicBucketingSampler`` over it, for one
 process reading its own cuts (streamed training, cv plans). The map-style training
 sampler (:class:`~wenet_lhotse.loader.sampler.ResumableBucketingSampler`) builds on
@@ -61,6 +67,15 @@ def chunk_sorted(cuts: List[Cut], constraint: SamplingConstraint) -> List[List[C
     if cur:
         out.append(cur)
     return out
+
+
+def _over(batch: List[Cut], constraint: SamplingConstraint) -> bool:
+    """Whether ``batch`` exceeds ``constraint`` (a fresh copy measures it)."""
+    state = constraint.copy()
+    state.reset()
+    for cut in batch:
+        state.add(cut)
+    return state.exceeded()
 
 
 class SteppedBucketer(DynamicBucketer):
@@ -143,6 +158,12 @@ class SteppedBucketer(DynamicBucketer):
         batcher = DurationBatcher(candidates, constraint=self.constraint.copy(),
                                   diagnostics=self.diagnostics)
         batch = list(next(iter(batcher)))
+        if len(batch) > 1 and _over(batch, self.constraint):
+            # Lhotse's DurationBatcher keeps the cut that made the batch exceed its
+            # constraint (a longer cut drawn last): it goes back to its bucket instead.
+            batch.pop()
+            if used:
+                used.pop()
         with bucket.mutex:
             q = bucket.queue
             if used:
@@ -169,7 +190,8 @@ class SteppedBucketer(DynamicBucketer):
                 b.queue.clear()
         if not cuts:
             return False
-        measure = self.constraint.measure_length
+        # a constraint may order the remainders itself (2D: by batch size, then bin)
+        measure = getattr(self.constraint, "merge_key", self.constraint.measure_length)
         cuts.sort(key=lambda c: (measure(c), c.id))
         chunks = chunk_sorted(cuts, self.constraint)
         last = chunks.pop()

@@ -48,10 +48,14 @@ from wenet_lhotse.loader.bins import (
     needs_sample,
     split_lengths,
 )
-from wenet_lhotse.loader.bins2d import loader_constraint_2d
 from wenet_lhotse.loader.bucketing import BucketingSampler
 from wenet_lhotse.loader.config import LoaderConfig
 from wenet_lhotse.loader.config_check import check_dataset_conf, check_special_tokens
+from wenet_lhotse.loader.constraint2d import (
+    check_2d_keys,
+    loader_constraint_2d,
+    tps_transforms,
+)
 from wenet_lhotse.loader.constraints import batch_constraint
 from wenet_lhotse.loader.dataloader import LhotseDataLoader, MapDataLoader, StreamedDataLoader
 from wenet_lhotse.loader.distributed import gloo_group, plan_partition, world_info
@@ -134,13 +138,16 @@ def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
     cfg, lconf, split = plan.cfg, plan.cfg.lhotse, plan.split
     specs, seed, ws, rk = plan.specs, plan.seed, plan.world_size, plan.rank
     num_workers, prefetch_factor = plan.num_workers, plan.prefetch_factor
+    two_d = loader_constraint_2d(lconf, plan.transforms[0].tokenizer)  # (issues 22, 31)
+    # the 2D tokens-per-second filter (training only), counted with filter_conf's
+    transforms = tps_transforms(plan.transforms, two_d, cfg.rules.training)
 
     def mux_and_constraint() -> Tuple[ResumableMux, List[float], Any]:
         # train: the sampler holds metadata and builds only its rank's emitted cuts
         streams = [PositionedStream(map_reader(s, cfg, seed, plan.policy,
                                                 light=cfg.rules.training,
                                                 index=plan.indexes.get(i)), tf)
-                   for i, (s, tf) in enumerate(zip(specs, plan.transforms))]
+                   for i, (s, tf) in enumerate(zip(specs, transforms))]
         mux = ResumableMux(streams, plan.weights, seed=seed, stop_early=lconf.mux_stop_early)
         mux.start(0)
         lengths = split_lengths(cfg, split, seed)
@@ -150,9 +157,8 @@ def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
                                       max_duration=max_duration,
                                       quadratic_duration=lconf.quadratic_duration,
                                       lengths=lengths)
-        two_d = loader_constraint_2d(lconf, plan.transforms[0].tokenizer)  # (issue 22)
         if two_d is not None:
-            bins, constraint = two_d  # type: ignore[assignment]
+            bins, constraint = two_d[0], two_d[1]  # type: ignore[assignment]
             formula = f"2D buckets {len(bins)} (duration x tokens), fixed sizes"
         logger.info("%s batches: %s, %d buckets, %s", split, formula, len(bins) + 1, "map")
         return mux, bins, constraint
@@ -197,9 +203,9 @@ def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
     else:
         for spec in specs:  # a wrong path fails now, not when the first cv pass starts
             spec.check_local_paths()
-        loader_sampler = PlannedSampler(planned, transforms=plan.transforms)
+        loader_sampler = PlannedSampler(planned, transforms=transforms)
     return MapDataLoader(dataset_for_loader, sampler=loader_sampler, skip_report=plan.skip_report,
-                         local_transforms=plan.transforms,  # the ledger's filtered count
+                         local_transforms=transforms,  # the ledger's filtered count
                          partitioned=split == "train" or lconf.cv_partition, **plan.loader_kw)
 
 
@@ -212,6 +218,7 @@ def build_streamed_loader(plan: LoaderPlan, dataset: Any) -> StreamedDataLoader:
     specs, seed, ws, rk = plan.specs, plan.seed, plan.world_size, plan.rank
     weights, transforms = plan.weights, plan.transforms
     train = cfg.rules.training
+    check_2d_keys(lconf)  # (issue 31)
     if lconf.bucket_bins_2d:  # (issue 22)
         raise ValueError("lhotse_conf.bucket_bins_2d: 2D buckets need map-style loading "
                          "(lhotse_conf.mode: map)")

@@ -61,7 +61,14 @@ declared once, on :class:`LhotseConf`'s fields; an unknown key or a bad value is
       max_tokens_in_batch: null  # text batches: padded tokens per batch (text sources)
       reweight_temperature: null # w_i**T / sum w_j**T per level of source groups (NeMo's)
       bucket_bins_2d: null     # [[max s, max tokens], ...] (estimate-bins): 2D buckets,
-      bucket_batch_sizes_2d: null  # one batch size each (map-style training)
+      bucket_batch_sizes_2d: null  # one batch size each (map-style training); null:
+                               # from max_duration (and bucket_max_tokens_2d)
+      bucket_strict_2d: false  # true: a cut's bin within its own duration bucket (NeMo's
+                               # strict_2d); false: the first bin holding it
+      bucket_max_tokens_2d: null # padded output tokens per 2D batch (a cap on every batch)
+      min_tps: null            # 2D buckets: drop cuts under this many tokens per second
+      max_tps: null            # ... over this (a number, or one per bin as estimate-bins
+                               # prints); dropped cuts are counted as filtered
 """
 
 from __future__ import annotations
@@ -94,6 +101,11 @@ MIX_BY = ("cut", "batch")
 
 
 _SIZE, _COUNT, _SECONDS = integer(1), integer(0), number(positive=True)
+
+
+def _seconds_or_list(v: Any) -> Optional[str]:
+    """A positive number, or a list of them (``max_tps``: one per 2D bin)."""
+    return list_of(_SECONDS, 1)(v) if isinstance(v, list) else _SECONDS(v)
 
 
 @dataclass
@@ -144,6 +156,11 @@ class LhotseConf:
     reweight_temperature: Any = None
     bucket_bins_2d: Optional[List[Any]] = key(None, optional(list_of(anything, 1)))
     bucket_batch_sizes_2d: Optional[List[int]] = key(None, optional(list_of(_SIZE, 1)))
+    # -- 2D buckets as tight as NeMo's, no batch over its caps (issue 31; loader.constraint2d)
+    bucket_strict_2d: bool = False
+    bucket_max_tokens_2d: Optional[int] = key(None, optional(_SIZE))
+    min_tps: Optional[float] = key(None, optional(number(minimum=0)))
+    max_tps: Any = key(None, optional(_seconds_or_list))
 
     @classmethod
     def from_dict(cls, conf: Optional[Mapping[str, Any]]) -> LhotseConf:

@@ -22,6 +22,7 @@ from typing import Any, Callable, Dict, List
 from wenet_lhotse.dataset.text_batch import KindDataset
 from wenet_lhotse.loader.batch_mux import BatchMuxSampler
 from wenet_lhotse.loader.bins import bins_and_budget, split_lengths
+from wenet_lhotse.loader.constraint2d import loader_constraint_2d
 from wenet_lhotse.loader.constraints import batch_constraint
 from wenet_lhotse.loader.dataloader import MapDataLoader
 from wenet_lhotse.loader.map_items import EpochTaggedSampler, LoaderDataset
@@ -58,6 +59,13 @@ def _speech_sampler(plan: Any, spec: SourceSpec, transform: Any, seed: int, dept
     constraint = batch_constraint(cfg.batching, cfg.dataset_conf, split="train", seed=seed,
                                   max_duration=max_duration,
                                   quadratic_duration=lconf.quadratic_duration, lengths=lengths)
+    two_d = loader_constraint_2d(lconf, getattr(transform, "tokenizer", None))
+    if two_d is not None:  # 2D buckets (issue 31); their tps filter: map mode mixing by cut
+        if two_d[2] is not None:
+            raise ValueError("lhotse_conf.min_tps / max_tps filter cuts in map-style loading "
+                             "that mixes by cut, not with mix_by: batch")
+        bins, constraint = two_d[0], two_d[1]  # type: ignore[assignment]
+        formula = f"2D buckets {len(bins)} (duration x tokens)"
     logger.info("source %s: %s, %d buckets", spec.name, formula, len(bins) + 1)
     return ResumableBucketingSampler(mux, duration_bins=bins, constraint=constraint,
                                      shuffle=cfg.shuffle, buffer_size=cfg.buffer_size,
