@@ -78,6 +78,9 @@ def wenet_sources(data: DataArg, data_type: str, arg: str = "--train_data") -> L
     if not paths:
         raise ValueError(f"{arg}: no data list given")
     kinds = [detect_source_type(p) for p in paths]
+    for path, kind in zip(paths, kinds):
+        if get_kind(kind).wenet_list_refusal:
+            raise ValueError(f"{arg} {path}: {get_kind(kind).wenet_list_refusal}")
     lhotse_kinds = [k for k in kinds if not get_kind(k).wenet]
     if not lhotse_kinds:
         return [SourceSpec(path=paths if len(paths) > 1 else paths[0], type=data_type)]

@@ -1,11 +1,16 @@
 """``parquet``: Parquet files or a ``datasets`` ``save_to_disk`` directory
-(:mod:`wenet_lhotse.sources.parquet`), named in the yaml (``type: parquet``, optional
-``columns``), never detected. Rows become cuts with in-memory audio; bad rows are named
-by file and row.
+(:mod:`wenet_lhotse.sources.parquet`): named in the yaml (``type: parquet``, optional
+``columns``) or detected, by the ``PAR1`` magic of a Parquet file, the stream header of
+an ``.arrow`` file, or a directory holding ``state.json`` and ``*.arrow`` files (or only
+``*.parquet`` files). Rows become cuts with in-memory audio; bad rows are named by file
+and row. Not a WeNet list: as ``--train_data`` it is refused in one line that says what
+to do instead.
 """
 
 from __future__ import annotations
 
+import glob
+import os
 from typing import Any, Dict, Optional, Sequence
 
 from lhotse import CutSet
@@ -13,11 +18,28 @@ from lhotse import CutSet
 from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.sources.kinds.base import InputKind, check_columns
 
+#: How an Arrow IPC stream (``save_to_disk``'s ``data-*.arrow``) or file starts.
+ARROW_MAGIC = (b"\xff\xff\xff\xff", b"ARROW1")
+
 
 class ParquetKind(InputKind):
     name = "parquet"
     description = "Parquet files / datasets save_to_disk directory (audio bytes, text)"
-    detected = False
+    wenet_list_refusal = ("Parquet: use `type: parquet` in `lhotse_conf.sources` or "
+                          "`wenet-lhotse parquet-import`")
+
+    def sniff_magic(self, head: bytes) -> bool:
+        return head[:4] == b"PAR1" or head.startswith(ARROW_MAGIC)
+
+    def sniff_dir(self, path: str) -> bool:
+        from wenet_lhotse.sources.parquet import is_arrow_dir
+
+        if not os.path.isdir(path):
+            return False
+        names = os.listdir(path)
+        return is_arrow_dir(path) or (bool(names) and all(
+            n.endswith(".parquet") or n.startswith(".") for n in names)
+            and bool(glob.glob(os.path.join(path, "*.parquet"))))
 
     def check_spec(self, spec: Any) -> None:
         check_columns(spec, frozenset({"audio", "text", "id"}))
