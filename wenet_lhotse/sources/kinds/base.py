@@ -101,6 +101,10 @@ class InputKind(UnitReader):
     #: why a path of this kind is not read as WeNet's ``--train_data`` list, and what to
     #: do instead (one line); None: it is read (as a Lhotse source)
     wenet_list_refusal: ClassVar[Optional[str]] = None
+    #: why ``wenet-lhotse import -o CUTS`` / ``import --shar DIR`` does not take this kind
+    #: and which command does (one line); None: it does (WeNet lists have their own path)
+    import_cuts_refusal: ClassVar[Optional[str]] = None
+    import_shar_refusal: ClassVar[Optional[str]] = None
 
     def __repr__(self) -> str:
         return f"<input kind {self.name!r}: {self.description}>"

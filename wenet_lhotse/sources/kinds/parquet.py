@@ -27,6 +27,11 @@ class ParquetKind(InputKind):
     description = "Parquet files / datasets save_to_disk directory (audio bytes, text)"
     wenet_list_refusal = ("Parquet: use `type: parquet` in `lhotse_conf.sources` or "
                           "`wenet-lhotse parquet-import`")
+    import_cuts_refusal = ("its audio is in the rows, not in files a manifest could point "
+                           "at: import it with --shar DIR, or to WeNet shards with "
+                           "`wenet-lhotse parquet-import`")
+    index_note = ("nothing to index: map mode reads its rows as they are; for indexed WeNet "
+                  "shards, `wenet-lhotse parquet-import` it, then `index` the shard list")
 
     def sniff_magic(self, head: bytes) -> bool:
         return head[:4] == b"PAR1" or head.startswith(ARROW_MAGIC)
