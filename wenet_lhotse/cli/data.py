@@ -190,7 +190,7 @@ def import_cmd(data_list, out, data_type, shar_dir, shard_size, audio_format, wa
 
 
 def _import_kind_to_cuts(kind, data_list, out, wav_root, policy) -> None:
-    """A kind that is not a WeNet list and whose cuts point at audio files (e.g. a NeMo
+    """A kind that is not a WeNet list and whose cuts point at audio files (e.g. another
     manifest) -> a cuts manifest, written atomically."""
     from lhotse import CutSet
 

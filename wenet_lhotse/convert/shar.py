@@ -98,7 +98,7 @@ def wenet_to_shar(
     :param data_list: one list file or several (read in order).
     :param out_dir: the Shar directory (created, parents too).
     :param data_type: ``"raw"``, ``"shard"``, another detected kind (Parquet, a cuts or
-        NeMo manifest: shards of ``shard_size`` of its cuts) or ``"auto"`` (told apart
+        other manifest: shards of ``shard_size`` of its cuts) or ``"auto"`` (told apart
         from the content).
     :param shard_size: utterances per output shard for raw lists (default 1000).
         Shard lists keep one output shard per input tar; passing it there is an error.

@@ -232,7 +232,7 @@ def iter_jobs(
 def _kind_jobs(data_lists: Sequence[Pathlike], data_type: str, size: int, strict: bool,
                skip_report: SkipReport, allow_pipe: bool,
                wav_root: Optional[Pathlike]) -> Iterator[ShardJob]:
-    """Any other kind (Parquet, cuts, NeMo, ...): shard ``i`` holds its cuts
+    """Any other kind (Parquet, a cuts manifest, ...): shard ``i`` holds its cuts
     ``[i * size, (i + 1) * size)``, read lazily in the caller (bad items raise or are
     recorded in ``skip_report`` as the kind's reader does)."""
     from wenet_lhotse.io.policy import ReadPolicy
