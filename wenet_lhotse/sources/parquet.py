@@ -59,6 +59,7 @@ from wenet_lhotse.formats.checks import (
 from wenet_lhotse.formats.keyset import KeySet
 from wenet_lhotse.io.access import short
 from wenet_lhotse.io.policy import PolicyHolder, ReadPolicy
+from wenet_lhotse.sources.meta_cut import MetaCut
 
 #: Most rows in one record batch, and the decompressed bytes one batch aims at.
 BATCH_ROWS = 256
@@ -148,10 +149,20 @@ def record_batches(path: str, kind: str, columns: Optional[Sequence[str]] = None
     """The file's record batches (only ``columns`` that exist; None: all), row group by
     row group, each checked first (:func:`check_row_group`). A file pyarrow cannot read
     is a :class:`WenetDataError` naming it (and the row group)."""
+    return (batch for _, batch in group_batches(path, kind, columns, policy))
+
+
+def group_batches(path: str, kind: str, columns: Optional[Sequence[str]] = None,
+                  policy: Optional[ReadPolicy] = None, groups: Optional[Sequence[int]] = None
+                  ) -> Iterator[Tuple[int, Any]]:
+    """``(row group, record batch)`` of :func:`record_batches` (an ``.arrow`` stream:
+    its record batch index as the group), only ``groups`` when given."""
     pa = _pyarrow()
     policy = policy or ReadPolicy()
     if kind == "arrow":
-        yield from _arrow_batches(pa, path, columns)
+        for group, batch in enumerate(_arrow_batches(pa, path, columns)):
+            if groups is None or group in groups:
+                yield group, batch
         return
     try:
         pf = pa.parquet.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20)
@@ -160,13 +171,14 @@ def record_batches(path: str, kind: str, columns: Optional[Sequence[str]] = None
         meta = pf.metadata
     except _READ_ERRORS as err:
         raise _unreadable(path, err) from None
-    for group in range(meta.num_row_groups):
+    for group in range(meta.num_row_groups) if groups is None else groups:
         size = check_row_group(meta, path, group, policy)
         rows = meta.row_group(group).num_rows
         per_batch = max(1, min(BATCH_ROWS, BATCH_BYTES * max(1, rows) // max(1, size)))
         try:
-            yield from pf.iter_batches(batch_size=per_batch, row_groups=[group],
-                                       columns=names, use_threads=False)
+            for batch in pf.iter_batches(batch_size=per_batch, row_groups=[group],
+                                         columns=names, use_threads=False):
+                yield group, batch
         except _READ_ERRORS as err:
             raise _unreadable(path, err, f"row group {group}: ") from None
 
@@ -242,10 +254,11 @@ class LazyParquetCuts(PolicyHolder, Dillable):
 
     def __init__(self, paths: Sequence[str], columns: ParquetColumns = ParquetColumns(),
                  strict: Optional[bool] = None, skip_report: Optional[SkipReport] = None,
-                 *, policy: Optional[ReadPolicy] = None) -> None:
+                 *, policy: Optional[ReadPolicy] = None, light: bool = False) -> None:
         self.paths = [str(p) for p in paths]
         self.columns = columns
         self.policy = ReadPolicy.of(policy, strict=strict, skip_report=skip_report)
+        self.light = light  # yield ParquetRowCuts: metadata only, audio read back later
 
     def __iter__(self) -> Iterator[Cut]:
         seen = KeySet()
@@ -259,8 +272,10 @@ class LazyParquetCuts(PolicyHolder, Dillable):
     def _file_cuts(self, file: str, kind: str, seen: KeySet) -> Iterator[Cut]:
         cols = self.columns
         stem = os.path.splitext(os.path.basename(file))[0]
-        index = 0
-        for batch in record_batches(file, kind, None, self.policy):
+        index, last, offset = 0, -1, 0
+        for group, batch in group_batches(file, kind, None, self.policy):
+            offset = 0 if group != last else offset
+            last = group
             for row in batch.to_pylist():
                 try:
                     cut = row_cut(row, cols, file, index, stem, self.policy)
@@ -268,10 +283,12 @@ class LazyParquetCuts(PolicyHolder, Dillable):
                         raise WenetDataError(f"row {index}: duplicate id {short(cut.id)} "
                                              "(seen earlier in this input)", file,
                                              kind="duplicate")
-                    yield cut
+                    yield ParquetRowCut(cut, self, (file, kind, group, offset, index)) \
+                        if self.light else cut
                 except WenetDataError as err:
                     self.policy.handle(err)
                 index += 1
+                offset += 1
 
     def __len__(self) -> int:
         return sum(_rows(f, k) for p in self.paths for f, k in arrow_files(p))
@@ -285,3 +302,56 @@ def _rows(file: str, kind: str) -> int:
         return sum(b.num_rows for b in _arrow_batches(pa, file, []))
     except _READ_ERRORS as err:
         raise _unreadable(file, err) from None
+
+
+class ParquetRowCut(MetaCut):
+    """A Parquet row's cut without its audio (what a map-style sampler holds: id,
+    duration, sampling rate, texts): :meth:`materialize` reads the row back, from the
+    row group of the file it came from, when its batch is emitted. Each process keeps
+    the last row group it read (:data:`_GROUP_CACHE`), so rows read in file order cost
+    one read per row group; a shuffled order costs one row-group read per cut, bounded
+    by the caps :func:`check_row_group` applies."""
+
+    __slots__ = ()
+
+    def __init__(self, cut: Cut, source: LazyParquetCuts,
+                 where: Tuple[str, str, int, int, int]) -> None:
+        self.id = cut.id
+        self.start = 0.0
+        self.duration = cut.duration
+        self.sampling_rate = cut.sampling_rate
+        self._sups = tuple((s.text, s.speaker, s.language) for s in cut.supervisions)
+        self._line = where  # (file, kind, row group, row in the group, row in the file)
+        self._extra = (source.columns, source.policy)
+        self._tags = None
+        self._where = (where[0], where[4])
+
+    def tagged(self, tags: Any) -> ParquetRowCut:
+        other = ParquetRowCut.__new__(ParquetRowCut)
+        for name in MetaCut.__slots__:
+            setattr(other, name, getattr(self, name))
+        other._tags = {**(self._tags or {}), **tags}
+        return other
+
+    def materialize(self) -> Cut:
+        file, kind, group, offset, index = self._line
+        cols, policy = self._extra
+        rows = _group_rows(file, kind, group, policy)
+        stem = os.path.splitext(os.path.basename(file))[0]
+        cut = row_cut(rows[offset], cols, file, index, stem, policy)
+        if self._tags:
+            cut.custom = {**self._tags, **(cut.custom or {})}
+        return cut
+
+
+#: ``(file, kind, row group) -> rows`` of the row group read last in this process.
+_GROUP_CACHE: Dict[Tuple[str, str, int], List[Dict[str, Any]]] = {}
+
+
+def _group_rows(file: str, kind: str, group: int, policy: ReadPolicy) -> List[Dict[str, Any]]:
+    key = (file, kind, group)
+    if key not in _GROUP_CACHE:
+        _GROUP_CACHE.clear()  # one row group at a time
+        _GROUP_CACHE[key] = [row for _, b in group_batches(file, kind, None, policy, [group])
+                             for row in b.to_pylist()]
+    return _GROUP_CACHE[key]

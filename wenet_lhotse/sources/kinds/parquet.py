@@ -16,7 +16,8 @@ from typing import Any, Dict, Optional, Sequence
 from lhotse import CutSet
 
 from wenet_lhotse.io.policy import ReadPolicy
-from wenet_lhotse.sources.kinds.base import InputKind, check_columns
+from wenet_lhotse.sources.kinds.base import InputKind, PositionedReaders, check_columns
+from wenet_lhotse.sources.tags import TagCuts
 
 #: How an Arrow IPC stream (``save_to_disk``'s ``data-*.arrow``) or file starts.
 ARROW_MAGIC = (b"\xff\xff\xff\xff", b"ARROW1")
@@ -50,13 +51,23 @@ class ParquetKind(InputKind):
         check_columns(spec, frozenset({"audio", "text", "id"}))
 
     def open(self, paths: Sequence[str], policy: ReadPolicy, *,
-             columns: Optional[Dict[str, Optional[str]]] = None, **_: Any) -> CutSet:
+             columns: Optional[Dict[str, Optional[str]]] = None, light: bool = False,
+             **_: Any) -> CutSet:
         from wenet_lhotse.sources.parquet import LazyParquetCuts, ParquetColumns
 
-        return CutSet(LazyParquetCuts(paths, ParquetColumns(**(columns or {})), policy=policy))
+        return CutSet(LazyParquetCuts(paths, ParquetColumns(**(columns or {})), policy=policy,
+                                      light=light))
 
-    def open_source(self, spec: Any, policy: ReadPolicy, **_: Any) -> CutSet:
-        return self.open(spec.paths, policy, columns=spec.columns)
+    def open_source(self, spec: Any, policy: ReadPolicy, **kw: Any) -> CutSet:
+        return self.open(spec.paths, policy, columns=spec.columns, light=kw.get("light", False))
+
+    def map_reader(self, spec: Any, readers: PositionedReaders) -> Any:
+        """Training (``readers.light``): the rows' metadata in memory, each row's audio
+        read back when its batch is emitted
+        (:class:`~wenet_lhotse.sources.parquet.ParquetRowCut`); otherwise the cuts."""
+        tag = TagCuts(spec.tags) if spec.tags else None  # (CutSet.map skips MetaCuts)
+        cuts = self.open_source(spec, readers.policy, light=readers.light)
+        return readers.in_memory([tag(c) if tag else c for c in cuts])
 
 
 KIND = ParquetKind()
