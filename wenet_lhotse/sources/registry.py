@@ -123,9 +123,11 @@ def detect(path: Pathlike) -> str:
             fallback = kind
     if fallback is not None:
         return fallback.name
+    named = "".join(f"; a {k.name} source is named in lhotse_conf.sources as "
+                    f"`type: {k.name}`" for k in kinds() if not k.detected)
     raise WenetDataError(
         f"not an input: its first line {printable(first.line)} is neither JSON (a raw list "
-        "or manifest) nor a tar path or URL (a shard list)", where, line=first.no,
+        f"or manifest) nor a tar path or URL (a shard list){named}", where, line=first.no,
         kind="format")
 
 
