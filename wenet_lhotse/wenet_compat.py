@@ -175,6 +175,11 @@ def init_dataset_and_dataloader(args: Any, configs: MutableMapping[str, Any], to
     data_type = getattr(args, "data_type", "raw") or "raw"
     train_sources = lconf.sources or wenet_sources(args.train_data, data_type)
     cv_sources = lconf.cv_sources or wenet_sources(args.cv_data, data_type, "--cv_data")
+    for key, arg, value in (("sources", "--train_data", lconf.sources),
+                            ("cv_sources", "--cv_data", lconf.cv_sources)):
+        if value and getattr(args, arg[2:], None):  # said once, not silently ignored
+            logger.info("dataset_conf.lhotse_conf.%s replaces %s %s", key, arg,
+                        getattr(args, arg[2:]))
     kw = _loader_kw(args, seed)
     train_dataset, train_loader = build_dataloader(
         train_sources, tokenizer, train_conf, "train",
