@@ -308,9 +308,9 @@ class ParquetRowCut(MetaCut):
     """A Parquet row's cut without its audio (what a map-style sampler holds: id,
     duration, sampling rate, texts): :meth:`materialize` reads the row back, from the
     row group of the file it came from, when its batch is emitted. Each process keeps
-    the last row group it read (:data:`_GROUP_CACHE`), so rows read in file order cost
-    one read per row group; a shuffled order costs one row-group read per cut, bounded
-    by the caps :func:`check_row_group` applies."""
+    the last record batch it read (:data:`_GROUP_CACHE`), so rows read in file order
+    cost one read per batch; a shuffled order streams the row group up to the row for
+    each cut (memory: one record batch)."""
 
     __slots__ = ()
 
@@ -336,22 +336,33 @@ class ParquetRowCut(MetaCut):
     def materialize(self) -> Cut:
         file, kind, group, offset, index = self._line
         cols, policy = self._extra
-        rows = _group_rows(file, kind, group, policy)
         stem = os.path.splitext(os.path.basename(file))[0]
-        cut = row_cut(rows[offset], cols, file, index, stem, policy)
+        cut = row_cut(_group_row(file, kind, group, offset, policy), cols, file, index, stem,
+                      policy)
         if self._tags:
             cut.custom = {**self._tags, **(cut.custom or {})}
         return cut
 
 
-#: ``(file, kind, row group) -> rows`` of the row group read last in this process.
-_GROUP_CACHE: Dict[Tuple[str, str, int], List[Dict[str, Any]]] = {}
+#: ``(file, kind, row group, first row in the group) -> rows`` of the record batch read
+#: last in this process (at most :data:`BATCH_ROWS` rows, about :data:`BATCH_BYTES`).
+_GROUP_CACHE: Dict[Tuple[str, str, int, int], List[Dict[str, Any]]] = {}
 
 
-def _group_rows(file: str, kind: str, group: int, policy: ReadPolicy) -> List[Dict[str, Any]]:
-    key = (file, kind, group)
-    if key not in _GROUP_CACHE:
-        _GROUP_CACHE.clear()  # one row group at a time
-        _GROUP_CACHE[key] = [row for _, b in group_batches(file, kind, None, policy, [group])
-                             for row in b.to_pylist()]
-    return _GROUP_CACHE[key]
+def _group_row(file: str, kind: str, group: int, offset: int,
+               policy: ReadPolicy) -> Dict[str, Any]:
+    """Row ``offset`` of row group ``group``: from the cached record batch, else read by
+    streaming the group's batches up to it (only that batch is kept)."""
+    for (f, k, g, start), rows in _GROUP_CACHE.items():
+        if (f, k, g) == (file, kind, group) and start <= offset < start + len(rows):
+            return rows[offset - start]
+    start = 0
+    for _, batch in group_batches(file, kind, None, policy, [group]):
+        if start <= offset < start + batch.num_rows:
+            rows = batch.to_pylist()
+            _GROUP_CACHE.clear()  # one batch at a time
+            _GROUP_CACHE[(file, kind, group, start)] = rows
+            return rows[offset - start]
+        start += batch.num_rows
+    raise WenetDataError(f"row group {group} has no row {offset} (the file changed since "
+                         "it was read)", file, kind="format")
