@@ -153,7 +153,7 @@ def test_typed_columns_survive_shar_and_read_back_as_text_from_shards(rows, tmp_
                                                                         ("1", "0.25")]
 
 
-@pytest.mark.parametrize("bad_id,why", [("../../evil", "'..' component"),
+@pytest.mark.parametrize("bad_id,why", [("../../evil.wav", "'..' component"),
                                         ("/abs/x", "absolute path"),
                                         ("line\nbreak", "control character"),
                                         ("a/./b", "'.' path component")])
