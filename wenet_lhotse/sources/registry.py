@@ -132,8 +132,10 @@ def detect(path: Pathlike) -> str:
 
 
 def _head(path: str, size: int = 16) -> bytes:
-    """The first ``size`` bytes of a local file (b"" for what cannot be read: its
-    error comes from the line reader)."""
+    """The first ``size`` bytes of a local regular file (b"" for anything else -- a
+    FIFO would block -- and what cannot be read: its error comes from the line reader)."""
+    if not os.path.isfile(path):
+        return b""
     try:
         with open(path, "rb") as f:
             return f.read(size)
