@@ -123,8 +123,12 @@ def test_parquet_to_shards_to_parquet_keeps_every_byte(rows, src, tmp_path):
 
 
 def test_parquet_to_shar_and_back_keeps_every_byte(rows, src, tmp_path):
-    res = run("import", src, "--shar", tmp_path / "shar", "--audio-format", "copy")
+    res = run("import", src, "--shar", tmp_path / "shar", "--audio-format", "copy",
+              "--shard-size", "2")
     assert f"{len(rows)} utterances written" in res.output
+    res = run("import", src, "--shar", tmp_path / "shar", "--audio-format", "copy",
+              "--shard-size", "2")  # restartable: a rerun finds every shard complete
+    assert "0 written" in res.output and "0 utterances written" in res.output
     from lhotse import CutSet
 
     shar = list(CutSet.from_shar(in_dir=str(tmp_path / "shar")))
