@@ -65,7 +65,7 @@ def test_the_old_tables_are_the_registry_by_flag():
     assert KINDS == {k.name: k.description for k in kinds() if k.detected}
     assert list(KINDS)[:4] == ["raw", "shard", "cuts", "shar"]
     assert WENET_KINDS == ("raw", "shard") and STREAMED_KINDS == ("shard",)
-    assert SOURCE_TYPES == (*KINDS, "auto", "text", "parquet")
+    assert SOURCE_TYPES == (*KINDS, "auto", "text")
     assert get_kind("shar").late_audio and get_kind("shard").indexable
     assert get_kind("text").text_only and not get_kind("text").detected
     with pytest.raises(ValueError, match="kind must be one of .* got 'tsv'"):

@@ -74,7 +74,7 @@ def _print_skips(report, limit: int = 20) -> None:
 
 
 @main.command("import")
-@click.argument("data_list", type=InputPath(exists=True, dir_okay=False))
+@click.argument("data_list", type=InputPath(exists=True))
 @click.option("-o", "--out", type=click.Path(), default=None,
               help="Output cuts manifest for a raw list [default: cuts.jsonl.gz next to "
                    "DATA_LIST]. For a shard list (or with --shar) use --shar instead.")
@@ -124,20 +124,29 @@ def import_cmd(data_list, out, data_type, shar_dir, shard_size, audio_format, wa
     """
     from wenet_lhotse.convert.executor import ClusterError
     from wenet_lhotse.errors import WenetDataError
-    from wenet_lhotse.sources import detect_data_type
+    from wenet_lhotse.sources.detect import detect_input_kind
     from wenet_lhotse.sources.registry import get_kind
 
     if data_type == "auto":
         try:
-            data_type = detect_data_type(data_list)
+            data_type = detect_input_kind(data_list)
         except WenetDataError as err:
             raise _fail(err) from None
     refuse_output_is_input(out, data_list)
     refuse_output_is_input(shar_dir, data_list, option="--shar")
     policy = read_policy(skip_errors, allow_pipe)
     report = policy.skip_report
+    kind = get_kind(data_type)
+    refusal = kind.import_shar_refusal if shar_dir else kind.import_cuts_refusal
+    if refusal:
+        raise click.ClickException(f"{data_list}: {data_type} input: {refusal}")
+    if os.path.isdir(data_list) and kind.wenet:
+        raise click.ClickException(f"{data_list}: a directory, not a WeNet list")
     try:
-        tars = get_kind(data_type).streamed  # a list of tars: imported as Shar only
+        if not kind.wenet and shar_dir is None:
+            _import_kind_to_cuts(kind, data_list, out, wav_root, policy)
+            return
+        tars = kind.streamed  # a list of tars: imported as Shar only
         if tars or shar_dir is not None:
             if shar_dir is None:
                 raise click.UsageError(
@@ -178,6 +187,30 @@ def import_cmd(data_list, out, data_type, shar_dir, shard_size, audio_format, wa
         raise _fail(err, "(use --skip-errors to skip bad items)") from None
     except ClusterError as err:
         raise click.ClickException(str(err)) from None
+
+
+def _import_kind_to_cuts(kind, data_list, out, wav_root, policy) -> None:
+    """A kind that is not a WeNet list and whose cuts point at audio files (e.g. another
+    manifest) -> a cuts manifest, written atomically."""
+    from lhotse import CutSet
+
+    if out is None:
+        out = os.path.join(os.path.dirname(os.path.abspath(data_list)), "cuts.jsonl.gz")
+    cuts = kind.open([data_list], policy, wav_root=wav_root)
+    n = 0
+    suffix = ".jsonl.gz" if str(out).endswith(".gz") else ".jsonl"
+    part = f"{out}.partial{suffix}"
+    try:
+        with CutSet.open_writer(part) as writer:
+            for cut in cuts:
+                writer.write(cut)
+                n += 1
+        os.replace(part, out)
+    finally:
+        if os.path.exists(part):
+            os.unlink(part)
+    _print_skips(policy.skip_report)
+    click.echo(f"cuts: {out} ({n} utterances, {len(policy.skip_report)} skipped)")
 
 
 @main.command("export")

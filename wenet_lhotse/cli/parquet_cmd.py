@@ -30,7 +30,8 @@ def _columns(audio: str, text: str, key: str):
 def parquet_import(inputs, out_dir, shard_size, audio_column, text_column, id_column,
                    fault_tolerant):
     """Parquet files, directories of them, or a datasets save_to_disk directory ->
-    WeNet tar shards, audio bytes as stored."""
+    WeNet tar shards: audio bytes as stored, named by their own format (wav, flac, ogg,
+    opus, mp3, ...); texts byte for byte; every other column a member of its own."""
     from wenet_lhotse.cli.main import read_policy
     from wenet_lhotse.convert.parquet import import_parquet
 
@@ -49,18 +50,9 @@ def parquet_import(inputs, out_dir, shard_size, audio_column, text_column, id_co
 def parquet_export(input_path, out):
     """Any input (raw list, shard list, cuts manifest, Shar directory, Parquet) -> one
     Parquet file: id, audio {bytes, path}, text, duration."""
-    import os
-
-    from lhotse import CutSet
-
     from wenet_lhotse.convert.parquet import export_parquet
     from wenet_lhotse.sources.open import open_cuts
-    from wenet_lhotse.sources.parquet import LazyParquetCuts
 
-    if input_path.endswith((".parquet", ".arrow")) or os.path.exists(
-            os.path.join(input_path, "state.json")):
-        cuts = CutSet(LazyParquetCuts([input_path]))
-    else:
-        cuts, _ = open_cuts(input_path)
+    cuts, _ = open_cuts(input_path)  # any detected kind, Parquet included
     n = export_parquet(cuts, out)
     click.echo(f"wrote {n} rows to {out}")

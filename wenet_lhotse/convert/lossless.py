@@ -15,7 +15,9 @@ decodes audio from its content, so either name reads back with ``CutSet.from_sha
 
 :class:`CopyingSharWriter` (format ``"copy"``) skips decoding and encoding where it
 can: a cut that is a whole WAV or FLAC recording has its original bytes stored
-(identical bytes, so identical samples); other cuts fall back to ``"lossless"``.
+(identical bytes, so identical samples), as are whole OGG/Vorbis, Opus, MP3, M4A and
+WMA recordings (Parquet rows: Lhotse's reader decodes them from their content); other
+cuts fall back to ``"lossless"``.
 About 3-5x faster than FLAC encoding, but WAV stays uncompressed.
 """
 
@@ -118,7 +120,7 @@ class CopyingSharWriter(SharWriter):
             f"{output_dir}/recording{shard_suffix}.tar", shard_size=None)
 
     def write(self, cut) -> None:
-        found = whole_recording_bytes(cut)
+        found = whole_recording_bytes(cut, any_format=True)
         if found is None:
             return super().write(cut)
         data, ext = found

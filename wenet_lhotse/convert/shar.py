@@ -56,8 +56,8 @@ from wenet_lhotse.errors import SkipReport, WenetDataError
 from wenet_lhotse.formats.keyset import KeySet
 from wenet_lhotse.io.remote import is_remote
 from wenet_lhotse.io.tempfiles import output_lock
-from wenet_lhotse.sources.detect import detect_data_type
-from wenet_lhotse.sources.registry import get_kind, kind_names
+from wenet_lhotse.sources.detect import detect_input_kind
+from wenet_lhotse.sources.registry import get_kind
 from wenet_lhotse.sources.shar_dir import shar_files
 
 logger = logging.getLogger(__name__)
@@ -96,7 +96,9 @@ def wenet_to_shar(
 
     :param data_list: one list file or several (read in order).
     :param out_dir: the Shar directory (created, parents too).
-    :param data_type: ``"raw"``, ``"shard"`` or ``"auto"`` (told apart from the content).
+    :param data_type: ``"raw"``, ``"shard"``, another detected kind (Parquet, a cuts or
+        other manifest: shards of ``shard_size`` of its cuts) or ``"auto"`` (told apart
+        from the content).
     :param shard_size: utterances per output shard for raw lists (default 1000).
         Shard lists keep one output shard per input tar; passing it there is an error.
     :param num_jobs: worker processes; each writes whole output shards (1 = in this process).
@@ -122,10 +124,11 @@ def wenet_to_shar(
         raise ValueError(f"audio_format must be one of {AUDIO_FORMATS}, got {audio_format!r}")
     lists = [data_list] if isinstance(data_list, (str, os.PathLike)) else list(data_list)
     if data_type == "auto":
-        data_type = detect_data_type(lists[0])
-    wenet = kind_names(wenet=True)
-    if data_type not in wenet:
-        raise ValueError(f"data_type must be one of {wenet} or 'auto', got {data_type!r}")
+        data_type = detect_input_kind(lists[0])
+    refusal = get_kind(data_type).import_shar_refusal
+    if refusal or get_kind(data_type).text_only:
+        raise ValueError(f"{lists[0]}: a {data_type} input: "
+                         f"{refusal or 'text only, no audio to write'}")
     if get_kind(data_type).streamed and shard_size is not None:
         raise ValueError("shard_size applies to raw lists; a shard list keeps one Shar shard "
                          "per input tar (re-shard with export_shards if needed)")

@@ -62,12 +62,17 @@ class ShardJob:
     lines: Optional[List[Tuple[str, int]]] = None  # raw-list input: (list file, line) per cut
     skipped: List[SkippedItem] = field(default_factory=list)  # input items already left out
     input_id: Optional[str] = None  # the fingerprint of what it is written from
+    origin: Optional[List[Any]] = None  # other kinds: the input file's identity, cut range
 
     def fingerprint(self, options: Sequence[Any]) -> str:
-        """What this shard is written from: the tar (path, size, mtime) or the cuts of
-        its lines with their audio files', the skipped items, and ``options``."""
+        """What this shard is written from: the tar (path, size, mtime), the input
+        file and cut range (``origin``: other kinds, whose audio may be in memory) or
+        the cuts of its lines with their audio files', the skipped items, and
+        ``options``."""
         if self.tar is not None:
             return input_fingerprint([*options, file_identity(self.tar.url)])
+        if self.origin is not None:
+            return input_fingerprint([*options, *[str(i) for i in self.skipped], self.origin])
         return input_fingerprint([*options, *[str(i) for i in self.skipped], *(
             [c.to_dict(), [file_identity(s.source) for s in c.recording.sources]]
             for c in self.cuts or [])])
@@ -213,6 +218,9 @@ def iter_jobs(
     if get_kind(data_type).streamed:  # a list of tars: one Shar shard per tar
         jobs = _shard_list_jobs(data_lists, strict, skip_report, allow_pipe)
         return iter(jobs), len(jobs)
+    if not get_kind(data_type).wenet:
+        return _kind_jobs(data_lists, data_type, shard_size or 1000, strict, skip_report,
+                          allow_pipe, wav_root), None
     from wenet_lhotse.convert.raw import iter_raw_cuts_with_lines
 
     items = iter_raw_cuts_with_lines([str(p) for p in data_lists], wav_root=wav_root,
@@ -220,3 +228,32 @@ def iter_jobs(
                                      num_workers=probe_workers, cluster=cluster,
                                      yield_skips=True)
     return _raw_jobs(items, shard_size or 1000), None
+
+
+def _kind_jobs(data_lists: Sequence[Pathlike], data_type: str, size: int, strict: bool,
+               skip_report: SkipReport, allow_pipe: bool,
+               wav_root: Optional[Pathlike]) -> Iterator[ShardJob]:
+    """Any other kind (Parquet, a cuts manifest, ...): shard ``i`` holds its cuts
+    ``[i * size, (i + 1) * size)``, read lazily in the caller (bad items raise or are
+    recorded in ``skip_report`` as the kind's reader does)."""
+    from wenet_lhotse.io.policy import ReadPolicy
+
+    policy = ReadPolicy(strict=strict, skip_report=skip_report, allow_pipe=allow_pipe)
+    index = 0
+    for path in map(str, data_lists):
+        cuts = get_kind(data_type).open([path], policy, wav_root=wav_root)
+        chunk: List[Cut] = []
+        for cut in cuts:
+            chunk.append(cut)
+            if len(chunk) == size:
+                yield _kind_job(index, path, chunk)
+                index, chunk = index + 1, []
+        if chunk:
+            yield _kind_job(index, path, chunk)
+            index += 1
+
+
+def _kind_job(index: int, path: str, cuts: List[Cut]) -> ShardJob:
+    origin = [file_identity(path) if not os.path.isdir(path) else [path],
+              cuts[0].id, cuts[-1].id, len(cuts)]
+    return ShardJob(index, cuts=cuts, lines=[(path, None)] * len(cuts), origin=origin)

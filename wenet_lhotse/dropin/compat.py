@@ -74,6 +74,9 @@ def wenet_sources(data: DataArg, data_type: str, arg: str = "--train_data") -> L
     if not paths:
         raise ValueError(f"{arg}: no data list given")
     kinds = [detect_source_type(p) for p in paths]
+    for path, kind in zip(paths, kinds):
+        if get_kind(kind).wenet_list_refusal:
+            raise ValueError(f"{arg} {path}: {get_kind(kind).wenet_list_refusal}")
     lhotse_kinds = [k for k in kinds if not get_kind(k).wenet]
     if not lhotse_kinds:
         return [SourceSpec(path=paths if len(paths) > 1 else paths[0], type=data_type)]
@@ -168,6 +171,11 @@ def init_dataset_and_dataloader(args: Any, configs: MutableMapping[str, Any], to
     data_type = getattr(args, "data_type", "raw") or "raw"
     train_sources = lconf.sources or wenet_sources(args.train_data, data_type)
     cv_sources = lconf.cv_sources or wenet_sources(args.cv_data, data_type, "--cv_data")
+    for key, arg, value in (("sources", "--train_data", lconf.sources),
+                            ("cv_sources", "--cv_data", lconf.cv_sources)):
+        if value and getattr(args, arg[2:], None):  # said once, not silently ignored
+            logger.info("dataset_conf.lhotse_conf.%s replaces %s %s", key, arg,
+                        getattr(args, arg[2:]))
     kw = _loader_kw(args, seed)
     train_dataset, train_loader = build_dataloader(
         train_sources, tokenizer, train_conf, "train",

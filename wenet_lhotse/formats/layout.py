@@ -15,6 +15,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.formats.audio import sniff_container
+from wenet_lhotse.formats.codec import audio_format
 
 #: Audio member suffixes WeNet accepts in shards (``processor.AUDIO_FORMAT_SETS``).
 AUDIO_SUFFIXES = frozenset({"flac", "mp3", "m4a", "ogg", "opus", "wav", "wma"})
@@ -112,11 +113,12 @@ def is_file_or_remote(source) -> bool:
     return source.type == "file" or source.type == "url" and is_audio_url(str(source.source))
 
 
-def whole_recording_bytes(cut) -> Optional[Tuple[bytes, str]]:
+def whole_recording_bytes(cut, any_format: bool = False) -> Optional[Tuple[bytes, str]]:
     """``(encoded bytes, extension)`` of the cut's audio when the cut is exactly its
     whole recording (:func:`is_whole_recording`), stored in one WAV or FLAC file or
     in-memory blob (or at a URL); else None. These bytes can be stored
-    as they are."""
+    as they are. ``any_format``: also OGG/Vorbis, Opus, MP3, M4A, WMA
+    (:func:`~wenet_lhotse.formats.codec.audio_format`)."""
     if not is_whole_recording(cut):
         return None
     src = cut.recording.sources[0]
@@ -131,5 +133,5 @@ def whole_recording_bytes(cut) -> Optional[Tuple[bytes, str]]:
         data = read_remote_bytes(src.source)
     else:
         return None
-    ext = sniff_container(data[:12])
+    ext = audio_format(data) if any_format else sniff_container(data[:12])
     return (data, ext) if ext else None

@@ -12,7 +12,9 @@ one utterance's members are contiguous:
 * ``key.<audio>`` (flac, mp3, m4a, ogg, opus, wav, wma) -> an in-memory
   recording (``Recording.from_bytes``'s manifest; only the header is parsed when
   reading, by :func:`~wenet_lhotse.formats.audio.recording_from_bytes`);
-* ``key.txt`` -> supervision text (UTF-8, stripped);
+* ``key.txt`` -> supervision text (UTF-8, stripped as WeNet strips it; text with edge
+  whitespace also kept verbatim in the supervision's ``custom["txt_verbatim"]``, which
+  the Parquet writer stores back);
 * ``key.speaker`` / ``key.lang`` -> supervision speaker / language (UTF-8, stripped);
 * any other ``key.<field>`` -> ``cut.custom[field]``: a ``str`` when the bytes are
   UTF-8 (kept verbatim, not stripped), else the raw ``bytes`` (WeNet keeps bytes too).
@@ -258,7 +260,8 @@ class LazyWenetShardIterator(PolicyHolder, Dillable):
             raise WenetDataError(f"several audio members: {names}", tar,
                                  member=group[audio[0]][0], kind="invalid")
         audio_member, audio_bytes = group[audio[0]]
-        text = self._decode(tar, group["txt"][0], group["txt"][1]).strip()
+        verbatim = self._decode(tar, group["txt"][0], group["txt"][1])
+        text = verbatim.strip()  # WeNet strips; the bytes as stored go to the writers
         meta = {}
         custom = {}
         for suffix, (member, data) in group.items():
@@ -292,6 +295,7 @@ class LazyWenetShardIterator(PolicyHolder, Dillable):
             text=text,
             speaker=meta.get("speaker"),
             language=meta.get("lang"),
+            custom={"txt_verbatim": verbatim} if verbatim != text else None,
         )
         cut.supervisions = [sup]  # a new cut: set in place, not copied (fastcopy)
         cut.custom = custom or None

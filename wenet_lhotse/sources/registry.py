@@ -6,7 +6,8 @@ one line each, in registration order, which breaks detection ties. Adding a kind
 module plus its line here (docs/architecture.md, "To add an input kind").
 
 :func:`detect` tells a path's kind from its content, never from its name alone: a
-directory (or object-store prefix) is asked of the directory kinds (``sniff_dir``); a
+directory (or object-store prefix) is asked of every kind (``sniff_dir``); a local
+file's first bytes too (``sniff_magic``: binary formats such as Parquet), then a
 file's first non-empty line of the file kinds (``sniff``): the first kind SURE of it
 wins, else the first that says MAYBE (a raw list takes any other JSON line and an empty
 file); a line no kind claims is not an input (a notes file is never taken for a list of
@@ -99,13 +100,17 @@ def detect(path: Pathlike) -> str:
     if not remote and not os.path.exists(where):
         raise WenetDataError("no such file or directory", where, kind="missing_file")
     if remote or os.path.isdir(where):
-        found = next((k for k in kinds() if k.detected and k.directory
-                      and k.sniff_dir(where)), None)
+        found = next((k for k in kinds() if k.detected and k.sniff_dir(where)), None)
         if found is not None:
             return found.name
         if not remote:
             raise WenetDataError("directory without cuts.*.jsonl.gz: not a Lhotse Shar "
                                  "directory", where, kind="format")
+    if not remote:
+        head = _head(where)
+        found = next((k for k in kinds() if k.detected and k.sniff_magic(head)), None)
+        if found is not None:
+            return found.name
     first = remote_first_line(where) if remote else local_first_line(Path(where))
     fallback: Optional[InputKind] = None
     for kind in kinds():
@@ -118,7 +123,33 @@ def detect(path: Pathlike) -> str:
             fallback = kind
     if fallback is not None:
         return fallback.name
+    named = "".join(f"; a {k.name} source is named in lhotse_conf.sources as "
+                    f"`type: {k.name}`" for k in kinds() if not k.detected)
     raise WenetDataError(
-        f"not an input: its first line {first.line[:40]!r} is neither JSON (a raw list or "
-        "manifest) nor a tar path or URL (a shard list)", where, line=first.no, kind="format")
+        f"not an input: its first line {printable(first.line)} is neither JSON (a raw list "
+        f"or manifest) nor a tar path or URL (a shard list){named}", where, line=first.no,
+        kind="format")
+
+
+def _head(path: str, size: int = 16) -> bytes:
+    """The first ``size`` bytes of a local regular file (b"" for anything else -- a
+    FIFO would block -- and what cannot be read: its error comes from the line reader)."""
+    if not os.path.isfile(path):
+        return b""
+    try:
+        with open(path, "rb") as f:
+            return f.read(size)
+    except OSError:
+        return b""
+
+
+def printable(text: str, limit: int = 40) -> str:
+    """``text`` quoted for a one-line message: printable ASCII only (anything else as
+    ``?``; a binary file's bytes never reach a terminal), cut to ``limit`` characters.
+
+    >>> printable("PAR1" + chr(0x15) + chr(0xd0)), printable("x" * 50, 8)
+    ("'PAR1??'", "'xxxxxxxx...'")
+    """
+    safe = "".join(c if " " <= c <= "~" else "?" for c in text[:limit])
+    return repr(safe + ("..." if len(text) > limit else ""))
 

@@ -20,7 +20,7 @@ from wenet_lhotse.sources.kinds.base import check_columns
 from wenet_lhotse.sources.registry import fields_kind, get_kind, kind_names
 
 #: The detected kinds, ``auto``, then those only named in the yaml (``text``: sentences /
-#: text pairs, :mod:`wenet_lhotse.sources.text`, mixed by batch; ``parquet``).
+#: text pairs, :mod:`wenet_lhotse.sources.text`, mixed by batch).
 SOURCE_TYPES = (*KINDS, "auto", *kind_names(detected=False))
 #: Source types read as a stream of tar files inside DataLoader workers.
 STREAMED_TYPES = STREAMED_KINDS

@@ -26,8 +26,9 @@ Flags (class attributes, read by consumers):
 
 Hooks (methods; the defaults suit a file kind read through :meth:`open`):
 
-* **detect** -- :meth:`sniff` (a file's first non-empty line: :data:`SURE`, :data:`MAYBE`
-  or :data:`NO`) and :meth:`sniff_dir` (a directory or prefix); registration order
+* **detect** -- :meth:`sniff_magic` (a local file's first bytes: binary formats),
+  :meth:`sniff` (a file's first non-empty line: :data:`SURE`, :data:`MAYBE` or
+  :data:`NO`) and :meth:`sniff_dir` (a directory or prefix); registration order
   breaks ties (the first SURE wins, else the first MAYBE);
 * **check** -- :meth:`check_spec`: a yaml source of this kind is valid (one-line
   ``ValueError``), and :meth:`resolve_spec` completes it (e.g. a remote Shar prefix
@@ -97,6 +98,13 @@ class InputKind(UnitReader):
     indexable: ClassVar[bool] = False
     #: the format's own reader function, called with its own keywords
     reader: ClassVar[Optional[Callable[..., CutSet]]] = None
+    #: why a path of this kind is not read as WeNet's ``--train_data`` list, and what to
+    #: do instead (one line); None: it is read (as a Lhotse source)
+    wenet_list_refusal: ClassVar[Optional[str]] = None
+    #: why ``wenet-lhotse import -o CUTS`` / ``import --shar DIR`` does not take this kind
+    #: and which command does (one line); None: it does (WeNet lists have their own path)
+    import_cuts_refusal: ClassVar[Optional[str]] = None
+    import_shar_refusal: ClassVar[Optional[str]] = None
 
     def __repr__(self) -> str:
         return f"<input kind {self.name!r}: {self.description}>"
@@ -108,6 +116,11 @@ class InputKind(UnitReader):
 
     def sniff_dir(self, path: str) -> bool:
         """Is this directory (or object-store prefix) mine?"""
+        return False
+
+    def sniff_magic(self, head: bytes) -> bool:
+        """Is a local file starting with these bytes (at most 16) mine? Asked before
+        any line is read: a binary format is told by its magic, not read as text."""
         return False
 
     # -- check ----------------------------------------------------------------------------

@@ -24,6 +24,8 @@ from wenet_lhotse.sources.units import DEFAULT_UNIT_CUTS, MANIFEST_INDEX, UnitCu
 class CutsKind(InputKind):
     name = "cuts"
     description = "Lhotse cuts manifest (cuts.jsonl / cuts.jsonl.gz)"
+    import_cuts_refusal = ("already a Lhotse cuts manifest: nothing to import (train from it "
+                           "as it is; `wenet-lhotse export` writes WeNet lists)")
 
     def sniff(self, first: FirstLine) -> int:
         if not first.line:

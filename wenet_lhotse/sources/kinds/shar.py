@@ -28,6 +28,9 @@ from wenet_lhotse.sources.units import MANIFEST_INDEX, UnitCut, WorkUnit
 class SharKind(InputKind):
     name = "shar"
     description = "Lhotse Shar directory (cuts.*.jsonl.gz + recording.*.tar)"
+    import_cuts_refusal = import_shar_refusal = (
+        "already Lhotse Shar: nothing to import (train from it as it is; `wenet-lhotse "
+        "export` writes WeNet lists or shards)")
     streamable = True
     directory = True
     single_path = True
