@@ -49,8 +49,8 @@ from wenet_lhotse.loader.bins2d import (
 )
 from wenet_lhotse.loader.constraint2d import Bucket2DConstraint, TpsFilter
 from wenet_lhotse.loader.mux import PositionedStream, ResumableMux
-from wenet_lhotse.loader.readers import ListReader
 from wenet_lhotse.loader.sampler import ResumableBucketingSampler
+from wenet_lhotse.sources.positioned import ListReader
 
 
 def corpus(n: int = 20000, seed: int = 0, fast: Optional[int] = None) -> List[MonoCut]:

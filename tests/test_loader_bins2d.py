@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from lhotse.dataset.sampling.base import TimeConstraint
 
+from wenet_lhotse.features.recipe import CutLengths
 from wenet_lhotse.loader.bins2d import (
     bucket_batch_sizes,
     estimate_bins_2d,
@@ -23,7 +24,6 @@ from wenet_lhotse.loader.bins2d import (
 )
 from wenet_lhotse.loader.bucketing import BucketingSampler
 from wenet_lhotse.loader.constraint2d import Bucket2DConstraint, TpsFilter
-from wenet_lhotse.loader.lengths import CutLengths
 
 ROOT = Path(__file__).resolve().parents[1]
 FRAMES = CutLengths()  # WeNet's fbank frames (10 ms shift, 25 ms window)
@@ -109,8 +109,8 @@ def _caps_held(batch, bins=None, sizes=None, max_duration=None, max_tokens=None,
 
 def _map_sampler(cuts, bins, constraint, seed, world_size=1, rank=0):
     from wenet_lhotse.loader.mux import PositionedStream, ResumableMux
-    from wenet_lhotse.loader.readers import ListReader
     from wenet_lhotse.loader.sampler import ResumableBucketingSampler
+    from wenet_lhotse.sources.positioned import ListReader
 
     mux = ResumableMux([PositionedStream(ListReader(cuts, shuffle=True, seed=seed))],
                        seed=seed)

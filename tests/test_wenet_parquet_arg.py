@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from wenet_lhotse.dropin.compat import init_dataset_and_dataloader
 from wenet_lhotse.text import CharTokenizer
-from wenet_lhotse.wenet_compat import init_dataset_and_dataloader
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -55,7 +55,7 @@ def test_lhotse_conf_sources_replacing_train_data_is_logged(corpus, tmp_path, ca
                                   "special_tokens": SPECIAL}}
     args = SimpleNamespace(train_data="data/train/data.list", cv_data=str(corpus.data_list),
                            data_type="raw", num_workers=0, pin_memory=False, prefetch=2)
-    with caplog.at_level(logging.INFO, logger="wenet_lhotse.wenet_compat"):
+    with caplog.at_level(logging.INFO, logger="wenet_lhotse.dropin.compat"):
         init_dataset_and_dataloader(args, configs, CharTokenizer(str(corpus.units)))
     assert ("dataset_conf.lhotse_conf.sources replaces --train_data data/train/data.list"
             in caplog.text)
