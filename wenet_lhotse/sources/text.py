@@ -78,11 +78,12 @@ def _is_jsonl(path: str) -> bool:
 
 
 def _lines(path: str, policy: ReadPolicy) -> Iterator[Tuple[int, bytes]]:
+    """The lines of one text source, each within the policy's line limit (a longer one
+    is handled by the policy: raised, or skipped and counted)."""
     raw = open_input(path, policy=policy)
     stream: Any = gzip.GzipFile(fileobj=raw) if path.endswith(".gz") else raw
     try:
-        for i, line in enumerate(stream):
-            yield i + 1, line
+        yield from policy.lines(stream, path)
     except (OSError, EOFError) as err:  # a truncated or corrupt gzip member
         raise WenetDataError(f"cannot read: {err}", path, kind="io") from None
     finally:

@@ -1,0 +1,194 @@
+"""Bounded by construction (issue 30): every reader of lines has a length limit (the
+read policy's ``max_line_bytes``), named in a one-line error; fault-tolerant readers skip
+and count such a line. The memory cases run in a subprocess that reports its peak RSS
+(``ru_maxrss``) above its own baseline after the imports, under an address-space cap
+(RLIMIT_AS) so that a regression fails instead of swapping."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from adversarial import REPO, cli
+
+from wenet_lhotse import ReadPolicy, SkipReport, WenetDataError, read_raw_list
+from wenet_lhotse.formats.shard_list import read_shard_entries
+from wenet_lhotse.io.lines import DEFAULT_MAX_LINE_BYTES, bounded_lines
+from wenet_lhotse.sources.manifest import LazyCheckedManifest
+
+#: The address-space cap of the memory subprocesses (torch and Lhotse imported take
+#: ~1.5 GB of address space here) and the growth of peak RSS allowed (bytes).
+AS_LIMIT = 3 << 30
+RSS_GROWTH = 300 << 20
+
+
+def peak_growth(code: str, timeout: int = 300):
+    """Run ``code`` (after the package's imports) in a fresh interpreter under
+    :data:`AS_LIMIT`; returns ``(result, stdout)`` where the last stdout line is the
+    growth of peak RSS (bytes) the code caused."""
+    prelude = textwrap.dedent(f"""\
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, ({AS_LIMIT}, {AS_LIMIT}))
+        import wenet_lhotse, lhotse, torch  # noqa
+        from wenet_lhotse import ReadPolicy, WenetDataError, read_raw_list  # noqa
+        from wenet_lhotse.sources.manifest import LazyCheckedManifest  # noqa
+        from wenet_lhotse.sources.text import read_text_source  # noqa
+        from wenet_lhotse.text.tokenizer import CharTokenizer  # noqa
+        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        """)
+    tail = "\nprint(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base)\n"
+    res = subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code) + tail],
+                         capture_output=True, text=True, timeout=timeout,
+                         env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert res.returncode == 0, res.stdout + res.stderr
+    *out, growth = res.stdout.strip().splitlines()
+    return int(growth) * 1024, out
+
+
+def sparse_list(path, size: int, after: str = ""):
+    """A file of ``size`` zero bytes (sparse: a few KB on disk), then ``after``."""
+    with open(path, "wb") as f:
+        f.truncate(size)
+        f.seek(size)
+        f.write(after.encode())
+    return path
+
+
+def gz_one_line(path, gigabytes: float = 6.0):
+    """A ``.gz`` of ~6 MB holding one line of ``gigabytes`` GB: gzip members of 64 MiB
+    of ``a`` each (~64 KB), written again and again (a gzip file may hold many)."""
+    member = gzip.compress(b"a" * (64 << 20), compresslevel=9)
+    with open(path, "wb") as f:
+        for _ in range(int(gigabytes * 1e9) // (64 << 20)):
+            f.write(member)
+    return path
+
+
+def test_bounded_lines_limits_holds_and_skips():
+    import io
+
+    data = b"ok\n" + b"x" * 100 + b"\n" + b"y" * 10 + b"\nlast"
+    with pytest.raises(WenetDataError) as e:
+        list(bounded_lines(io.BytesIO(data), "d.list", limit=50))
+    assert e.value.line == 2 and e.value.kind == "too_long"
+    assert "50 bytes" in str(e.value) and "max_line_bytes" in str(e.value)
+    skipped = []
+    got = list(bounded_lines(io.BytesIO(data), "d.list", limit=50, on_too_long=skipped.append))
+    assert got == [(1, b"ok\n"), (3, b"y" * 10 + b"\n"), (4, b"last")]
+    assert [s.line for s in skipped] == [2]
+    # a line of exactly the limit (its ending not counted) is read
+    assert list(bounded_lines(io.BytesIO(b"z" * 50 + b"\n"), "d", limit=50)) == \
+        [(1, b"z" * 50 + b"\n")]
+    assert DEFAULT_MAX_LINE_BYTES == 16 << 20
+
+
+def test_a_10gb_sparse_raw_list_is_one_line_error_in_bounded_memory(tmp_path):
+    path = sparse_list(tmp_path / "data.list", 10 << 30)
+    assert os.stat(path).st_blocks * 512 < 1 << 20  # sparse: nothing much on disk
+    growth, out = peak_growth(f"""
+        try:
+            list(read_raw_list({str(path)!r}))
+        except WenetDataError as err:
+            print(err)
+        """)
+    assert growth < RSS_GROWTH, growth
+    assert out[-1].startswith(f"{path}:1: line longer than the limit of {16 << 20} bytes")
+    assert "lhotse_conf.max_line_bytes" in out[-1]
+    res = cli("import", path, "-o", tmp_path / "cuts.jsonl.gz", check=1)  # one line
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "data.list:1" in lines[0] and "max_line_bytes" in lines[0], \
+        res.stderr
+
+
+def test_fault_tolerant_raw_list_skips_and_counts_a_long_line(tmp_path, corpus, monkeypatch):
+    good = corpus.data_list.read_text(encoding="utf-8").splitlines()[0]
+    path = tmp_path / "data.list"
+    with open(path, "wb") as f:  # a long line of zeros (sparse), then a good line
+        f.write(b"\n")
+        f.truncate(1 + (8 << 20))
+        f.seek(1 + (8 << 20))
+        f.write(("\n" + good + "\n").encode())
+    monkeypatch.setenv("WENET_LHOTSE_MAX_LINE_BYTES", str(1 << 20))
+    report = SkipReport()
+    cuts = list(read_raw_list(path, policy=ReadPolicy(strict=False, skip_report=report)))
+    assert [c.id for c in cuts] == [json.loads(good)["key"]]
+    assert [(s.line, s.kind) for s in report.items] == [(2, "too_long")]
+    # the policy's own limit wins over the environment's
+    cuts = list(read_raw_list(path, policy=ReadPolicy(strict=False,
+                                                      max_line_bytes=16 << 20)))
+    assert len(cuts) == 1  # the zeros line was read (and is bad JSON, skipped)
+
+
+def test_a_6mb_one_line_gz_text_source_and_manifest_in_bounded_memory(tmp_path):
+    gz = gz_one_line(tmp_path / "text.txt.gz")
+    assert os.path.getsize(gz) < 8 << 20
+    man = tmp_path / "cuts.jsonl.gz"
+    os.link(gz, man)
+    growth, out = peak_growth(f"""
+        for what in ("text", "cuts"):
+            try:
+                if what == "text":
+                    read_text_source([{str(gz)!r}], CharTokenizer({{"a": 1}}))
+                else:
+                    for _ in LazyCheckedManifest([{str(man)!r}]):  # (list() would len())
+                        pass
+            except WenetDataError as err:
+                print(err)
+        """)
+    assert growth < RSS_GROWTH, growth
+    assert out[0].startswith(f"{gz}:1: line longer than the limit")
+    assert out[1].startswith(f"{man}:1: line longer than the limit")
+    res = cli("stats", man, check=1)
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cuts.jsonl.gz:1" in lines[0] and "max_line_bytes" in \
+        lines[0], res.stderr
+
+
+def test_shard_list_lines_are_bounded_and_read_lazily(tmp_path, monkeypatch):
+    path = tmp_path / "shards.list"
+    path.write_bytes(b"/a.tar\n" + b"/b" * 600 + b".tar\n/c.tar\n")
+    monkeypatch.setenv("WENET_LHOTSE_MAX_LINE_BYTES", "1000")
+    with pytest.raises(WenetDataError, match=r"shards\.list:2: line longer than the limit "
+                                             r"of 1000 bytes"):
+        read_shard_entries(path)
+    report = SkipReport()
+    got = read_shard_entries(path, policy=ReadPolicy(strict=False, skip_report=report))
+    assert [(e.url, e.line) for e in got] == [("/a.tar", 1), ("/c.tar", 3)]
+    assert [s.kind for s in report.items] == ["too_long"]
+    src = (REPO / "wenet_lhotse" / "formats" / "shard_list.py").read_text()
+    assert "f.read()" not in src  # read line by line, never whole
+
+
+def test_manifest_positions_hold_past_a_long_line(tmp_path, corpus, monkeypatch):
+    """A skipped long line keeps its place: the lines after it keep their positions."""
+    from lhotse import CutSet
+
+    cuts = list(CutSet.from_cuts(list(read_raw_list(corpus.data_list))))[:3]
+    lines = [json.dumps(c.to_dict()) for c in cuts]
+    path = tmp_path / "cuts.jsonl"
+    path.write_text("\n".join([lines[0], '{"x": "' + "y" * 5000 + '"}', lines[1], lines[2]])
+                    + "\n", encoding="utf-8")
+    monkeypatch.setenv("WENET_LHOTSE_MAX_LINE_BYTES", "4096")
+    report = SkipReport()
+    got = list(LazyCheckedManifest([path], strict=False, skip_report=report))
+    assert [c.id for c in got] == [c.id for c in cuts]
+    assert [(s.line, s.kind) for s in report.items] == [(2, "too_long")]
+    from wenet_lhotse.loader.readers import JsonlReader
+
+    reader = JsonlReader([str(path)], policy=ReadPolicy(strict=False))
+    assert [(pos, c.id) for pos, c in reader.iter_from(0)] == \
+        [(0, cuts[0].id), (2, cuts[1].id), (3, cuts[2].id)]
+
+
+def test_max_line_bytes_is_a_lhotse_conf_key():
+    from wenet_lhotse.loader.config import LhotseConf
+
+    assert LhotseConf.from_dict({"max_line_bytes": 123}).read_policy().line_limit() == 123
+    with pytest.raises(WenetDataError, match="lhotse_conf.max_line_bytes"):
+        LhotseConf.from_dict({"max_line_bytes": 0})
+
