@@ -192,3 +192,99 @@ def test_max_line_bytes_is_a_lhotse_conf_key():
     with pytest.raises(WenetDataError, match="lhotse_conf.max_line_bytes"):
         LhotseConf.from_dict({"max_line_bytes": 0})
 
+
+
+# ------------------------------------------------------- outputs never clobber inputs
+
+
+@pytest.fixture(scope="module")
+def small(corpus, tmp_path_factory):
+    """3 utterances as a raw list (own wav copies), a one-tar shard list and a Shar dir."""
+    import shutil
+
+    from lhotse import CutSet
+
+    from wenet_lhotse.formats import write_wenet_shards
+
+    root = tmp_path_factory.mktemp("clobber")
+    lines = []
+    for line in corpus.data_list.read_text(encoding="utf-8").splitlines()[:3]:
+        obj = json.loads(line)
+        wav = root / os.path.basename(obj["wav"])
+        shutil.copy(obj["wav"], wav)
+        lines.append(json.dumps({**obj, "wav": str(wav)}))
+    raw = root / "data.list"
+    raw.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    cuts = CutSet.from_cuts(list(read_raw_list(raw)))
+    shards = write_wenet_shards(cuts, root / "shards", shard_size=5,
+                                list_path=root / "shards.list")
+    shar = root / "shar"
+    shar.mkdir()
+    cuts.to_shar(shar, fields={"recording": "wav"}, shard_size=5)
+    tar = shards.read_text(encoding="utf-8").split()[0]
+    return {"raw": raw, "wav": json.loads(lines[0])["wav"], "shards": shards, "tar": tar,
+            "shar": shar}
+
+
+def _digest(path) -> str:
+    import hashlib
+
+    if os.path.isdir(path):
+        return ",".join(sorted(f"{n}:{_digest(os.path.join(path, n))}"
+                               for n in os.listdir(path)))
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+@pytest.mark.parametrize("case", ["index_list", "index_tar", "pq_tar", "pq_self",
+                                  "import_wav", "export_into_shar"])
+def test_an_output_that_is_or_lies_in_an_input_is_refused(small, case):
+    args, victim = {
+        "index_list": (["index", small["shards"], "-o", small["shards"]], small["shards"]),
+        "index_tar": (["index", small["shards"], "-o", small["tar"]], small["tar"]),
+        "pq_tar": (["parquet-export", small["shards"], small["tar"]], small["tar"]),
+        "pq_self": (["parquet-export", small["raw"], small["raw"]], small["raw"]),
+        "import_wav": (["import", small["raw"], "-o", small["wav"]], small["wav"]),
+        "export_into_shar": (["export", small["shar"], "-o", small["shar"] / "data.list"],
+                             small["shar"]),
+    }[case]
+    if case.startswith("pq"):
+        pytest.importorskip("pyarrow")
+    before = _digest(victim)
+    res = cli(*args)
+    assert res.returncode != 0, res.stdout + res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    assert "input" in lines[0] and "overwrite" in lines[0], lines[0]
+    assert _digest(victim) == before  # untouched
+    if case == "export_into_shar":
+        assert "inside the input directory" in lines[0]
+        from lhotse import CutSet
+
+        assert len(list(CutSet.from_shar(in_dir=small["shar"]))) == 3  # still Lhotse's
+
+
+def test_an_output_path_with_a_control_character_is_refused(small, tmp_path):
+    for args in (["import", small["raw"], "-o", tmp_path / "a\nb" / "cuts.jsonl.gz"],
+                 ["export", small["shar"], "-o", tmp_path / "d\r" / "data.list"],
+                 ["import", small["raw"], "--shar", tmp_path / "s\nx"]):
+        res = cli(*args)
+        assert res.returncode != 0
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and "control character" in lines[0], res.stderr
+    assert sorted(os.listdir(tmp_path)) == []  # nothing made
+
+
+def test_the_guard_checks_audio_met_while_reading(small, tmp_path):
+    from wenet_lhotse.convert.raw import import_raw
+    from wenet_lhotse.io.outputs import OutputClobbersInput, OutputGuard, refuse_clobber
+
+    before = _digest(small["wav"])
+    with pytest.raises(OutputClobbersInput, match="the audio"):
+        import_raw(small["raw"], small["wav"])
+    assert _digest(small["wav"]) == before
+    assert not OutputGuard(tmp_path / "new.list").active  # nothing to check, no cost
+    refuse_clobber(tmp_path / "out.list", [small["raw"], small["shar"]])  # fine
+    os.link(small["raw"], tmp_path / "hard.list")  # a hard link is the same file
+    with pytest.raises(OutputClobbersInput):
+        refuse_clobber(tmp_path / "hard.list", [small["raw"]])

@@ -28,6 +28,7 @@ from wenet_lhotse.formats.keyset import KeySet
 from wenet_lhotse.formats.shard_index import ShardIndex, index_path, tar_problem, write_index
 from wenet_lhotse.formats.shard_list import read_shard_entries
 from wenet_lhotse.formats.tar_index import TarRows, index_tar
+from wenet_lhotse.io.outputs import refuse_clobber
 from wenet_lhotse.io.remote import is_remote
 from wenet_lhotse.io.streams import is_local, is_pipe
 
@@ -114,6 +115,8 @@ def index_shards(list_path: str, *, cache_dir: Optional[str] = None, out: Option
     index's path, ``full`` reads every tar again."""
     path = out or index_path(list_path, cache_dir)
     entries = read_shard_entries(list_path, allow_pipe=allow_pipe)
+    refuse_clobber(path, [list_path] + [e.url for e in entries if is_local(e.url)],
+                   option="-o" if out else "the index")
     old: Optional[ShardIndex] = None
     if not full:
         try:
