@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 from adversarial import REPO, cli
 
@@ -288,3 +289,117 @@ def test_the_guard_checks_audio_met_while_reading(small, tmp_path):
     os.link(small["raw"], tmp_path / "hard.list")  # a hard link is the same file
     with pytest.raises(OutputClobbersInput):
         refuse_clobber(tmp_path / "hard.list", [small["raw"]])
+
+
+# ------------------------------------------------- a tar edited in place, a damaged index
+
+
+@pytest.fixture
+def indexed(corpus, tmp_path):
+    """The corpus as 2 tars of 4 utterances, indexed."""
+    from lhotse import CutSet
+
+    from wenet_lhotse.convert.index import index_shards
+    from wenet_lhotse.formats import write_wenet_shards
+
+    cuts = CutSet.from_cuts(list(read_raw_list(corpus.data_list))[:8])
+    lst = write_wenet_shards(cuts, tmp_path / "shards", shard_size=4,
+                             list_path=tmp_path / "shards.list")
+    summary = index_shards(str(lst))
+    return {"list": str(lst), "index": summary.path,
+            "tars": sorted(str(p) for p in (tmp_path / "shards").glob("*.tar"))}
+
+
+def _edit_member_in_place(ix, row: int, tar: str, keep_mtime: bool) -> None:
+    """Flip 64 bytes in the middle of row ``row``'s audio (same size)."""
+    st = os.stat(tar)
+    mid = int(ix.cols["offset"][row]) + int(ix.cols["size"][row]) // 2
+    with open(tar, "r+b") as f:
+        f.seek(mid)
+        data = f.read(64)
+        f.seek(mid)
+        f.write(bytes(b ^ 0xFF for b in data))
+    if keep_mtime:
+        os.utime(tar, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.path.getsize(tar) == st.st_size
+
+
+@pytest.mark.parametrize("keep_mtime", [False, True])
+def test_a_tar_edited_in_place_is_never_read_as_other_bytes(indexed, keep_mtime):
+    from wenet_lhotse.convert.index import index_shards
+    from wenet_lhotse.formats.member_reads import read_members
+    from wenet_lhotse.formats.shard_index import ShardIndex
+    from wenet_lhotse.loader.index_reader import IndexReader, open_shard_index
+
+    ix = ShardIndex(indexed["index"])
+    row = 5  # the second tar's second utterance
+    tar = ix.tars[int(ix.cols["tar"][row])]["url"]
+    _edit_member_in_place(ix, row, tar, keep_mtime)
+    # training: the start-up check sees the same size and ends...
+    parts = open_shard_index([indexed["list"]], "auto", strict=True)
+    cut = IndexReader(parts, light=False).build_cut(0, row)
+    c = cut.custom
+    got = read_members(c["shard_tar"], [(c["shard_member"], c["shard_offset"],
+                                         c["shard_size"], c["shard_crc"])])
+    err = got[c["shard_member"]]  # ...but the read by offset checks the member's CRC
+    assert isinstance(err, WenetDataError) and err.kind == "stale_index", err
+    assert str(err).startswith(f"{tar}[{c['shard_member']}]: changed since it was indexed")
+    assert "wenet-lhotse index" in str(err)
+    other = IndexReader(parts, light=False).build_cut(0, row - 1).custom  # untouched
+    ok = read_members(other["shard_tar"], [(other["shard_member"], other["shard_offset"],
+                                            other["shard_size"], other["shard_crc"])])
+    assert isinstance(ok[other["shard_member"]], bytes)
+    # rerunning index notices the change (even with the mtime put back) and reads it again
+    again = index_shards(indexed["list"])
+    assert (again.read, again.kept) == (1, 1)
+    assert index_shards(indexed["list"]).read == 0  # and then it is unchanged
+
+
+def _rewrite(path: str, edit) -> None:
+    """The index at ``path`` written again with ``edit(tars, cols)`` applied."""
+    from wenet_lhotse.formats.shard_index import ShardIndex, write_columns
+
+    ix = ShardIndex(path)
+    tars = [dict(t) for t in ix.tars]
+    cols = {k: np.array(v) for k, v in ix.cols.items()}
+    edit(tars, cols)
+    del ix
+    write_columns(path, tars, ["wav"], cols, [path[:-len(".index")]])
+
+
+
+def _damage(how: str, path: str) -> None:
+    if how == "truncated":
+        with open(path, "r+b") as f:
+            f.truncate(os.path.getsize(path) * 2 // 3)
+    elif how == "header_cut":
+        with open(path, "r+b") as f:
+            f.truncate(40)
+    elif how == "schema":
+        _rewrite(path, lambda tars, cols: cols.pop("size"))
+    elif how == "first_into_other_tar":  # tar 1's rows said to start inside tar 0's
+        _rewrite(path, lambda tars, cols: tars[1].update(first=2))
+    elif how == "tar_column":
+        def edit(tars, cols):
+            cols["tar"][:] = 0
+        _rewrite(path, edit)
+
+
+@pytest.mark.parametrize("how", ["truncated", "header_cut", "schema", "first_into_other_tar",
+                                 "tar_column"])
+def test_a_damaged_index_is_named_and_rebuilt_by_a_plain_rerun(indexed, how):
+    from wenet_lhotse.formats.shard_index import ShardIndex
+    from wenet_lhotse.loader.index_reader import open_shard_index
+
+    _damage(how, indexed["index"])
+    with pytest.raises(WenetDataError) as e:
+        open_shard_index([indexed["list"]], "auto", strict=False)  # not a skip: an error
+    msg = str(e.value)
+    assert msg.startswith(f"{indexed['index']}: damaged shard index") and "\n" not in msg
+    assert "wenet-lhotse index" in msg
+    if how != "header_cut":
+        assert f"wenet-lhotse index {indexed['list']}" in msg
+    res = cli("index", indexed["list"], check=0)  # the documented command repairs it
+    assert "Traceback" not in res.stderr
+    ix = ShardIndex(indexed["index"])
+    assert ix.n == 8 and [t["first"] for t in ix.tars] == [0, 4]
