@@ -403,3 +403,65 @@ def test_a_damaged_index_is_named_and_rebuilt_by_a_plain_rerun(indexed, how):
     assert "Traceback" not in res.stderr
     ix = ShardIndex(indexed["index"])
     assert ix.n == 8 and [t["first"] for t in ix.tars] == [0, 4]
+
+
+# ---------------------------------------------------------------------- the low items
+
+
+def test_nemo_files_of_one_name_in_two_directories_get_two_ids(corpus, tmp_path):
+    import shutil
+
+    from wenet_lhotse.sources import open_cuts
+
+    wav = json.loads(corpus.data_list.read_text(encoding="utf-8").splitlines()[0])["wav"]
+    for d in ("x", "y"):
+        (tmp_path / d).mkdir()
+        shutil.copy(wav, tmp_path / d / "a.wav")
+    path = tmp_path / "manifest.json"
+    lines = [{"audio_filepath": f"{d}/a.wav", "duration": 1.0, "text": "t"} for d in "xy"]
+    lines.append({"audio_filepath": str(tmp_path / "x" / "a.wav"), "duration": 1.0,
+                  "text": "t", "offset": 0.0})
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    ids = [c.id for c in open_cuts(path)[0]]
+    assert ids[:2] == ["x/a", "y/a"]
+    assert ids[2].startswith("a-") and ids[2].endswith("-0-1000") and len(set(ids)) == 3
+
+
+@pytest.mark.parametrize("args", [["--max-duration", "inf"], ["--max-duration", "-5"],
+                                  ["--max-duration", "nan"], ["--num-buckets", "-1"],
+                                  ["--num-cuts", "0"], ["--max-tokens", "-3"]])
+def test_estimate_bins_refuses_bad_numbers_naming_the_option(corpus, args):
+    res = cli("estimate-bins", corpus.data_list, "--units", corpus.units, *args)
+    assert res.returncode == 2, res.stdout + res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and args[0] in lines[0] and "Traceback" not in res.stderr
+
+
+def test_a_full_disk_names_the_file_being_written(corpus, tmp_path):
+    import resource
+    import signal
+
+    def limit():  # a file size limit: writes past it fail with EFBIG, as ENOSPC would
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (512, 512))
+
+    out = tmp_path / "cuts.jsonl.gz"
+    res = cli("import", corpus.data_list, "-o", out, preexec_fn=limit)
+    assert res.returncode == 1, res.stdout + res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(out) in lines[0] and "File too large" in lines[0], \
+        res.stderr
+    assert os.listdir(tmp_path) == []  # the temporary file removed
+
+
+def test_a_streamed_state_with_more_batches_than_consumed_is_refused():
+    from wenet_lhotse.loader.state_check import StateError, check_loader_state
+
+    good = {"epoch": 0, "consumed": 4, "per_worker": {"0": 2, "1": 2}, "last_worker": 1}
+    check_loader_state(good, "streamed", num_workers=2)
+    for per_worker in ({"0": 10 ** 6}, {"0": 3, "1": 3}):
+        with pytest.raises(StateError, match=r"per_worker") as e:
+            check_loader_state({**good, "per_worker": per_worker}, "streamed", num_workers=2)
+        assert "\n" not in str(e.value)
+    with pytest.raises(StateError, match=r"out of range \[0, 4\]"):
+        check_loader_state({**good, "per_worker": {"0": 10 ** 6}}, "streamed", 2)
