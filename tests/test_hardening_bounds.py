@@ -465,3 +465,97 @@ def test_a_streamed_state_with_more_batches_than_consumed_is_refused():
         assert "\n" not in str(e.value)
     with pytest.raises(StateError, match=r"out of range \[0, 4\]"):
         check_loader_state({**good, "per_worker": {"0": 10 ** 6}}, "streamed", 2)
+
+
+@pytest.fixture(scope="module")
+def text_env(corpus, tmp_path_factory):
+    from wenet_lhotse.text.tokenizer import CharTokenizer
+
+    root = tmp_path_factory.mktemp("text")
+    chars = [line.split()[0] for line in corpus.units.read_text(encoding="utf-8").splitlines()
+             if not line.startswith("<")]
+    return {"root": root, "chars": chars, "tok": CharTokenizer(corpus.units), "corpus": corpus}
+
+
+class _Keys:
+    def __getitem__(self, cuts):
+        return {"keys": [c.id for c in cuts]}
+
+
+def _text_loader(env, path, **lconf):
+    from wenet_lhotse.loader.build import build_dataloader
+
+    conf = {"batch_conf": {"batch_type": "static", "batch_size": 3},
+            "lhotse_conf": {"num_buckets": 2, "max_tokens_in_batch": 64, **lconf}}
+    src = [{"path": str(env["corpus"].data_list), "type": "raw", "weight": 2},
+           {"path": str(path), "type": "text", "weight": 1}]
+    return build_dataloader(src, env["tok"], conf, "train", dataset=_Keys(), seed=0)[1]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_a_text_source_of_1_to_3_lines_trains(text_env, n):
+    c = text_env["chars"]
+    path = text_env["root"] / f"few{n}.txt"
+    path.write_text("".join(c[i] + c[i + 1] + "\n" for i in range(n)), encoding="utf-8")
+    keys = [k for b in _text_loader(text_env, path) for k in b["keys"]]
+    assert sorted(k for k in keys if k.startswith("few")) == \
+        [f"few{n}.txt:{i}" for i in range(1, n + 1)]
+
+
+def test_a_text_source_mixing_txt_and_pairs_is_one_line_naming_the_line(text_env):
+    c = text_env["chars"]
+    path = text_env["root"] / "mixed.jsonl"
+    path.write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in [
+        {"txt": c[1] + c[2]}, {"txt": c[3]}, {"src": c[1], "tgt": c[2]}, {"txt": c[4]}]),
+        encoding="utf-8")
+    with pytest.raises(WenetDataError) as e:
+        list(_text_loader(text_env, path))
+    assert str(e.value).startswith(f"{path}:3: a 'src'/'tgt' line in a source of 'txt'")
+    # fault-tolerant: that line skipped and counted, the others trained
+    from wenet_lhotse.sources.text import read_text_source
+
+    report = SkipReport()
+    items, stats = read_text_source([str(path)], text_env["tok"],
+                                    policy=ReadPolicy(strict=False, skip_report=report))
+    assert len(items) == 3 and stats.bad == 1
+    assert [(s.line, s.kind) for s in report.items] == [(3, "mixed")]
+
+
+def test_deep_json_in_a_fault_tolerant_text_source_is_a_counted_skip(text_env):
+    from wenet_lhotse.sources.text import read_text_source
+
+    c = text_env["chars"]
+    path = text_env["root"] / "deep.jsonl"
+    path.write_text(json.dumps({"txt": c[1]}) + "\n" + "[" * 100000 + "]" * 100000 + "\n" +
+                    json.dumps({"txt": c[2]}) + "\n", encoding="utf-8")
+    report = SkipReport()
+    items, _ = read_text_source([str(path)], text_env["tok"],
+                                policy=ReadPolicy(strict=False, skip_report=report))
+    assert len(items) == 2 and [(s.line, s.kind) for s in report.items] == [(2, "json")]
+    with pytest.raises(WenetDataError, match=r"deep\.jsonl:2: invalid JSON: nested too deeply"):
+        read_text_source([str(path)], text_env["tok"])
+
+
+def test_a_streamed_epoch_with_every_cut_filtered_raises_like_map_mode(corpus, tmp_path):
+    from lhotse import CutSet
+
+    from wenet_lhotse.formats import write_wenet_shards
+    from wenet_lhotse.loader.build import build_dataloader
+    from wenet_lhotse.text.tokenizer import CharTokenizer
+
+    lst = write_wenet_shards(CutSet.from_cuts(list(read_raw_list(corpus.data_list))[:6]),
+                             tmp_path / "sh", shard_size=3, list_path=tmp_path / "s.list")
+    tok = CharTokenizer(corpus.units)
+    for mode, source in (("streamed", {"path": str(lst), "type": "shard"}),
+                         ("map", {"path": str(corpus.data_list), "type": "raw"})):
+        conf = {"filter_conf": {"max_length": 1}, "batch_conf": {"batch_type": "static",
+                                                                 "batch_size": 3},
+                "lhotse_conf": {"num_buckets": 2, "mode": mode}}
+        with pytest.raises(ValueError, match=r"no cuts .*\(after filter_conf\)") as e:
+            list(build_dataloader(source, tok, conf, "train", dataset=_Keys(), seed=0)[1])
+        assert "\n" not in str(e.value)
+    conf["filter_conf"] = {}
+    conf["lhotse_conf"]["mode"] = "streamed"
+    loader = build_dataloader({"path": str(lst), "type": "shard"}, tok, conf, "train",
+                              dataset=_Keys(), seed=0)[1]
+    assert sum(len(b["keys"]) for b in loader) == 6  # unfiltered: trains as before

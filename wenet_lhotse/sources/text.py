@@ -109,6 +109,9 @@ def _parse(path: str, lineno: int, raw: bytes, jsonl: bool) -> Optional[Dict[str
         obj = json.loads(line)
     except json.JSONDecodeError as err:
         raise WenetDataError(f"invalid JSON: {err.msg}", path, lineno, kind="json") from None
+    except RecursionError:  # nesting deeper than the interpreter's stack
+        raise WenetDataError("invalid JSON: nested too deeply", path, lineno,
+                             kind="json") from None
     if not isinstance(obj, dict):
         raise WenetDataError("a JSON object is needed", path, lineno, kind="json")
     if "txt" in obj:
@@ -166,6 +169,7 @@ def read_text_source(
     stats = TextReadStats()
     items: List[TextItem] = []
     base_custom = dict(tags or {})
+    first_shape: Dict[str, str] = {}  # a file's first line's kind: txt or src/tgt
     for path in paths:
         jsonl = _is_jsonl(path)
         for lineno, raw in _lines(str(path), policy):
@@ -178,6 +182,14 @@ def read_text_source(
                 continue
             if obj is None:
                 stats.blank += 1
+                continue
+            shape = "'src'/'tgt'" if "src" in obj else "'txt'"
+            if first_shape.setdefault(str(path), shape) != shape:  # one kind per source
+                policy.handle(WenetDataError(
+                    f"a {shape} line in a source of {first_shape[str(path)]} lines (one text "
+                    "source holds one kind: split it into two sources)", path, lineno,
+                    kind="mixed"))
+                stats.bad += 1
                 continue
             custom = {**base_custom, "id": obj.get("key", f"{name}:{lineno}")}
             if "txt" in obj:
