@@ -213,6 +213,7 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
         filtered is the same one-line error, not a silent empty epoch."""
         led = self.ledgers[-1] if self.ledgers else None
         if (self.mode == "streamed" and led is not None and led.steps == 0
+                and self.consumed == 0  # not an epoch resumed after its last step
                 and led.trained == 0 and led.left_over == 0 and led.filtered > 0):
             raise ValueError(f"no cuts left in epoch {led.epoch} (after filter_conf): all "
                              f"{led.filtered} utterances read were filtered out (rank "
