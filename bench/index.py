@@ -184,7 +184,7 @@ def synthetic_index(workdir: Path, n: int, per_tar: int = 1000) -> str:
     texts = [pool[i % 1000].encode("utf-8") for i in range(n)]
     cols = {"tar": tar, "fmt": np.zeros(n, np.uint8), "offset": offsets, "size": sizes,
             "num_samples": num_samples, "rate": np.full(n, 16000, np.int32),
-            "channels": np.ones(n, np.uint8)}
+            "channels": np.ones(n, np.uint8), "crc": np.zeros(n, np.uint32)}
     for name, values in (("keys", keys), ("texts", texts), ("extras", [b""] * n)):
         cols[name] = np.frombuffer(b"".join(values), np.uint8)
         cols[name + "_end"] = np.cumsum([len(v) for v in values], dtype=np.int64)

@@ -112,7 +112,8 @@ def test_restore_reads_only_the_recent_part_of_the_stream(data, tmp_path, monkey
     fresh = build()
     opened = []
     real = readers._numbered_lines
-    monkeypatch.setattr(readers, "_numbered_lines", lambda p: (opened.append(p), real(p))[1])
+    monkeypatch.setattr(readers, "_numbered_lines",
+                        lambda p, *a: (opened.append(p), real(p, *a))[1])
     fresh.load_state_dict(state)
     assert [[key for key, _ in b] for b in fresh] == expected[k:]
     reader = fresh.bucketing_sampler.mux.streams[0].reader

@@ -42,7 +42,8 @@ def test_a_nemo_manifest_is_detected_and_read_as_cuts(nemo):
     cuts, kind = open_cuts(path)
     cuts = list(cuts)
     assert kind == "nemo" and len(cuts) == len(rows)
-    stems = [os.path.splitext(os.path.basename(r["wav"]))[0] for r in rows]
+    root = path.parent  # the id: the audio path as written, without its extension
+    stems = [os.path.splitext(os.path.relpath(r["wav"], root))[0] for r in rows]
     assert [c.id for c in cuts] == stems[:-1] + [f"{stems[-1]}-250-500"]
     first, window = cuts[0], cuts[-1]
     assert first.supervisions[0].text == rows[0]["txt"]

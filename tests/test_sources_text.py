@@ -41,11 +41,12 @@ def test_plain_gzip_text_tokenized_and_filtered(corpus, tok, tmp_path):
 
 def test_jsonl_text_and_pairs(corpus, tok, tmp_path):
     ch = _chars(corpus)
-    path = tmp_path / "mt.jsonl"
     rows = [{"txt": ch[0] * 2, "key": "k1"}, {"src": ch[1] * 4, "tgt": ch[2] * 3}]
-    path.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n",
-                    encoding="utf-8")
-    items, _ = read_text_source([str(path)], tok, name="mt")
+    paths = []  # one kind per file: a file mixing them is refused (test_hardening_bounds)
+    for i, row in enumerate(rows):
+        paths.append(tmp_path / f"mt{i}.jsonl")
+        paths[-1].write_text(json.dumps(row, ensure_ascii=False) + "\n", encoding="utf-8")
+    items, _ = read_text_source([str(p) for p in paths], tok, name="mt")
     assert item_key(items[0]) == "k1" and items[0].num_tokens == 2
     pair = items[1]
     assert (pair.source.text, pair.target.text) == (rows[1]["src"], rows[1]["tgt"])

@@ -245,6 +245,8 @@ def export_cmd(source, out, shards_dir, shard_size, jobs, audio_dir, cluster, al
     from wenet_lhotse.errors import WenetDataError
 
     refuse_output_is_input(out, source)
+    refuse_output_is_input(shards_dir, source, option="--shards")
+    refuse_output_is_input(audio_dir, source, option="--audio-dir")
     try:
         if shards_dir is not None:
             from wenet_lhotse.convert.export import export_shards

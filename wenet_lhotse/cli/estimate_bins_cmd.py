@@ -11,21 +11,40 @@ import click
 from wenet_lhotse.cli.main import main
 
 
+class _Positive(click.ParamType):
+    """A finite number > 0 (``inf``, ``nan``, 0 and negatives are click errors that
+    name the option, not a traceback further on)."""
+
+    name = "number"
+
+    def convert(self, value, param, ctx):
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not (0 < x < float("inf")):
+            self.fail(f"{value!r} must be a finite number > 0", param, ctx)
+        return x
+
+
+_COUNT = click.IntRange(min=1)
+
+
 @main.command("estimate-bins")
 @click.argument("input_path", type=click.Path(exists=True))
 @click.option("--units", required=True, type=click.Path(exists=True, dir_okay=False),
               help="WeNet symbol table (units.txt / lang_char.txt).")
 @click.option("--bpe-model", type=click.Path(exists=True, dir_okay=False), default=None,
               help="SentencePiece model (BPE units) for the tokens.")
-@click.option("--num-buckets", type=int, default=10, show_default=True,
+@click.option("--num-buckets", type=_COUNT, default=10, show_default=True,
               help="Duration buckets.")
-@click.option("--num-token-buckets", type=int, default=4, show_default=True,
+@click.option("--num-token-buckets", type=_COUNT, default=4, show_default=True,
               help="Token buckets within each duration bucket.")
-@click.option("--max-duration", type=float, default=200.0, show_default=True,
+@click.option("--max-duration", type=_Positive(), default=200.0, show_default=True,
               help="Seconds of padded audio per batch (sets the per-bucket batch sizes).")
-@click.option("--max-tokens", type=int, default=None,
+@click.option("--max-tokens", type=_COUNT, default=None,
               help="Also cap the padded output tokens per batch.")
-@click.option("--num-cuts", type=int, default=20000, show_default=True,
+@click.option("--num-cuts", type=_COUNT, default=20000, show_default=True,
               help="Cuts read for the estimate (the first ones).")
 @click.option("--sigma", type=float, default=4.0, show_default=True,
               help="Tokens-per-second outliers (z-score above this, per duration bucket) "

@@ -12,7 +12,7 @@ from wenet_lhotse.cli.data import (
     cluster_option,
     jobs_option,
 )
-from wenet_lhotse.cli.main import main
+from wenet_lhotse.cli.main import main, refuse_output_is_input
 
 
 @main.command("index")
@@ -45,6 +45,8 @@ def index_cmd(path, jobs, cache_dir, out, full, cluster, allow_pipe):
     from wenet_lhotse.convert.index import index_input
     from wenet_lhotse.errors import WenetDataError
 
+    refuse_output_is_input(out, path)
+    refuse_output_is_input(cache_dir, path, option="--cache-dir")
     try:
         click.echo(index_input(str(path), cache_dir=cache_dir, out=out, num_jobs=jobs,
                                cluster=cluster, allow_pipe=allow_pipe, progress=True,

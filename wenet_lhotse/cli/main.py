@@ -65,17 +65,16 @@ class WenetGroup(click.Group):
 
 def refuse_output_is_input(out, *inputs, option: str = "-o") -> None:
     """The one check of every command's output option: a ``click.UsageError`` (one
-    line) when ``out`` names one of ``inputs`` (links resolved; None entries ignored),
-    which writing would overwrite (``cmvn``, ``make-units`` and ``make-list`` did)."""
-    from wenet_lhotse.io.remote import is_remote
-    from wenet_lhotse.io.streams import same_file
+    line) when ``out`` has a control character, names one of ``inputs`` (links resolved;
+    None entries ignored), which writing would overwrite (``cmvn``, ``make-units`` and
+    ``make-list`` did), or lies inside an input directory (a Shar directory):
+    :func:`~wenet_lhotse.io.outputs.refuse_clobber`."""
+    from wenet_lhotse.io.outputs import OutputClobbersInput, refuse_clobber
 
-    if out is None or is_remote(str(out)):
-        return
-    for src in inputs:
-        if src is not None and not is_remote(str(src)) and same_file(src, out):
-            raise click.UsageError(f"{option} {out}: that is an input of this command "
-                                   f"({src}); writing it would overwrite it")
+    try:
+        refuse_clobber(out, inputs, option=option)
+    except OutputClobbersInput as err:
+        raise click.UsageError(str(err)) from None
 
 
 def read_policy(skip_errors: bool = False, allow_pipe: bool = False) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from wenet_lhotse.cli.main import main
+from wenet_lhotse.cli.main import main, refuse_output_is_input
 
 
 def _columns(audio: str, text: str, key: str):
@@ -37,6 +37,7 @@ def parquet_import(inputs, out_dir, shard_size, audio_column, text_column, id_co
 
     policy = read_policy(skip_errors=fault_tolerant)
     report = policy.skip_report
+    refuse_output_is_input(out_dir, *inputs)
     path, n = import_parquet(list(inputs), out_dir, shard_size=shard_size,
                              columns=_columns(audio_column, text_column, id_column),
                              policy=policy)
@@ -51,8 +52,13 @@ def parquet_export(input_path, out):
     """Any input (raw list, shard list, cuts manifest, Shar directory, Parquet) -> one
     Parquet file: id, audio {bytes, path}, text, duration."""
     from wenet_lhotse.convert.parquet import export_parquet
+    from wenet_lhotse.formats.shard_list import read_shard_entries
+    from wenet_lhotse.io.outputs import OutputGuard
     from wenet_lhotse.sources.open import open_cuts
 
-    cuts, _ = open_cuts(input_path)  # any detected kind, Parquet included
-    n = export_parquet(cuts, out)
+    refuse_output_is_input(out, input_path)
+    cuts, kind = open_cuts(input_path)  # any detected kind, Parquet included
+    if kind == "shard":  # nor one of the tars it lists
+        refuse_output_is_input(out, *[e.url for e in read_shard_entries(input_path)])
+    n = export_parquet(OutputGuard(out).cuts(cuts), out)  # nor one of the audio files
     click.echo(f"wrote {n} rows to {out}")

@@ -34,8 +34,9 @@ from wenet_lhotse.formats.layout import is_file_or_remote, is_whole_recording
 from wenet_lhotse.formats.raw_list_writer import raw_list_line
 from wenet_lhotse.formats.shard_writer import write_wenet_shards
 from wenet_lhotse.formats.split import chunked
+from wenet_lhotse.io.outputs import OutputGuard, refuse_clobber
 from wenet_lhotse.io.policy import ReadPolicy
-from wenet_lhotse.io.streams import atomic_output, same_file
+from wenet_lhotse.io.streams import atomic_output
 from wenet_lhotse.sources.open import open_cuts
 
 logger = logging.getLogger(__name__)
@@ -67,8 +68,7 @@ def audio_file_name(key: str, ext: str) -> str:
 
 
 def _refuse_same(src: Pathlike, out: Optional[Pathlike]) -> None:
-    if out is not None and same_file(src, out):
-        raise ValueError(f"{out}: the output is the input itself; write it elsewhere")
+    refuse_clobber(out, [src])  # the output is the input, or lies inside it (a Shar dir)
 
 
 def _needs_file(cut: Cut) -> bool:
@@ -185,6 +185,7 @@ def export_raw_list(
 
     _refuse_same(src, out_list)
     cuts, _ = open_cuts(src, policy=ReadPolicy(allow_pipe=allow_pipe))
+    cuts = OutputGuard(out_list).cuts(cuts)  # nor is it one of the cuts' audio files
     # absolute here: pool and cluster workers run in other directories
     adir = (Path(audio_dir) if audio_dir is not None else default_audio_dir(out_list)).absolute()
     name = str(out_list)
@@ -231,6 +232,7 @@ def export_shards(
 
     _refuse_same(src, list_path)
     cuts, _ = open_cuts(src, policy=ReadPolicy(allow_pipe=allow_pipe))
+    cuts = OutputGuard(list_path, option="-o").cuts(cuts)  # nor one of its audio files
     it = tqdm(cuts, desc="export", unit="utt", disable=not progress)
     if cluster:
         with open_cluster(cluster) as executor, scheduler_loss(executor, cluster):

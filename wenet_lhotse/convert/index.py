@@ -6,10 +6,14 @@ tar_index.index_tar`), on ``num_jobs`` local processes or a Dask cluster
 (:func:`~wenet_lhotse.convert.executor.map_tasks`); the index
 (:mod:`wenet_lhotse.formats.shard_index`) is written atomically beside the list or in
 ``cache_dir``. A rerun keeps the rows of every tar whose fingerprint still matches
-(local: size, mtime or first/last 64 KiB; object storage: size and ETag) and reads only
-new or changed tars (``http(s)://`` tars are always read again: a check would cost
-about as much). Bad utterances and unreadable tars are recorded in the index, not
-raised: the loader reports them (strict: an error, fault tolerant: counted skips).
+(local: size, mtime and ctime -- any write, even one that restores the mtime, changes
+the ctime, so a tar edited in place is read again; a copied tree is read again whole;
+object storage: size and ETag) and reads only new or changed tars (``http(s)://`` tars
+are always read again: a check would cost about as much). Bad utterances and unreadable
+tars are recorded in the index, not raised: the loader reports them (strict: an error,
+fault tolerant: counted skips).
+A damaged index (cut short, another schema, tar records that disagree with its rows) is
+rebuilt whole by a plain rerun (no ``--full`` needed).
 
 Raw lists, cuts manifests and Shar need no new file: a raw list's index is the probe
 cache (``lhotse_conf.probe_cache``, written here), a cuts manifest and Shar's
@@ -19,18 +23,20 @@ cache (``lhotse_conf.probe_cache``, written here), a cuts manifest and Shar's
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
 from wenet_lhotse.convert.executor import map_tasks
 from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.formats.keyset import KeySet
-from wenet_lhotse.formats.shard_index import ShardIndex, index_path, tar_problem, write_index
+from wenet_lhotse.formats.shard_index import ShardIndex, index_path, write_index
 from wenet_lhotse.formats.shard_list import read_shard_entries
 from wenet_lhotse.formats.tar_index import TarRows, index_tar
+from wenet_lhotse.io.outputs import refuse_clobber
 from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.io.remote import is_remote
-from wenet_lhotse.io.streams import is_local, is_pipe
+from wenet_lhotse.io.streams import is_local, is_pipe, local_path
 
 logger = logging.getLogger(__name__)
 
@@ -83,8 +89,13 @@ def _unchanged(rec: Dict[str, Any]) -> bool:
     url = rec["url"]
     if rec.get("size") is None:
         return False  # unreadable last time: try again
-    if is_local(url):
-        return tar_problem(rec) is None
+    if is_local(url):  # any write (or a reset mtime) changes ctime: read it again
+        try:
+            st = os.stat(local_path(url))
+        except OSError:
+            return False
+        return (st.st_size == rec["size"] and st.st_mtime_ns == rec.get("mtime_ns")
+                and st.st_ctime_ns == rec.get("ctime_ns"))
     if is_remote(url) and str(rec.get("digest") or "").startswith("etag:"):
         return _etag(url) == rec["digest"]
     return False
@@ -98,11 +109,11 @@ def _drop_duplicates(rows: TarRows, seen: KeySet) -> TarRows:
         return rows
     gone = sorted(set(range(len(rows))) - set(keep))
     out = TarRows(url=rows.url, size=rows.size, mtime_ns=rows.mtime_ns, digest=rows.digest,
-                  bad=list(rows.bad) + [
+                  ctime_ns=rows.ctime_ns, bad=list(rows.bad) + [
                       (f"duplicate key {rows.keys[i]!r} (seen earlier in this list)",
                        "duplicate", f"{rows.keys[i]}.{rows.fmts[i]}") for i in gone])
     for name in ("keys", "fmts", "offsets", "sizes", "num_samples", "rates", "channels",
-                 "texts", "extras"):
+                 "crcs", "texts", "extras"):
         values = getattr(rows, name)
         setattr(out, name, [values[i] for i in keep])
     return out
@@ -115,6 +126,8 @@ def index_shards(list_path: str, *, cache_dir: Optional[str] = None, out: Option
     index's path, ``full`` reads every tar again."""
     path = out or index_path(list_path, cache_dir)
     entries = read_shard_entries(list_path, policy=ReadPolicy(allow_pipe=allow_pipe))
+    refuse_clobber(path, [list_path] + [e.url for e in entries if is_local(e.url)],
+                   option="-o" if out else "the index")
     old: Optional[ShardIndex] = None
     if not full:
         try:

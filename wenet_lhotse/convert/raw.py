@@ -26,10 +26,11 @@ from lhotse.utils import Pathlike
 
 from wenet_lhotse.convert.executor import map_tasks
 from wenet_lhotse.errors import SkippedItem, SkipReport
+from wenet_lhotse.io.outputs import OutputGuard, refuse_clobber
 from wenet_lhotse.io.parallel import map_bounded
 from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.io.remote import is_remote
-from wenet_lhotse.io.streams import as_path_list, atomic_output, same_file
+from wenet_lhotse.io.streams import as_path_list, atomic_output
 from wenet_lhotse.sources.raw_lines import parse_raw_lines
 
 logger = logging.getLogger(__name__)
@@ -183,10 +184,8 @@ def import_raw(
     report = policy.skip_report
     assert report is not None
     out = out_path if is_remote(str(out_path)) else Path(out_path)
-    for src in as_path_list(data_list):
-        if not is_remote(str(out)) and not is_remote(src) and same_file(src, out):
-            raise ValueError(f"{out}: the output is the input list {src}; write the "
-                             "manifest elsewhere (e.g. cuts.jsonl.gz)")
+    refuse_clobber(out, as_path_list(data_list))
+    guard = OutputGuard(out)  # an existing output: is it one of the listed audio files?
     res = ImportResult(out_path=out, skip_report=report)
     start = time.perf_counter()
     items = iter_raw_cuts_with_lines(data_list, as_json=True, policy=policy, **kwargs)
@@ -198,6 +197,8 @@ def import_raw(
              if str(out).endswith(".gz") else raw_f)
         with tqdm(desc="import", unit="utt", disable=not progress) as bar:
             for (_, duration, line), _, _ in items:
+                if guard.active:
+                    guard.check_cut(json.loads(line))
                 f.write(line)
                 res.num_cuts += 1
                 res.seconds_of_audio += duration

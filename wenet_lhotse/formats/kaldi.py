@@ -15,13 +15,14 @@ from typing import Dict, Optional, Tuple
 from lhotse.utils import Pathlike
 
 from wenet_lhotse.errors import WenetDataError
+from wenet_lhotse.io.lines import bounded_lines
 from wenet_lhotse.io.streams import atomic_output
 
 
 def _read_table(path: Pathlike, num_fields: int) -> Dict[str, Tuple[str, ...]]:
     table: Dict[str, Tuple[str, ...]] = {}
     with open(path, encoding="utf-8") as f:
-        for i, line in enumerate(f, start=1):
+        for i, line in bounded_lines(f, str(path)):
             arr = line.strip().split()
             if not arr:
                 continue
@@ -50,7 +51,7 @@ def kaldi_dir_to_raw_list(
     segs = _read_table(segments, 4) if segments is not None else None
     n = 0
     with atomic_output(output, "w", encoding="utf-8") as out, open(text, encoding="utf-8") as f:
-        for i, line in enumerate(f, start=1):
+        for i, line in bounded_lines(f, str(text)):
             arr = line.strip().split(maxsplit=1)
             if not arr:
                 continue

@@ -10,8 +10,9 @@ buffer of a few tars read in order, so the next batches' members mostly lie in b
 already fetched -- large sequential ranges, not one request per utterance.
 
 Each read starts at the member's own 512-byte tar header, which must still name the
-member and its size: a tar replaced or rewritten since it was indexed is named (kind
-``"stale_index"``), never read as another member's bytes. Sizes above the member cap
+member and its size, and the member's bytes must still have the CRC-32 the index
+recorded: a tar replaced, rewritten or edited in place since it was indexed is named
+(kind ``"stale_index"``), never read as other bytes. Sizes above the member cap
 (:func:`~wenet_lhotse.formats.checks.max_member_bytes`) are refused before any read.
 """
 
@@ -20,8 +21,9 @@ from __future__ import annotations
 import os
 import tarfile
 import threading
+import zlib
 from collections import OrderedDict
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.formats.checks import max_member_bytes
@@ -145,18 +147,20 @@ def _check_header(url: str, block: bytes, member: str, size: int) -> None:
                              url, member=member, kind="stale_index")
 
 
-def read_members(url: str, members: Sequence[Tuple[str, int, int]], gap: int = GAP,
+def read_members(url: str, members: Sequence[Tuple[Any, ...]], gap: int = GAP,
                  policy: Optional[ReadPolicy] = None) -> Dict[str, object]:
     """``{member: bytes or WenetDataError}`` for ``(member name, data offset, size)``
-    of tar ``url`` (see the module doc). An error that concerns the whole tar (gone,
-    unreadable) is raised; one that concerns a member is returned for it. ``policy``:
-    the member size cap, network limits and URL protocols (default: the
-    environment's)."""
+    or ``(name, offset, size, CRC-32 or None)`` of tar ``url`` (see the module doc); a
+    member whose bytes no longer match its CRC is a ``"stale_index"`` error. An error
+    that concerns the whole tar (gone, unreadable) is raised; one that concerns a member
+    is returned for it. ``policy``: the member size cap, network limits and URL protocols
+    (default: the environment's)."""
     policy = policy if policy is not None else ReadPolicy()
     cap = max_member_bytes(policy.max_member_bytes)
     out: Dict[str, object] = {}
     todo = []
-    for name, offset, size in members:
+    crcs = {m[0]: m[3] for m in members if len(m) > 3 and m[3] is not None}
+    for name, offset, size, *_ in members:
         if size > cap:
             out[name] = WenetDataError(f"member of {size} bytes is over the "
                                        f"{cap}-byte cap", url, member=name, kind="bad_member")
@@ -185,5 +189,11 @@ def read_members(url: str, members: Sequence[Tuple[str, int, int]], gap: int = G
             except WenetDataError as err:
                 out[name] = err
                 continue
-            out[name] = piece[BLOCK:]
+            data_of = piece[BLOCK:]
+            if name in crcs and zlib.crc32(data_of) != crcs[name]:
+                out[name] = WenetDataError(f"changed since it was indexed (its bytes differ "
+                                           f"from the indexed CRC-32); {REINDEX}", url,
+                                           member=name, kind="stale_index")
+                continue
+            out[name] = data_of
     return out

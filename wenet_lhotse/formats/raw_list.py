@@ -100,7 +100,7 @@ class LazyWenetRawListIterator(PolicyHolder, Dillable):
                 self.policy.handle(e)
                 continue
             with f:
-                for lineno, raw in enumerate(f, 1):
+                for lineno, raw in self.policy.lines(f, path):
                     try:
                         cut = self._parse(raw, path, lineno, seen)
                     except WenetDataError as err:

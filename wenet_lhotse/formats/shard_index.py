@@ -10,7 +10,8 @@ what the reader skipped, as ``[message, kind, member]``), the audio suffixes and
 each column's ``[dtype, offset, count]``. Columns, one item per utterance in tar
 order: ``tar`` (int32), ``offset`` / ``size`` of the audio member's data (int64,
 bytes), ``num_samples`` (int64), ``rate`` (int32, Hz), ``channels`` (uint8), ``fmt``
-(uint8, into the suffixes), and the strings ``keys``, ``texts``, ``extras`` (UTF-8
+(uint8, into the suffixes), ``crc`` (uint32: ``zlib.crc32`` of the audio member's data,
+checked by each read by offset), and the strings ``keys``, ``texts``, ``extras`` (UTF-8
 bytes joined, with ``*_end`` int64 end offsets; ``extras`` is JSON of speaker, lang
 and custom members, empty for none). Loading maps the file (``mmap``): nothing is
 parsed per utterance until a row is asked for, so opening an index of 10M utterances
@@ -43,7 +44,7 @@ _ALIGN = 64
 
 #: column -> dtype (the string columns are ``keys``/``texts``/``extras`` + ``*_end``)
 NUMERIC = {"tar": np.int32, "offset": np.int64, "size": np.int64, "num_samples": np.int64,
-           "rate": np.int32, "channels": np.uint8, "fmt": np.uint8}
+           "rate": np.int32, "channels": np.uint8, "fmt": np.uint8, "crc": np.uint32}
 STRINGS = ("keys", "texts", "extras")
 
 
@@ -76,7 +77,8 @@ def write_index(path: str, tars: Sequence[TarRows], lists: Sequence[str] = ()) -
     first = 0
     for t in tars:
         header_tars.append({"url": t.url, "size": t.size, "mtime_ns": t.mtime_ns,
-                            "digest": t.digest, "first": first, "count": len(t),
+                            "ctime_ns": t.ctime_ns, "digest": t.digest, "first": first,
+                            "count": len(t),
                             "bad": [list(b) for b in t.bad]})
         first += len(t)
     cols: Dict[str, np.ndarray] = {
@@ -85,7 +87,7 @@ def write_index(path: str, tars: Sequence[TarRows], lists: Sequence[str] = ()) -
         "fmt": np.array([code[f] for t in tars for f in t.fmts], dtype=np.uint8)}
     for name, attr in (("offset", "offsets"), ("size", "sizes"),
                        ("num_samples", "num_samples"), ("rate", "rates"),
-                       ("channels", "channels")):
+                       ("channels", "channels"), ("crc", "crcs")):
         cols[name] = np.array([v for t in tars for v in getattr(t, attr)], dtype=NUMERIC[name])
     for name in STRINGS:
         blob, ends = _strings([v for t in tars for v in getattr(t, name)])
@@ -131,22 +133,38 @@ class ShardIndex:
                     raise WenetDataError("not a shard index (rerun wenet-lhotse index)",
                                          self.path, kind="stale_index")
                 (hlen,) = struct.unpack("<Q", f.read(8))
+                if hlen > os.fstat(f.fileno()).st_size:  # never a read of what is not there
+                    raise ValueError(f"header length {hlen} past the end of the file")
                 header = json.loads(f.read(hlen).decode("utf-8"))
+                if not isinstance(header, dict):
+                    raise ValueError("the header is not a JSON object")
                 self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         except (OSError, ValueError, struct.error) as err:
             if isinstance(err, WenetDataError):
                 raise
-            raise WenetDataError(f"unreadable shard index ({err}); rerun wenet-lhotse index",
+            raise WenetDataError(f"damaged shard index ({err}); rebuild it: wenet-lhotse index "
+                                 "<its shard list>",
                                  self.path, kind="stale_index") from None
         start = len(MAGIC) + 8 + hlen
         start += -start % _ALIGN
-        self.tars: List[Dict[str, Any]] = header["tars"]
-        self.fmts: List[str] = header["fmts"]
-        self.lists: List[str] = header.get("lists", [])
-        self.n: int = header["utterances"]
-        self.cols: Dict[str, np.ndarray] = {
-            name: np.frombuffer(self._mm, dtype=np.dtype(dt), count=count, offset=start + at)
-            for name, (dt, at, count) in header["columns"].items()}
+        try:
+            self.tars: List[Dict[str, Any]] = header["tars"]
+            self.fmts: List[str] = header["fmts"]
+            self.lists: List[str] = header.get("lists", [])
+            self.n: int = header["utterances"]
+            self.cols: Dict[str, np.ndarray] = {
+                name: np.frombuffer(self._mm, dtype=np.dtype(dt), count=count,
+                                    offset=start + at)
+                for name, (dt, at, count) in header["columns"].items()}
+            why = _damage(self)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:
+            why = f"{type(err).__name__}: {err}"
+        if why is not None:
+            lists = header.get("lists") if isinstance(header, dict) else None
+            cmd = f"wenet-lhotse index {lists[0]}" if isinstance(lists, list) and lists \
+                else "wenet-lhotse index <its shard list>"
+            raise WenetDataError(f"damaged shard index ({why}); rebuild it: {cmd}",
+                                 self.path, kind="stale_index")
         self._by_url: Optional[Dict[str, int]] = None
 
     def tar_of_url(self, url: str) -> Optional[int]:
@@ -179,6 +197,7 @@ class ShardIndex:
         c = self.cols
         return TarRows(
             url=rec["url"], size=rec["size"], mtime_ns=rec["mtime_ns"], digest=rec["digest"],
+            ctime_ns=rec.get("ctime_ns"),
             keys=[self.key(r) for r in rows],
             fmts=[self.fmts[int(c["fmt"][r])] for r in rows],
             offsets=[int(v) for v in c["offset"][rows.start:rows.stop]],
@@ -186,6 +205,7 @@ class ShardIndex:
             num_samples=[int(v) for v in c["num_samples"][rows.start:rows.stop]],
             rates=[int(v) for v in c["rate"][rows.start:rows.stop]],
             channels=[int(v) for v in c["channels"][rows.start:rows.stop]],
+            crcs=[int(v) for v in c["crc"][rows.start:rows.stop]],
             texts=[self.text(r) for r in rows], extras=[self.extra(r) for r in rows],
             bad=[tuple(b) for b in rec["bad"]])
 
@@ -194,6 +214,48 @@ class ShardIndex:
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
         self.__init__(state["path"])
+
+
+#: Keys of each tar record of the header, and their types.
+_TAR_KEYS = {"url": str, "first": int, "count": int, "bad": list}
+
+
+def _damage(ix: ShardIndex) -> Optional[str]:
+    """What is inconsistent in a loaded index (cheap: one vectorized pass over the
+    ``tar`` column), or None. A record whose ``first`` row points into another tar's rows
+    would train some utterances twice and some never."""
+    n = ix.n
+    if not isinstance(n, int) or n < 0 or not isinstance(ix.tars, list):
+        return "bad header"
+    need = {**{k: n for k in NUMERIC}, **{k + "_end": n for k in STRINGS}}
+    for name, count in need.items():
+        col = ix.cols.get(name)
+        if col is None or col.size != count:
+            return f"column {name!r} missing or not {count} rows"
+    for name in STRINGS:
+        ends = ix.cols[name + "_end"]
+        if n and (ends[-1] != ix.cols[name].size or np.any(np.diff(ends) < 0) or ends[0] < 0):
+            return f"column {name!r} cut short or out of order"
+    first = 0
+    counts = []
+    for t, rec in enumerate(ix.tars):
+        if not isinstance(rec, dict) or any(not isinstance(rec.get(k), ty)
+                                            for k, ty in _TAR_KEYS.items()):
+            return f"tar record {t} is malformed"
+        if rec["first"] != first or rec["count"] < 0:
+            return (f"tar record {t} ({rec['url']}) says its rows start at {rec['first']}, "
+                    f"but they start at {first}")
+        first += rec["count"]
+        counts.append(rec["count"])
+    if first != n:
+        return f"the tar records hold {first} rows, the columns {n}"
+    expect = np.repeat(np.arange(len(counts), dtype=np.int32), counts)
+    if not np.array_equal(ix.cols["tar"], expect):
+        return "rows name other tars than their tar records say"
+    fmt = ix.cols["fmt"]
+    if n and int(fmt.max()) >= len(ix.fmts):
+        return "an audio format number past the header's list"
+    return None
 
 
 def tar_problem(rec: Dict[str, Any]) -> Optional[str]:

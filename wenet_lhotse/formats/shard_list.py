@@ -43,31 +43,40 @@ def read_shard_entries(
     entries = []
     for path in as_path_list(paths):
         try:
-            with open_input(path, policy=policy) if is_remote(path) \
-                    else open_regular(path) as f:
-                lines = f.read().split(b"\n")
+            f = open_input(path, policy=policy) if is_remote(path) else open_regular(path)
         except OSError as e:
             raise WenetDataError(f"cannot open shard list: {e}", path, kind="missing_file") from e
-        for lineno, raw in enumerate(lines, 1):
-            raw = raw.strip()
-            if lineno == 1 and raw.startswith(codecs.BOM_UTF8):
-                raw = raw[len(codecs.BOM_UTF8):]
-            if not raw:
-                continue
-            try:
-                name = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                policy.handle(WenetDataError("line is not valid UTF-8", path, line=lineno,
-                                             kind="encoding"))
-                continue
-            if is_pipe(name) and not policy.allow_pipe:
-                policy.handle(WenetDataError(PIPE_REFUSED, path, line=lineno, kind="refused"))
-                continue
-            why = policy.url_problem(name)
-            if why is not None:
-                policy.handle(WenetDataError(why, path, line=lineno, kind="refused"))
-                continue
-            if is_local(name):
-                name = os.path.abspath(local_path(name))
-            entries.append(ShardEntry(name, str(path), lineno))
+        try:
+            with f:  # read line by line, each within the policy's line limit
+                for lineno, raw in policy.lines(f, str(path)):
+                    entry = _entry(raw, str(path), lineno, policy)
+                    if entry is not None:
+                        entries.append(entry)
+        except OSError as e:
+            raise WenetDataError(f"cannot read shard list: {e}", path, kind="io") from e
     return entries
+
+
+def _entry(raw: bytes, path: str, lineno: int, policy: ReadPolicy) -> Optional[ShardEntry]:
+    """The tar of one list line, None for an empty or bad one (handled by ``policy``)."""
+    raw = raw.strip()
+    if lineno == 1 and raw.startswith(codecs.BOM_UTF8):
+        raw = raw[len(codecs.BOM_UTF8):]
+    if not raw:
+        return None
+    try:
+        name = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        policy.handle(WenetDataError("line is not valid UTF-8", path, line=lineno,
+                                     kind="encoding"))
+        return None
+    if is_pipe(name) and not policy.allow_pipe:
+        policy.handle(WenetDataError(PIPE_REFUSED, path, line=lineno, kind="refused"))
+        return None
+    why = policy.url_problem(name)
+    if why is not None:
+        policy.handle(WenetDataError(why, path, line=lineno, kind="refused"))
+        return None
+    if is_local(name):
+        name = os.path.abspath(local_path(name))
+    return ShardEntry(name, path, lineno)

@@ -5,10 +5,11 @@ The tar is read by :class:`~wenet_lhotse.formats.shard_reader.LazyWenetShardIter
 itself (the same checks, the same utterances, the same skips as a streamed epoch, any
 ``http(s)://`` or object-storage URL through the same retrying readers), with each
 member's data offset recorded. A row per utterance: key, audio suffix, the audio
-member's data offset and size (bytes), ``num_samples``, sampling rate (Hz), channels,
-text, and the other fields (speaker, lang, custom members) as JSON. What the reader
-skipped is kept as ``bad`` (message, kind, member): a loader counts those each epoch
-as a streamed epoch would meet them.
+member's data offset and size (bytes), its CRC-32 (``zlib.crc32``, checked by every
+read by offset: a tar edited in place is never read as other bytes), ``num_samples``,
+sampling rate (Hz), channels, text, and the other fields (speaker, lang, custom
+members) as JSON. What the reader skipped is kept as ``bad`` (message, kind, member): a
+loader counts those each epoch as a streamed epoch would meet them.
 
 The fingerprint of a tar is its size (bytes) and a SHA-1 of its first and last 64 KiB
 (the bytes of a small tar counted in both), computed from the bytes of the one
@@ -24,6 +25,7 @@ import hashlib
 import io
 import json
 import os
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -51,6 +53,7 @@ class TarRows:
     size: Optional[int] = None
     mtime_ns: Optional[int] = None
     digest: Optional[str] = None
+    ctime_ns: Optional[int] = None
     keys: List[str] = field(default_factory=list)
     fmts: List[str] = field(default_factory=list)
     offsets: List[int] = field(default_factory=list)
@@ -58,6 +61,7 @@ class TarRows:
     num_samples: List[int] = field(default_factory=list)
     rates: List[int] = field(default_factory=list)
     channels: List[int] = field(default_factory=list)
+    crcs: List[int] = field(default_factory=list)
     texts: List[str] = field(default_factory=list)
     extras: List[str] = field(default_factory=list)
     bad: List[Tuple[str, str, Optional[str]]] = field(default_factory=list)
@@ -123,7 +127,7 @@ class _Fingerprinted(io.RawIOBase):
 
 
 class _Indexer(LazyWenetShardIterator):
-    """The shard reader, yielding ``(cut, audio suffix, offset, size)``."""
+    """The shard reader, yielding ``(cut, audio suffix, offset, size, CRC-32)``."""
 
     record_offsets = True
 
@@ -140,7 +144,7 @@ class _Indexer(LazyWenetShardIterator):
             raise WenetDataError("compressed tar: members have no offsets to read them by "
                                  "(store shards uncompressed to index them)", tar,
                                  member=member, kind="not_indexable")
-        return cut, suffix, offset, len(data)
+        return cut, suffix, offset, len(data), zlib.crc32(data)
 
 
 def _extra(cut: Any) -> str:
@@ -181,12 +185,13 @@ def index_tar(entry: Any, *,
     reader = _Indexer([entry], check_duplicates=True,
                       policy=policy.replace(strict=False, skip_report=report))
     out = TarRows(url=entry.url)
-    for cut, suffix, offset, size in reader:
+    for cut, suffix, offset, size, crc in reader:
         rec = cut.recording
         out.keys.append(cut.id)
         out.fmts.append(suffix)
         out.offsets.append(offset)
         out.sizes.append(size)
+        out.crcs.append(crc)
         out.num_samples.append(rec.num_samples)
         out.rates.append(rec.sampling_rate)
         out.channels.append(len(rec.sources[0].channels))
@@ -197,6 +202,7 @@ def index_tar(entry: Any, *,
     if is_local(entry.url):  # the file itself: right even where reading stopped early
         try:
             out.size, out.mtime_ns, out.digest = local_fingerprint(local_path(entry.url))
+            out.ctime_ns = os.stat(local_path(entry.url)).st_ctime_ns
         except OSError:
             pass
     elif stream is not None and not any(kind in TAR_KINDS for _, kind, _ in out.bad):

@@ -4,7 +4,8 @@ Every reader (raw lists, tar shards, manifests, Shar, Parquet, text sources, rem
 audio) takes one ``policy`` instead of loose flags: whether the first bad item raises
 (``strict``, WeNet's behaviour) or is skipped and recorded (``skip_report``), whether
 shell commands from the data may run (``allow_pipe``), which URL protocols may be read
-(``url_protocols``), the size cap of one tar member (``max_member_bytes``) and the time
+(``url_protocols``), the size cap of one tar member (``max_member_bytes``), the length
+cap of one line of a list, manifest or text source (``max_line_bytes``) and the time
 limits and retries of network reads (``limits``). It is the one way to pass these
 settings: no reader takes them as separate keywords.
 
@@ -21,6 +22,7 @@ from typing import Any, FrozenSet, Optional
 
 from wenet_lhotse.errors import SkipReport, WenetDataError
 from wenet_lhotse.io.access import lend_url_protocols, url_problem
+from wenet_lhotse.io.lines import bounded_lines, max_line_bytes
 from wenet_lhotse.io.read_limits import ReadLimits
 
 
@@ -38,6 +40,8 @@ class ReadPolicy:
         ``$WENET_LHOTSE_URL_PROTOCOLS``).
     :param max_member_bytes: largest tar member read, in bytes (``None``:
         ``$WENET_LHOTSE_MAX_MEMBER_BYTES`` or 1 GiB).
+    :param max_line_bytes: longest line of a list, manifest or text source, in bytes
+        (``None``: ``$WENET_LHOTSE_MAX_LINE_BYTES`` or 16 MiB; :mod:`~wenet_lhotse.io.lines`).
     :param limits: time limits (seconds) and retries of network reads (``None``:
         :class:`~wenet_lhotse.io.read_limits.ReadLimits` from the environment, made
         where the read happens: :meth:`read_limits`).
@@ -54,6 +58,7 @@ class ReadPolicy:
     allow_pipe: bool = False
     url_protocols: Optional[FrozenSet[str]] = None
     max_member_bytes: Optional[int] = None
+    max_line_bytes: Optional[int] = None
     limits: Optional[ReadLimits] = None
 
     def __post_init__(self) -> None:
@@ -69,6 +74,17 @@ class ReadPolicy:
     def read_limits(self) -> ReadLimits:
         """``limits``, else :class:`ReadLimits` from the environment (read now)."""
         return self.limits if self.limits is not None else ReadLimits()
+
+    def line_limit(self) -> int:
+        """``max_line_bytes``, else ``$WENET_LHOTSE_MAX_LINE_BYTES`` (read now), else
+        16 MiB."""
+        return max_line_bytes(self.max_line_bytes)
+
+    def lines(self, f, source: str, start: int = 1):
+        """``(line number, line)`` of ``f`` within :meth:`line_limit`; a longer line is
+        handled like any bad item (raised when strict, else skipped and recorded)."""
+        return bounded_lines(f, source, self.line_limit(),  # strict: raised at once
+                             None if self.strict else self.handle, start=start)
 
     def url_problem(self, url: str) -> Optional[str]:
         """Why ``url`` is not read under this policy (its ``url_protocols`` added to

@@ -29,6 +29,7 @@ sees it half written.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
 import io
 import logging
@@ -206,12 +207,19 @@ def atomic_output(path: Pathlike, mode: str = "wb", encoding: Optional[str] = No
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(err, OSError) and err.errno in _FULL and not err.filename:
+            # a write's own error names no file: say which one could not be written
+            raise OSError(err.errno, f"{err.strerror} (writing it)", str(path)) from None
         raise
+
+
+#: The errors of a write that found no room (disk full, quota, file size limit).
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 class TailReader(io.RawIOBase):

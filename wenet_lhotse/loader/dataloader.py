@@ -200,6 +200,19 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
         self._finished = True
         self._report_skips()
         self._finish_ledger()
+        self._check_not_all_filtered()
+
+    def _check_not_all_filtered(self) -> None:
+        """Map mode raises when filter_conf leaves no cut (at planning); streamed loading
+        learns it at the epoch's end: an epoch of 0 steps whose utterances were all
+        filtered is the same one-line error, not a silent empty epoch."""
+        led = self.ledgers[-1] if self.ledgers else None
+        if (self.mode == "streamed" and led is not None and led.steps == 0
+                and self.consumed == 0  # not an epoch resumed after its last step
+                and led.trained == 0 and led.left_over == 0 and led.filtered > 0):
+            raise ValueError(f"no cuts left in epoch {led.epoch} (after filter_conf): all "
+                             f"{led.filtered} utterances read were filtered out (rank "
+                             f"{led.rank}); check dataset_conf.filter_conf")
 
     def _drain(self) -> None:
         """Count what the epoch leaves over after the last step (streamed loading)."""

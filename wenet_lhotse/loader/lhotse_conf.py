@@ -30,6 +30,7 @@ declared once, on :class:`LhotseConf`'s fields; an unknown key or a bad value is
       fault_tolerant: false    # skip (and count) unreadable items instead of raising
       allow_pipe: false        # run 'pipe:' lines / 'command' sources of the data (shell)
       url_protocols: null      # URL protocols read besides the defaults, e.g. [ftp]
+      max_line_bytes: null     # longest list/manifest/text line (default 16 MiB)
       steps_per_epoch: null    # streamed mode: fixed steps per epoch (else: first rank out)
       equal_steps: true        # streamed train under DDP: every rank stops at the step the
                                # first runs out (the rest counted as left over); false:
@@ -138,6 +139,7 @@ class LhotseConf:
     fault_tolerant: bool = False
     allow_pipe: bool = False
     url_protocols: Optional[List[str]] = key(None, optional(list_of(string, 1)))
+    max_line_bytes: Optional[int] = key(None, optional(_SIZE))
     steps_per_epoch: Optional[int] = key(None, optional(_SIZE))
     equal_steps: bool = True
     resume_loader: bool = True
@@ -190,5 +192,6 @@ class LhotseConf:
         """
         return ReadPolicy(strict=not self.fault_tolerant, skip_report=skip_report,
                           allow_pipe=self.allow_pipe,
-                          url_protocols=frozenset(self.url_protocols or ()) or None)
+                          url_protocols=frozenset(self.url_protocols or ()) or None,
+                          max_line_bytes=self.max_line_bytes)
 

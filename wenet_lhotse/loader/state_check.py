@@ -63,7 +63,7 @@ def check_loader_state(sd: Any, mode: str, num_workers: int = 0) -> None:
         _int(_need(sampler, "consumed", "sampler"), "sampler.consumed")
         return
     _int(_need(sd, "epoch", ""), "epoch")
-    _int(_need(sd, "consumed", ""), "consumed")
+    consumed = _int(_need(sd, "consumed", ""), "consumed")
     per_worker = sd.get("per_worker") or {}
     if not isinstance(per_worker, Mapping):
         raise StateError("per_worker", f"expected a mapping, got {type(per_worker).__name__}")
@@ -74,7 +74,10 @@ def check_loader_state(sd: Any, mode: str, num_workers: int = 0) -> None:
             raise StateError("per_worker", f"worker id {str(k)[:20]!r} is not an integer") \
                 from None
         _int(wid, "per_worker", 0, max(num_workers - 1, 0))
-        _int(v, f"per_worker.{wid}")
+        _int(v, f"per_worker.{wid}", 0, consumed)  # a worker's batches are among them
+    if sum(per_worker.values()) > consumed:
+        raise StateError("per_worker", f"{sum(per_worker.values())} batches in all, more "
+                                       f"than the {consumed} consumed")
     _int(sd.get("last_worker", -1), "last_worker", -1, max(num_workers - 1, 0))
 
 

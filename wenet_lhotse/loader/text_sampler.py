@@ -130,9 +130,12 @@ class TextBatchSampler(EpochAdvance):
             random.Random(self.seed + epoch).shuffle(items)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # an eager CutSet: it is in memory anyway
+            # one bucket (a source of 1-3 items): one edge above every item, since Lhotse
+            # would estimate edges itself for none and assert num_buckets > 1
+            bins = self.bins or [self.longest + 1]
             sampler = DynamicBucketingSampler(
-                CutSet(items), constraint=self._constraint(), duration_bins=self.bins or None,
-                num_buckets=max(1, len(self.bins) + 1), shuffle=self.shuffle,
+                CutSet(items), constraint=self._constraint(), duration_bins=bins,
+                num_buckets=len(bins) + 1, shuffle=self.shuffle,
                 seed=self.seed, buffer_size=max(len(items), 1), world_size=1, rank=0)
             sampler.set_epoch(epoch)
             batches = [list(b) for b in sampler]

@@ -189,7 +189,7 @@ class IndexReader(PolicyHolder, PositionedReader):
         url = ix.tars[int(c["tar"][row])]["url"]
         cut.custom = {**(tags or {}), **(custom or {}), "shard_tar": url,
                       "shard_member": ix.member(row), "shard_offset": int(c["offset"][row]),
-                      "shard_size": int(c["size"][row])}
+                      "shard_size": int(c["size"][row]), "shard_crc": int(c["crc"][row])}
         return cut
 
 

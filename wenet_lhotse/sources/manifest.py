@@ -44,6 +44,7 @@ from wenet_lhotse.errors import WenetDataError, reraise_worker_death
 from wenet_lhotse.formats.checks import TOO_DEEP, key_problem, text_problem
 from wenet_lhotse.formats.keyset import KeySet
 from wenet_lhotse.io.access import PIPE_REFUSED
+from wenet_lhotse.io.lines import bounded_lines
 from wenet_lhotse.io.policy import PolicyHolder, ReadPolicy
 from wenet_lhotse.io.remote import is_remote
 from wenet_lhotse.io.streams import as_path_list, open_input
@@ -240,17 +241,39 @@ def iter_manifest(path: str, metadata_only: bool = False,
     with open_input(path, policy=policy) as raw:  # a local file or an object-store URL
         binary = gzip.GzipFile(fileobj=raw, mode="rb") if path.endswith(".gz") else raw
         try:
-            for no, line in enumerate(io.TextIOWrapper(binary, encoding="utf-8"), 1):
+            long: List[WenetDataError] = []  # lines over the policy's line limit
+            text = io.TextIOWrapper(binary, encoding="utf-8")
+            lines = bounded_lines(text, path, policy.line_limit(),  # strict: stop at once
+                                  None if policy.strict else long.append)
+            for no, line in _stop_at_too_long(lines):
+                while long:
+                    err = long.pop(0)
+                    yield err, err.line
+                if isinstance(line, WenetDataError):  # strict: the file ends there
+                    yield line, no
+                    return
                 if not line.strip():
                     continue
                 try:
                     yield parse(line, path, no, allow), no
                 except WenetDataError as err:
                     yield err, no
+            for err in long:  # the last line was too long
+                yield err, err.line
         except (OSError, EOFError, UnicodeDecodeError, zlib.error) as err:
             yield WenetDataError(
                 f"unreadable after line {no}: {type(err).__name__}: {err}", path,
                 line=no + 1, kind="truncated"), no + 1
+
+
+def _stop_at_too_long(lines: Iterator[Tuple[int, str]]) -> Iterator[Tuple[int, Any]]:
+    """``lines``; a line over the limit raised by them (strict) comes as its error, last."""
+    try:
+        yield from lines
+    except WenetDataError as err:
+        if err.kind != "too_long":
+            raise
+        yield err.line, err
 
 
 class LazyCheckedManifest(PolicyHolder, Dillable):

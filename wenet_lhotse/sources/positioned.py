@@ -16,7 +16,7 @@ import random
 import zlib
 from bisect import bisect_left
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from lhotse.cut import Cut
 from lhotse.lazy import Dillable
@@ -25,6 +25,7 @@ from lhotse.utils import compute_num_samples
 
 from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.io.access import open_regular
+from wenet_lhotse.io.lines import bounded_lines
 from wenet_lhotse.io.policy import PolicyHolder, ReadPolicy
 from wenet_lhotse.sources.manifest import parse_manifest_line, parse_manifest_meta
 from wenet_lhotse.sources.meta_cut import MetaCut
@@ -206,6 +207,9 @@ class JsonlReader(PolicyHolder, PositionedReader):
             self._reported.add(key)
             self.policy.handle(err)
 
+    def _lines(self, path: str) -> Iterator[Tuple[int, Union[bytes, WenetDataError]]]:
+        return _numbered_lines(path, self.policy.line_limit(), self.policy.strict)
+
     def _file_order(self) -> List[int]:
         order = list(range(len(self.paths)))
         if self.shuffle_files:
@@ -226,8 +230,12 @@ class JsonlReader(PolicyHolder, PositionedReader):
             extra = {"shar_tar": tar} if tar is not None else None
             n = 0
             try:
-                for lineno, line in _numbered_lines(path):
+                for lineno, line in self._lines(path):
                     n = lineno + 1
+                    if isinstance(line, WenetDataError):  # over the line limit
+                        if offset + lineno >= start:
+                            self._skip(line)
+                        continue
                     if offset + lineno < start or not line.strip():
                         seen.note_line(line)  # skipped lines are not decoded nor parsed
                         continue
@@ -266,9 +274,9 @@ class JsonlReader(PolicyHolder, PositionedReader):
             tar = self.shar_tars[i] if self.shar_tars is not None else None
             n, complete = 0, True
             try:
-                for lineno, line in _numbered_lines(path):
+                for lineno, line in self._lines(path):
                     n = lineno + 1
-                    if offset + lineno in positions:
+                    if offset + lineno in positions and not isinstance(line, WenetDataError):
                         out[offset + lineno] = (line, tar, path, lineno + 1)
                     if offset + lineno >= last:
                         complete = False
@@ -313,14 +321,26 @@ def _none_in(sorted_positions: List[int], lo: int, hi: int) -> bool:
     return i == len(sorted_positions) or sorted_positions[i] >= hi
 
 
-def _numbered_lines(path: str) -> Iterator[Tuple[int, bytes]]:
-    """``(0-based line number, line)`` of a manifest; a file cut short or unreadable
-    raises :class:`WenetDataError` naming it and the line (not a bare ``EOFError``)."""
+def _numbered_lines(path: str, limit: Optional[int] = None, strict: bool = False,
+                    ) -> Iterator[Tuple[int, Union[bytes, WenetDataError]]]:
+    """``(0-based line number, line)`` of a manifest; a line longer than ``limit`` bytes
+    (:func:`~wenet_lhotse.io.lines.max_line_bytes`) comes as its :class:`WenetDataError`
+    (kind ``"too_long"``, never read whole) in its place, so that positions stay those of
+    the file (``strict``: raised at once, the rest of the line not read); a file cut
+    short or unreadable raises :class:`WenetDataError` naming it and the line (not a
+    bare ``EOFError``)."""
     read = 0  # lines read whole
+    long: List[WenetDataError] = []
     try:
         with _open_lines(path) as f:
-            for read, line in enumerate(f, 1):
+            for read, line in bounded_lines(f, path, limit, None if strict else long.append):
+                while long:
+                    err = long.pop(0)
+                    yield err.line - 1, err
                 yield read - 1, line
+            for err in long:  # the last line was too long
+                read = err.line
+                yield err.line - 1, err
     except (OSError, EOFError, zlib.error) as err:
         raise WenetDataError(f"unreadable after line {read}: {type(err).__name__}: {err}",
                              path, line=read + 1, kind="truncated") from None

@@ -27,7 +27,7 @@ from wenet_lhotse.io.policy import PolicyHolder, ReadPolicy
 from wenet_lhotse.io.streams import is_local
 
 #: ``custom`` keys of an indexed shard cut that locate its audio (see :mod:`.indexed_shards`).
-SHARD_KEYS = ("shard_tar", "shard_member", "shard_offset", "shard_size")
+SHARD_KEYS = ("shard_tar", "shard_member", "shard_offset", "shard_size", "shard_crc")
 
 #: Threads reading the tars of one batch on object storage / HTTP.
 REMOTE_THREADS = 16
@@ -138,7 +138,8 @@ class SharAudioAttacher(PolicyHolder):
             group = by_tar[tar]
             try:
                 data = read_members(tar, [(c.custom["shard_member"], c.custom["shard_offset"],
-                                           c.custom["shard_size"]) for c in group],
+                                           c.custom["shard_size"], c.custom.get("shard_crc"))
+                                          for c in group],
                                     policy=self.policy)
             except WenetDataError as err:
                 return {c.id: err for c in group}

@@ -35,6 +35,7 @@ from lhotse.shar.utils import fill_shar_placeholder
 
 from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.formats.checks import max_member_bytes, member_problem
+from wenet_lhotse.io.lines import bounded_lines
 from wenet_lhotse.io.policy import PolicyHolder, ReadPolicy
 
 _READ_ERRORS = (OSError, EOFError, zlib.error, gzip.BadGzipFile, tarfile.TarError,
@@ -75,11 +76,17 @@ class LazyCheckedShar(PolicyHolder, Dillable):
         no = 0
         try:
             with open_best(path, "r") as f:
-                for line in f:
-                    no += 1
+                long = None if self.policy.strict else self._handle  # strict: at once
+                for no, line in bounded_lines(f, path, self.policy.line_limit(),  # noqa: B007
+                                              long):
                     if line.strip():
                         cut = deserialize_item(decode_json_line(line))
                         cuts[cut.id] = cut
+        except WenetDataError as err:
+            if err.kind != "too_long":
+                raise
+            self._handle(err)
+            return cuts, False
         except _READ_ERRORS as err:
             self._handle(WenetDataError(
                 f"unreadable after line {no}: {type(err).__name__}: {err}", path,

@@ -78,11 +78,12 @@ def _is_jsonl(path: str) -> bool:
 
 
 def _lines(path: str, policy: ReadPolicy) -> Iterator[Tuple[int, bytes]]:
+    """The lines of one text source, each within the policy's line limit (a longer one
+    is handled by the policy: raised, or skipped and counted)."""
     raw = open_input(path, policy=policy)
     stream: Any = gzip.GzipFile(fileobj=raw) if path.endswith(".gz") else raw
     try:
-        for i, line in enumerate(stream):
-            yield i + 1, line
+        yield from policy.lines(stream, path)
     except (OSError, EOFError) as err:  # a truncated or corrupt gzip member
         raise WenetDataError(f"cannot read: {err}", path, kind="io") from None
     finally:
@@ -108,6 +109,9 @@ def _parse(path: str, lineno: int, raw: bytes, jsonl: bool) -> Optional[Dict[str
         obj = json.loads(line)
     except json.JSONDecodeError as err:
         raise WenetDataError(f"invalid JSON: {err.msg}", path, lineno, kind="json") from None
+    except RecursionError:  # nesting deeper than the interpreter's stack
+        raise WenetDataError("invalid JSON: nested too deeply", path, lineno,
+                             kind="json") from None
     if not isinstance(obj, dict):
         raise WenetDataError("a JSON object is needed", path, lineno, kind="json")
     if "txt" in obj:
@@ -160,6 +164,7 @@ def read_text_source(
     stats = TextReadStats()
     items: List[TextItem] = []
     base_custom = dict(tags or {})
+    first_shape: Dict[str, str] = {}  # a file's first line's kind: txt or src/tgt
     for path in paths:
         jsonl = _is_jsonl(path)
         for lineno, raw in _lines(str(path), policy):
@@ -172,6 +177,14 @@ def read_text_source(
                 continue
             if obj is None:
                 stats.blank += 1
+                continue
+            shape = "'src'/'tgt'" if "src" in obj else "'txt'"
+            if first_shape.setdefault(str(path), shape) != shape:  # one kind per source
+                policy.handle(WenetDataError(
+                    f"a {shape} line in a source of {first_shape[str(path)]} lines (one text "
+                    "source holds one kind: split it into two sources)", path, lineno,
+                    kind="mixed"))
+                stats.bad += 1
                 continue
             custom = {**base_custom, "id": obj.get("key", f"{name}:{lineno}")}
             if "txt" in obj:

@@ -37,6 +37,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 from lhotse.utils import Pathlike
 
 from wenet_lhotse.errors import WenetDataError
+from wenet_lhotse.io.lines import bounded_lines
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ def read_symbol_table(path: Pathlike) -> Dict[str, int]:
     """
     table: Dict[str, int] = {}
     with open(path, encoding="utf-8") as fin:
-        for lineno, line in enumerate(fin, start=1):
+        for lineno, line in bounded_lines(fin, str(path)):
             arr = line.strip().split()
             if not arr:
                 continue
@@ -85,7 +86,7 @@ def read_non_lang_symbols(path: Optional[Pathlike]) -> List[str]:
         return []
     syms: List[str] = []
     with open(path, encoding="utf-8") as fin:
-        for lineno, line in enumerate(fin, start=1):
+        for lineno, line in bounded_lines(fin, str(path)):
             sym = line.strip()
             if not sym:
                 continue

@@ -15,8 +15,11 @@ and is detected by ``audio_filepath`` in its first JSON line. Each line becomes 
   without it, the whole recording, as NeMo's Lhotse adapter reads it (the header's
   duration wins over a rounded ``duration``);
 * one supervision: ``text``, ``lang``; every other field goes to ``cut.custom``;
-* the cut id is the audio file's stem, with ``-<offset ms>-<duration ms>`` for a window
-  (a repeated id is a bad line, as in a raw list).
+* the cut id is ``audio_filepath`` without its extension (``wavs/spk1/a``; an absolute
+  path, a URL or one with ``..``: the file's stem and a hash of the path, ``a-1f2e3d4c``),
+  so ``x/a.wav`` and ``y/a.wav`` are two ids (NeMo's stem alone collides), with
+  ``-<offset ms>-<duration ms>`` for a window (a repeated id is a bad line, as in a raw
+  list).
 
 A bad line (invalid JSON, a missing or ill-typed field, missing or unreadable audio, a
 window past the end) is a one-line :class:`~wenet_lhotse.errors.WenetDataError` naming
@@ -28,6 +31,7 @@ extends). Map-style loading holds the cuts in memory, as for raw lists.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import posixpath
 from typing import Any, Callable, Optional, Sequence
@@ -35,7 +39,7 @@ from typing import Any, Callable, Optional, Sequence
 from lhotse import CutSet
 
 from wenet_lhotse.errors import WenetDataError
-from wenet_lhotse.formats.checks import is_finite_number
+from wenet_lhotse.formats.checks import is_finite_number, key_problem
 from wenet_lhotse.formats.raw_list import LazyWenetRawListIterator
 from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.io.remote import is_remote
@@ -89,10 +93,23 @@ class LazyNeMoManifest(LazyWenetRawListIterator):
 
     @staticmethod
     def _key(audio: str, obj: dict) -> str:
-        stem = os.path.splitext(posixpath.basename(audio.rstrip("/")))[0]
+        stem = _audio_id(audio)
         if obj.get("offset") is None:
             return stem
         return f"{stem}-{round(obj['offset'] * 1000)}-{round(obj['duration'] * 1000)}"
+
+
+def _audio_id(audio: str) -> str:
+    """The id part an ``audio_filepath`` gives: the path as written without its extension
+    when it is a safe relative key (``wavs/spk1/a.wav`` -> ``wavs/spk1/a``), else the
+    file's stem and a hash of the whole path (``a-1f2e3d4c``): ids unique by construction,
+    where the stem alone made ``x/a.wav`` and ``y/a.wav`` collide."""
+    base, _ = posixpath.splitext(audio.rstrip("/"))
+    if "://" not in audio and key_problem(base) is None:
+        return base
+    stem = os.path.splitext(posixpath.basename(audio.rstrip("/")))[0]
+    digest = hashlib.blake2b(audio.encode("utf-8", "surrogatepass"), digest_size=4).hexdigest()
+    return f"{stem}-{digest}"
 
 
 class NeMoKind(InputKind):

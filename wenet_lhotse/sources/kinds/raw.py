@@ -15,11 +15,17 @@ from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
 from lhotse import CutSet
 from lhotse.utils import Pathlike
 
+from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.formats.raw_list import read_raw_list
+from wenet_lhotse.io.lines import bounded_lines
 from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.sources.kinds.base import InputKind, PositionedReaders
 from wenet_lhotse.sources.kinds.sniff import MAYBE, NO, SURE, FirstLine
 from wenet_lhotse.sources.units import DEFAULT_UNIT_CUTS, UnitCut, WorkUnit, slices
+
+
+def _ignore(err: WenetDataError) -> None:
+    """A line too long to hold names no key (the reader reported it)."""
 
 
 class _LineFinder:
@@ -33,7 +39,7 @@ class _LineFinder:
         if self._index is None:
             self._index = {}
             with open(self.path, encoding="utf-8", errors="replace") as f:
-                for no, line in enumerate(f, 1):
+                for no, line in bounded_lines(f, self.path, on_too_long=_ignore):
                     try:
                         k = json.loads(line).get("key")
                     except (json.JSONDecodeError, AttributeError, RecursionError):

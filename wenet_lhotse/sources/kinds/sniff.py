@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from wenet_lhotse.errors import WenetDataError
+from wenet_lhotse.io.lines import bounded_lines
 from wenet_lhotse.io.remote import open_remote
 
 #: ``InputKind.sniff`` answers: certainly mine, possibly mine (a fallback), not mine.
@@ -75,7 +76,7 @@ def local_first_line(path: Path) -> FirstLine:
     opener = gzip.open if gz else open
     try:
         with opener(path, "rt", encoding="utf-8", errors="replace") as f:
-            for no, line in enumerate(f, 1):
+            for no, line in bounded_lines(f, str(path)):  # a too long line: one error
                 line = line.lstrip("\ufeff").strip()  # a UTF-8 BOM is not whitespace
                 if line:
                     return FirstLine(line, gz, str(path), no)
@@ -97,8 +98,9 @@ def remote_first_line(url: str) -> FirstLine:
         gz = f.peek(2)[:2] == b"\x1f\x8b"
         stream = gzip.GzipFile(fileobj=f) if gz else f
         try:
-            line = next((ln for ln in (x.lstrip(codecs.BOM_UTF8).strip() for x in stream)
-                         if ln), b"").decode("utf-8", "replace")
+            line = next((ln for ln in (x.lstrip(codecs.BOM_UTF8).strip()
+                                       for _, x in bounded_lines(stream, url)) if ln),
+                        b"").decode("utf-8", "replace")
         except (OSError, EOFError) as err:
             raise WenetDataError(f"cannot read: {err}", url, kind="io") from None
     return FirstLine(line, gz, url)
