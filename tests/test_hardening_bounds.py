@@ -169,7 +169,7 @@ def test_manifest_positions_hold_past_a_long_line(tmp_path, corpus, monkeypatch)
                     + "\n", encoding="utf-8")
     monkeypatch.setenv("WENET_LHOTSE_MAX_LINE_BYTES", "4096")
     report = SkipReport()
-    got = list(LazyCheckedManifest([path], strict=False, skip_report=report))
+    got = list(LazyCheckedManifest([path], policy=ReadPolicy(strict=False, skip_report=report)))
     assert [c.id for c in got] == [c.id for c in cuts]
     assert [(s.line, s.kind) for s in report.items] == [(2, "too_long")]
     from wenet_lhotse.sources.positioned import JsonlReader
@@ -329,7 +329,7 @@ def test_a_tar_edited_in_place_is_never_read_as_other_bytes(indexed, keep_mtime)
     tar = ix.tars[int(ix.cols["tar"][row])]["url"]
     _edit_member_in_place(ix, row, tar, keep_mtime)
     # training: the start-up check sees the same size and ends...
-    parts = open_shard_index([indexed["list"]], "auto", strict=True)
+    parts = open_shard_index([indexed["list"]], "auto", policy=ReadPolicy(strict=True))
     cut = IndexReader(parts, light=False).build_cut(0, row)
     c = cut.custom
     got = read_members(c["shard_tar"], [(c["shard_member"], c["shard_offset"],
@@ -386,7 +386,7 @@ def test_a_damaged_index_is_named_and_rebuilt_by_a_plain_rerun(indexed, how):
 
     _damage(how, indexed["index"])
     with pytest.raises(WenetDataError) as e:
-        open_shard_index([indexed["list"]], "auto", strict=False)  # not a skip: an error
+        open_shard_index([indexed["list"]], "auto", policy=ReadPolicy(strict=False))  # not a skip: an error
     msg = str(e.value)
     assert msg.startswith(f"{indexed['index']}: damaged shard index") and "\n" not in msg
     assert "wenet-lhotse index" in msg
