@@ -48,7 +48,8 @@ def mixes_by_batch(specs: List[SourceSpec], mix_by: str) -> bool:
 def _speech_sampler(plan: Any, spec: SourceSpec, transform: Any, seed: int, depth: int,
                     map_reader: Callable[..., Any]) -> ResumableBucketingSampler:
     cfg, lconf = plan.cfg, plan.cfg.lhotse
-    reader = map_reader(spec, cfg, seed, plan.policy, light=True)
+    with plan.reading_once():  # a source held in memory is read here, once
+        reader = map_reader(spec, cfg, seed, plan.policy, light=True)
     mux = ResumableMux([PositionedStream(reader, transform)], [1.0], seed=seed)
     mux.start(0)
     lengths = split_lengths(cfg, "train", seed)
@@ -69,9 +70,10 @@ def _text_sampler(plan: Any, spec: SourceSpec, tokenizer: Any, seed: int) -> Tex
     if lconf.max_tokens_in_batch is None:
         raise ValueError(f"source {spec.name} is a text source: set "
                          "lhotse_conf.max_tokens_in_batch (padded tokens per text batch)")
-    items, stats = read_text_source(spec.paths, tokenizer, name=spec.name or "text",
-                                    filter_conf=cfg.dataset_conf.get("filter_conf") or {},
-                                    tags=spec.tags, policy=plan.policy)
+    with plan.reading_once():
+        items, stats = read_text_source(spec.paths, tokenizer, name=spec.name or "text",
+                                        filter_conf=cfg.dataset_conf.get("filter_conf") or {},
+                                        tags=spec.tags, policy=plan.policy)
     sampler = TextBatchSampler(items, max_tokens=lconf.max_tokens_in_batch,
                                num_buckets=lconf.num_buckets, shuffle=cfg.shuffle,
                                world_size=plan.world_size, rank=plan.rank, seed=seed)
