@@ -127,6 +127,8 @@ def main(argv: Sequence[str] = ()) -> Dict[str, tuple]:
     ap.add_argument("--world-size", type=int, default=1)
     ap.add_argument("--workers", type=int, default=0)
     ap.add_argument("--no-wenet", action="store_true", help="leave WeNet's row out")
+    ap.add_argument("--modes", default="", help="comma-separated row names to run "
+                    "(default: all), e.g. 'map raw list,indexed shards'")
     args = ap.parse_args(list(argv) or None)
 
     from wenet_lhotse.text import CharTokenizer
@@ -147,7 +149,10 @@ def main(argv: Sequence[str] = ()) -> Dict[str, tuple]:
         results: Dict[str, tuple] = {}
         print(f"{args.num_utts} utterances, static batches of {args.batch_size}, "
               f"{args.world_size} rank(s), {args.workers} worker(s), {args.epochs} epochs")
+        wanted = [m for m in args.modes.split(",") if m]
         for name, (src, c) in runs.items():
+            if wanted and name not in wanted:
+                continue
             per_rank = ours(src, c, tok, args.epochs, args.world_size, args.workers)
             results[name] = _report(name, per_rank)
         if not args.no_wenet:

@@ -38,7 +38,7 @@ from wenet_lhotse.loader.map_items import (  # noqa: F401  (public here before)
     PlannedSampler,
 )
 from wenet_lhotse.loader.sampler import ResumableBucketingSampler
-from wenet_lhotse.loader.state_check import check_loader_state
+from wenet_lhotse.loader.state_check import StateError, check_loader_state
 from wenet_lhotse.loader.streamed import (
     SKIP_TURN,
     LeftOver,
@@ -283,6 +283,14 @@ class MapDataLoader(LhotseDataLoader):
         self._restored = {"epoch": sampler.epoch, "consumed": self.consumed}
 
 
+def streamed_elastic_refusal(saved: int, now: int) -> str:
+    """Why a streamed epoch does not resume on another number of ranks, and the fix."""
+    return (f"saved mid-epoch on {saved} ranks, this run has {now}: streamed tar shards "
+            f"resume only on the same number of ranks (each rank's tars depend on it); "
+            f"index the shards (wenet-lhotse index LIST) for an elastic resume, or resume "
+            f"from an epoch checkpoint")
+
+
 class StreamedDataLoader(LhotseDataLoader):
     """Streamed loading over a :class:`~.streamed.StreamedEpochDataset`; with
     ``equal_steps_group`` (DDP) or ``max_steps`` every rank stops at the same step."""
@@ -372,8 +380,7 @@ class StreamedDataLoader(LhotseDataLoader):
         check_loader_state(sd, "streamed", self.num_workers)
         ws = self._world()[0]
         if int(sd.get("world_size", ws)) != ws and (sd.get("per_worker") or {}):
-            raise ValueError(f"state saved on {sd['world_size']} ranks; this run has {ws}: "
-                             "a streamed epoch resumes on the same number of ranks")
+            raise StateError("world_size", streamed_elastic_refusal(int(sd["world_size"]), ws))
         per_worker = {int(k): int(v) for k, v in (sd.get("per_worker") or {}).items()}
         last = int(sd.get("last_worker", -1))
         offset = (last + 1) % max(self.num_workers, 1) if last >= 0 else 0

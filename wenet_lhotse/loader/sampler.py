@@ -59,6 +59,7 @@ from lhotse.dataset.sampling.dynamic_bucketing import (
 )
 from lhotse.lazy import Dillable
 
+from wenet_lhotse.loader.bins import epoch_bins
 from wenet_lhotse.loader.bucketing import undo_bucket_ops
 from wenet_lhotse.loader.buffer_state import PositionedBucketer, pack_lines
 from wenet_lhotse.loader.distributed import plan_last_two_rounds, plan_partition
@@ -96,7 +97,10 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
     * ``state_dict(consumed)`` / ``load_state_dict`` restore from a snapshot of
       the bucket buffer (cost: re-reading the buffered cuts' metadata) instead
       of replaying the epoch;
-    * ``duration_bins`` are required (computed from metadata by the builder);
+    * ``duration_bins`` are required (computed from metadata by the builder); each epoch
+      moves them a little when shuffling (:func:`~.bins.epoch_bins`) and draws its own
+      sequence of buckets (Lhotse's bucket RNG restarts from the same seed every epoch), so that
+      batches vary between epochs also when the buffer holds the whole corpus;
     * under DDP no cut is ever duplicated (Lhotse copies cuts as ``<id>_dupN`` when
       the last round has fewer cuts than ranks): every rank iterates the same batches
       and takes every ``world_size``-th; a last round with fewer batches than ranks
@@ -127,6 +131,7 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
         if constraint is not None and hasattr(constraint, "use_bins"):
             constraint.use_bins(self.duration_bins)
         self.mux = mux
+        self._bins = list(self.duration_bins)  # this epoch's (see _constraint_epoch)
         self.snapshot_depth = snapshot_depth
         self._bucketer: Optional[PositionedBucketer] = None
         self._started = False
@@ -143,13 +148,17 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
         self._explicit_epoch = True
 
     def _constraint_epoch(self) -> None:
+        self._bins = (epoch_bins(self.duration_bins, resolve_seed(self.seed), self.epoch)
+                      if self.shuffle else list(self.duration_bins))
         if self.constraint is not None and hasattr(self.constraint, "set_epoch"):
             self.constraint.set_epoch(self.epoch)
+        if self.constraint is not None and hasattr(self.constraint, "use_bins"):
+            self.constraint.use_bins(self._bins)
 
     def _new_bucketer(self, sel_state: Optional[Dict] = None) -> PositionedBucketer:
         bucket_rng = None
-        if self.sync_buckets:
-            seed = 1234
+        if self.sync_buckets:  # the same on every rank; a new sequence each epoch
+            seed = 1234 + 7919 * self.epoch
             info = torch.utils.data.get_worker_info()
             if info is not None:
                 seed += info.id
@@ -163,7 +172,7 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
             # Lhotse's buffer-size heuristic (a mean over the bins) is noise here.
             warnings.simplefilter("ignore")
             return PositionedBucketer(
-                self.mux, state, duration_bins=self.duration_bins,
+                self.mux, state, duration_bins=self._bins,
                 world_size=self.world_size, max_duration=self.max_duration,
                 max_cuts=self.max_cuts, constraint=self.constraint, drop_last=False,
                 buffer_size=self.buffer_size, quadratic_duration=self.quadratic_duration,
