@@ -208,7 +208,7 @@ def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
         sampler = ResumableBucketingSampler(
             mux, duration_bins=bins, constraint=constraint, shuffle=cfg.shuffle,
             buffer_size=cfg.buffer_size, world_size=ws, rank=rk, seed=seed,
-            snapshot_depth=depth)
+            snapshot_depth=depth, wenet_workers=max(num_workers, 1))  # WeNet's step count
         loader_sampler = EpochTaggedSampler(sampler)
     else:
         for spec in specs:  # a wrong path fails now, not when the first cv pass starts
