@@ -150,3 +150,25 @@ def test_wenet_static_steps_split_lines_over_ranks_and_workers():
 
     for n, ws, nw, b in [(96, 1, 3, 10), (218, 2, 2, 4), (100, 3, 2, 8), (7, 2, 2, 4)]:
         assert wenet_static_steps(n, ws, nw, b) == max(brute(n, ws, nw, b, r) for r in range(ws))
+
+
+def test_workers_step_count_resumes_exactly_in_the_split_tail(setup):
+    """A state saved in the epoch's tail (where batches were split to WeNet's count)
+    continues with exactly the batches of the uninterrupted run."""
+    conf = {**setup["base"], "batch_conf": {"batch_type": "static", "batch_size": 10}}
+
+    def make():
+        return build_dataloader(str(setup["corpus"].data_list), setup["tok"], conf, "train",
+                                seed=3, dataset=Keys(), num_workers=3)[1]
+
+    full = list(make())
+    assert len(full) == 12
+    for at in (8, 10, 11):
+        loader = make()
+        it = iter(loader)
+        first = [next(it) for _ in range(at)]
+        state = loader.state_dict()
+        del it
+        again = make()
+        again.load_state_dict(state)
+        assert first + list(again) == full, at

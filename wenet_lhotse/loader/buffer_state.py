@@ -57,8 +57,11 @@ class PositionedBucketer(SteppedBucketer):
         size = self.constraint.batch_size
         steps = wenet_static_steps(self.read, world_size, workers, size)
         batches = world_size * (steps - rounds)
-        if (self.remaining() < batches or len(self.merged)
-                + ceil(sum(b.qsize() for b in self.buckets) / size) >= batches):
+        natural = len(self.merged) + ceil(sum(b.qsize() for b in self.buckets) / size)
+        # the shortfall stays the same each round: split only near the end (few batches
+        # held as merged, each copied into every snapshot)
+        if (self.remaining() < batches or natural >= batches
+                or natural > world_size * (workers + 1)):
             return
         rest = list(self.merged)
         self.merged.clear()
