@@ -386,7 +386,8 @@ def test_a_damaged_index_is_named_and_rebuilt_by_a_plain_rerun(indexed, how):
 
     _damage(how, indexed["index"])
     with pytest.raises(WenetDataError) as e:
-        open_shard_index([indexed["list"]], "auto", policy=ReadPolicy(strict=False))  # not a skip: an error
+        # not a skip: an error
+        open_shard_index([indexed["list"]], "auto", policy=ReadPolicy(strict=False))
     msg = str(e.value)
     assert msg.startswith(f"{indexed['index']}: damaged shard index") and "\n" not in msg
     assert "wenet-lhotse index" in msg

@@ -247,3 +247,24 @@ def test_nested_groups_temperature_equals_formula(mix):
     assert effective_weights(sources, [0.0, 1.0]) == pytest.approx([0.45, 0.05, 0.5])
     with pytest.raises(ValueError, match="nest 2 level"):
         effective_weights(sources, [1.0])
+
+
+def test_mix_by_batch_samples_an_indexed_shard_list_through_its_index(tmp_path, caplog):
+    """A shard list with its index, mixed by batch: sampled through the index (audio read
+    by offset for emitted batches), not loaded into memory; every utterance once."""
+    from wenet_lhotse.convert.index import index_input
+    from wenet_lhotse.corpus import generate_corpus
+
+    c = generate_corpus(tmp_path / "c", num_utterances=12, max_duration=1.0, shard_size=4,
+                        seed=3)
+    m = generate_corpus(tmp_path / "m", num_utterances=5, max_duration=1.0, seed=4,
+                        prefix="m-")
+    index_input(str(c.shards_list))
+    conf = {"batch_conf": {"batch_type": "static", "batch_size": 3},
+            "fbank_conf": {"num_mel_bins": 20}, "lhotse_conf": {"mix_by": "batch"}}
+    with caplog.at_level("WARNING"):
+        _, loader = build_dataloader([str(c.shards_list), str(m.data_list)],
+                                     CharTokenizer(c.units), conf, "train", seed=2)
+        keys = [k for b in loader for k in b["keys"]]
+    assert sorted(keys) == sorted(c.keys + m.keys)
+    assert not any("loaded into memory" in r.getMessage() for r in caplog.records)

@@ -116,3 +116,59 @@ def test_bucket_sizes_are_wenets(setup):
     assert all(b["feats"].shape[0] <= limit(b["feats"].shape[1]) for b in ours)
     assert sum(b["feats"].shape[0] for b in ours) == N
     assert len(ours) <= len(wenet)  # remainders merged, never more steps than WeNet
+
+
+@pytest.mark.parametrize("workers,batch_size", [(2, 10), (3, 10)])
+def test_static_steps_equal_wenets_with_dataloader_workers(setup, workers, batch_size):
+    """WeNet's DataLoader splits the lines over its workers and each batches its own
+    share (a partial batch per worker): with 96 utterances, batches of 10 and 3 workers
+    it takes 3 x ceil(32 / 10) = 12 steps, not ceil(96 / 10) = 10. The same DataLoader
+    worker count gives ours the same count, every epoch, every utterance once."""
+    import torch
+
+    conf = {**setup["base"], "batch_conf": {"batch_type": "static", "batch_size": batch_size}}
+    ds = setup["dataset"].Dataset("raw", str(setup["corpus"].data_list), setup["wenet_tok"],
+                                  conf, partition=True)
+    wenet = sum(1 for _ in torch.utils.data.DataLoader(ds, batch_size=None,
+                                                       num_workers=workers))
+    assert wenet == workers * math.ceil(N / workers / batch_size)
+    _, loader = build_dataloader(str(setup["corpus"].data_list), setup["tok"], conf, "train",
+                                 seed=3, dataset=Keys(), num_workers=workers)
+    for _ in range(2):
+        epoch = list(loader)
+        assert len(epoch) == wenet
+        assert sorted(k for b in epoch for k in b) == sorted(setup["corpus"].keys)
+        assert max(len(b) for b in epoch) == batch_size
+
+
+def test_wenet_static_steps_split_lines_over_ranks_and_workers():
+    from wenet_lhotse.loader.distributed import wenet_static_steps
+
+    def brute(n, ws, nw, b, rank):  # line i goes to instance i % (ws * nw)
+        inst = [sum(1 for i in range(n) if i % (ws * nw) == rank * nw + w) for w in range(nw)]
+        return sum(math.ceil(k / b) for k in inst)
+
+    for n, ws, nw, b in [(96, 1, 3, 10), (218, 2, 2, 4), (100, 3, 2, 8), (7, 2, 2, 4)]:
+        assert wenet_static_steps(n, ws, nw, b) == max(brute(n, ws, nw, b, r) for r in range(ws))
+
+
+def test_workers_step_count_resumes_exactly_in_the_split_tail(setup):
+    """A state saved in the epoch's tail (where batches were split to WeNet's count)
+    continues with exactly the batches of the uninterrupted run."""
+    conf = {**setup["base"], "batch_conf": {"batch_type": "static", "batch_size": 10}}
+
+    def make():
+        return build_dataloader(str(setup["corpus"].data_list), setup["tok"], conf, "train",
+                                seed=3, dataset=Keys(), num_workers=3)[1]
+
+    full = list(make())
+    assert len(full) == 12
+    for at in (8, 10, 11):
+        loader = make()
+        it = iter(loader)
+        first = [next(it) for _ in range(at)]
+        state = loader.state_dict()
+        del it
+        again = make()
+        again.load_state_dict(state)
+        assert first + list(again) == full, at

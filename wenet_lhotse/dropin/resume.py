@@ -17,8 +17,11 @@ from its start (a step checkpoint's batches are trained again). Under
 Map-style loading (raw lists, cuts, Shar) resumes on any number of ranks (the state is
 the same on every rank; rank 0's is used when the world size changed: see
 :meth:`~wenet_lhotse.loader.sampler.ResumableBucketingSampler.load_state_dict`) and
-DataLoader workers. Streamed tar shards resume on the same number of ranks and workers;
-otherwise one WARNING and WeNet's replay. ``dataset_conf.lhotse_conf.resume_loader:
+DataLoader workers. Streamed tar shards resume on the same number of workers (otherwise
+one WARNING and WeNet's replay) and ranks: a streamed epoch saved mid-way on another number
+of ranks stops with one error line naming the fix (``wenet-lhotse index`` the shards, which
+makes the resume elastic, or resume from an epoch checkpoint), as a replay would train some
+utterances never and others several times. ``dataset_conf.lhotse_conf.resume_loader:
 false`` keeps WeNet's replay (no state written or read).
 """
 
@@ -73,8 +76,11 @@ def restore_loader_state(loader: Any, checkpoint: Optional[str]) -> bool:
         return False
     ws, rank = world_info()
     path = loader_state_path(checkpoint, rank)
-    if getattr(loader, "mode", "") == "map" and not path.exists():
-        path = loader_state_path(checkpoint, 0)  # elastic: every rank's state is the same
+    if not path.exists() and loader_state_path(checkpoint, 0).exists():
+        # elastic: a map-style state is the same on every rank; a streamed one is refused
+        path = loader_state_path(checkpoint, 0)
+    if getattr(loader, "mode", "") == "streamed" and path.exists():
+        _refuse_streamed_elastic(torch.load(path, weights_only=False), path, ws)
     if not path.exists():
         logger.warning("no loader state %s beside the checkpoint: the epoch replays from "
                        "its start (WeNet's behaviour)", path)
@@ -87,6 +93,18 @@ def restore_loader_state(loader: Any, checkpoint: Optional[str]) -> bool:
         return False
     logger.info("train loader resumed from %s (rank %d of %d)", path, rank, ws)
     return True
+
+
+def _refuse_streamed_elastic(sd: Any, path: Path, ws: int) -> None:
+    """A streamed epoch saved mid-way on another number of ranks: one error line with the
+    fix (replaying it would train some utterances never and others several times)."""
+    from wenet_lhotse.errors import WenetDataError
+    from wenet_lhotse.loader.dataloader import streamed_elastic_refusal
+
+    saved = int(sd.get("world_size", ws)) if isinstance(sd, dict) else ws
+    if saved != ws and (sd.get("per_worker") or {}):
+        raise WenetDataError(f"cannot resume the loader: {streamed_elastic_refusal(saved, ws)}",
+                             str(path), kind="resume")
 
 
 def _wrap_factory(factory: Callable[..., Any]) -> Callable[..., Any]:

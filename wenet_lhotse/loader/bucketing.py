@@ -44,6 +44,8 @@ from lhotse.dataset.sampling.dynamic_bucketing import (
     pick_at_random,
 )
 
+from wenet_lhotse.loader.bins import epoch_bins
+
 
 def chunk_sorted(cuts: List[Cut], constraint: SamplingConstraint) -> List[List[Cut]]:
     """Cut ``cuts`` (in the given order) into consecutive batches, each as large as the
@@ -246,21 +248,26 @@ class BucketingSampler(DynamicBucketingSampler):
         self.rng = random.Random(resolve_seed(self.seed) + self.epoch)
         bucket_rng = None
         if self.sync_buckets:  # as Lhotse: same bucket sequence on every rank, per worker
+            # (and, unlike Lhotse's, a new sequence each epoch)
             info = torch.utils.data.get_worker_info()
-            bucket_rng = random.Random(1234 + (info.id if info is not None else 0))
+            bucket_rng = random.Random(1234 + 7919 * self.epoch
+                                       + (info.id if info is not None else 0))
         self.diagnostics.reset_current_epoch()
         if hasattr(self.constraint, "set_epoch"):
             self.constraint.set_epoch(self.epoch)
         source = self._source()  # may set duration_bins (see WarmStartSampler)
+        # shuffled: edges moved each epoch, so that batches vary (see bins.epoch_bins)
+        bins = (epoch_bins(self.duration_bins, resolve_seed(self.seed), self.epoch)
+                if self.shuffle else list(self.duration_bins))
         if hasattr(self.constraint, "use_bins"):  # ours: bound batches by these edges
-            self.constraint.use_bins(self.duration_bins)
+            self.constraint.use_bins(bins)
         state = BucketSelectionState(bucket_rng=bucket_rng,
                                      num_buckets=len(self.duration_bins) + 1,
                                      world_size=self.world_size)
         cuts = iter(Filter(iterator=source, predicate=self._filter_fn,
                            diagnostics=self.diagnostics))
         self._bucketer = self.bucketer_class(
-            cuts, state, duration_bins=list(self.duration_bins), world_size=self.world_size,
+            cuts, state, duration_bins=bins, world_size=self.world_size,
             max_duration=self.max_duration, max_cuts=self.max_cuts, constraint=self.constraint,
             buffer_size=self.buffer_size, quadratic_duration=self.quadratic_duration,
             shuffle=self.shuffle, rng=self.rng, bucket_rng=bucket_rng,

@@ -14,12 +14,15 @@ from __future__ import annotations
 import base64
 import json
 import zlib
+from math import ceil
 from typing import Any, Dict, List, Optional, Tuple
 
 from lhotse.cut import Cut
 from lhotse.dataset.sampling.dynamic_bucketing import BucketSelectionState
 
 from wenet_lhotse.loader.bucketing import SteppedBucketer
+from wenet_lhotse.loader.constraints import StaticBatchConstraint
+from wenet_lhotse.loader.distributed import wenet_static_steps
 from wenet_lhotse.loader.mux import ResumableMux
 
 
@@ -35,11 +38,44 @@ class PositionedBucketer(SteppedBucketer):
         self.loc: Dict[int, Tuple[Cut, int, int]] = {}
         self.emitted: List[int] = []  # id() of cuts handed out since the last snapshot
         self.journal = []  # bucket changes since the last snapshot
+        self.read = 0  # cuts read from the mux this epoch (restored from the state)
 
     def _next_cut(self) -> Cut:
         cut = next(self.cuts_iter)
         self.loc[id(cut)] = (cut, *self.mux.last)
+        self.read += 1
         return cut
+
+    def plan_wenet_tail(self, world_size: int, workers: int, rounds: int) -> None:
+        """Static batches, once the input is exhausted (``rounds`` of ``world_size``
+        batches emitted): split what is left into as many batches as WeNet's loader with
+        ``workers`` DataLoader workers per rank takes steps over the cuts read
+        (:func:`~.distributed.wenet_static_steps`: each of its workers ends with a partial
+        batch), halving the largest; nothing when it already makes that many."""
+        if not self.source_exhausted or not isinstance(self.constraint, StaticBatchConstraint):
+            return
+        size = self.constraint.batch_size
+        steps = wenet_static_steps(self.read, world_size, workers, size)
+        batches = world_size * (steps - rounds)
+        natural = len(self.merged) + ceil(sum(b.qsize() for b in self.buckets) / size)
+        # the shortfall stays the same each round: split only near the end (few batches
+        # held as merged, each copied into every snapshot)
+        if (self.remaining() < batches or natural >= batches
+                or natural > world_size * (workers + 1)):
+            return
+        rest = list(self.merged)
+        self.merged.clear()
+        while True:
+            try:
+                rest.append(self.draw())
+            except StopIteration:
+                break
+        while len(rest) < batches:
+            i = max(range(len(rest)), key=lambda j: len(rest[j]))
+            rest[i:i + 1] = [rest[i][:len(rest[i]) // 2], rest[i][len(rest[i]) // 2:]]
+        held = {id(c) for b in rest for c in b}  # drawn, not emitted: held as merged batches
+        self.emitted = [i for i in self.emitted if i not in held]
+        self.merged.extend(rest)
 
     def _emitted(self, batch: List[Cut]) -> None:
         self.emitted.extend(id(c) for c in batch)
@@ -49,13 +85,13 @@ class PositionedBucketer(SteppedBucketer):
         are rebuilt from the current ones by undoing the changes of later snapshots;
         copying the 20,000-cut buffer at every batch was a large part of the sampler's
         time), merged batches (references), RNG states, mux state, the constraint's
-        shared record, whether the input is exhausted."""
+        shared record, whether the input is exhausted, cuts read."""
         shared = getattr(self.constraint, "shared_state", None)
         ops, self.journal = self.journal, []
         return (ops,
                 tuple(tuple(b) for b in self.merged), self.rng.getstate(),
                 self.sel_state.save(), self.mux.state(), shared() if shared else None,
-                self.source_exhausted)
+                self.source_exhausted, self.read)
 
 
 def pack_lines(values: List[Any]) -> str:

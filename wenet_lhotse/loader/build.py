@@ -60,6 +60,7 @@ from wenet_lhotse.loader.constraints import batch_constraint
 from wenet_lhotse.loader.dataloader import LhotseDataLoader, MapDataLoader, StreamedDataLoader
 from wenet_lhotse.loader.distributed import gloo_group, plan_partition, world_info
 from wenet_lhotse.loader.in_order import in_order_batcher, plan_in_order, wants_in_order
+from wenet_lhotse.loader.ledger import ReadOnce
 from wenet_lhotse.loader.map_items import EpochTaggedSampler, LoaderDataset, PlannedSampler
 from wenet_lhotse.loader.mixed import build_mixed_loader, mixes_by_batch
 from wenet_lhotse.loader.mux import PositionedStream, ResumableMux
@@ -119,6 +120,13 @@ class LoaderPlan:
     #: source number -> its shard index parts
     #: (:func:`~wenet_lhotse.sources.indexed_shards.open_shard_index`)
     indexes: Dict[int, Any] = field(default_factory=dict)
+    #: the skips of metadata read once (re-counted each later epoch; see :mod:`.ledger`)
+    read_once: Optional[ReadOnce] = None
+
+    def reading_once(self) -> Any:
+        """Context: what is read within is read once and reused every epoch."""
+        assert self.read_once is not None
+        return self.read_once.reading()
 
     @property
     def skip_report(self) -> SkipReport:
@@ -144,10 +152,11 @@ def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
 
     def mux_and_constraint() -> Tuple[ResumableMux, List[float], Any]:
         # train: the sampler holds metadata and builds only its rank's emitted cuts
-        streams = [PositionedStream(map_reader(s, cfg, seed, plan.policy,
-                                                light=cfg.rules.training,
-                                                index=plan.indexes.get(i)), tf)
-                   for i, (s, tf) in enumerate(zip(specs, transforms))]
+        with plan.reading_once():  # a source held in memory is read here, once
+            streams = [PositionedStream(map_reader(s, cfg, seed, plan.policy,
+                                                    light=cfg.rules.training,
+                                                    index=plan.indexes.get(i)), tf)
+                       for i, (s, tf) in enumerate(zip(specs, transforms))]
         mux = ResumableMux(streams, plan.weights, seed=seed, stop_early=lconf.mux_stop_early)
         mux.start(0)
         lengths = split_lengths(cfg, split, seed)
@@ -164,9 +173,9 @@ def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
         return mux, bins, constraint
 
     def planned() -> List[CutSet]:
-        mux, bins, constraint = mux_and_constraint()
-        mux.start(0)
-        with warnings.catch_warnings():
+        with plan.reading_once(), warnings.catch_warnings():
+            mux, bins, constraint = mux_and_constraint()
+            mux.start(0)
             warnings.simplefilter("ignore")  # an eager CutSet is fine for a one-off plan
             batches = list(BucketingSampler(
                 CutSet.from_cuts(list(mux)), constraint=constraint, duration_bins=bins,
@@ -181,11 +190,12 @@ def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
                               cfg.list_shuffle, cfg.batching.by)
     if in_order:  # WeNet's deterministic order: its batches, planned once per rank
         def in_order_plan() -> List[CutSet]:
-            reader = map_reader(specs[0], cfg, seed, plan.policy,
-                                 index=plan.indexes.get(0))
-            cuts, _ = PositionedStream(reader).open(0)
-            return plan_in_order(cuts, plan.transforms[0], in_order_batcher(cfg, seed),
-                                 ws, rk, num_workers)
+            with plan.reading_once():
+                reader = map_reader(specs[0], cfg, seed, plan.policy,
+                                     index=plan.indexes.get(0))
+                cuts, _ = PositionedStream(reader).open(0)
+                return plan_in_order(cuts, plan.transforms[0], in_order_batcher(cfg, seed),
+                                     ws, rk, num_workers)
 
         logger.info("train batches: %s, in list order (shuffle, sort and list_shuffle "
                     "off), split across ranks and workers as WeNet's",
@@ -198,7 +208,7 @@ def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
         sampler = ResumableBucketingSampler(
             mux, duration_bins=bins, constraint=constraint, shuffle=cfg.shuffle,
             buffer_size=cfg.buffer_size, world_size=ws, rank=rk, seed=seed,
-            snapshot_depth=depth)
+            snapshot_depth=depth, wenet_workers=max(num_workers, 1))  # WeNet's step count
         loader_sampler = EpochTaggedSampler(sampler)
     else:
         for spec in specs:  # a wrong path fails now, not when the first cv pass starts
@@ -349,8 +359,10 @@ def build_dataloader(
     transforms = [CutTransform(tokenizer if filters is not None else None, filters, s.tags)
                   for s in specs]
 
+    read_once = ReadOnce(skip_report)
     loader_kw: Dict[str, Any] = {"num_workers": num_workers, "pin_memory": pin_memory,
-                                 "batch_transform": transform, "split": split}
+                                 "batch_transform": transform, "split": split,
+                                 "world": (ws, rk), "read_once": read_once}
     if num_workers > 0:
         loader_kw["persistent_workers"] = persistent_workers
         if prefetch_factor is not None:
@@ -358,10 +370,11 @@ def build_dataloader(
         from lhotse.dataset.dataloading import make_worker_init_fn
 
         loader_kw["worker_init_fn"] = make_worker_init_fn(rank=rk, world_size=ws, seed=seed)
-    indexes = (shard_indexes(specs, lconf, split=split, policy=policy)
-               if lconf.mode != "streamed" else {})
+    with read_once.reading():  # start-up checks: a tar left out is left out every epoch
+        indexes = (shard_indexes(specs, lconf, split=split, policy=policy)
+                   if lconf.mode != "streamed" else {})
     plan = LoaderPlan(specs, transforms, cfg, split, seed, ws, rk, policy,
-                      num_workers, prefetch_factor, loader_kw, indexes)
+                      num_workers, prefetch_factor, loader_kw, indexes, read_once)
     # (issue 22) text / speech-only sources or mix_by: batch -> one sampler per source
     if mixes_by_batch(specs, lconf.mix_by):
         return dataset, build_mixed_loader(plan, dataset, tokenizer, map_reader)

@@ -31,9 +31,9 @@ from wenet_lhotse.errors import (
     take_skips,
 )
 from wenet_lhotse.loader.distributed import EqualStepsIterator, world_info
-from wenet_lhotse.loader.ledger import BatchCounts, EpochLedger, log_ledger
+from wenet_lhotse.loader.ledger import BatchCounts, EpochLedger, ReadOnce, log_ledger
 from wenet_lhotse.loader.sampler import ResumableBucketingSampler
-from wenet_lhotse.loader.state_check import check_loader_state
+from wenet_lhotse.loader.state_check import StateError, check_loader_state
 from wenet_lhotse.loader.streamed import (
     SKIP_TURN,
     LeftOver,
@@ -58,7 +58,8 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
                  batch_transform: Optional[Callable[[Any], Any]] = None,
                  shared_ring: bool = True, split: str = "train",
                  local_transforms: Sequence[Any] = (), partitioned: bool = True,
-                 **kw: Any) -> None:
+                 world: Optional[Tuple[int, int]] = None,
+                 read_once: Optional[ReadOnce] = None, **kw: Any) -> None:
         super().__init__(dataset, batch_size=None, **kw)
         #: batches from the workers travel through reused shared memory (see
         #: :mod:`~.transport`; persistent workers started with fork only)
@@ -93,6 +94,14 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
         #: whole on every rank)
         self.partitioned = partitioned
         self.split = split
+        #: ``(world_size, rank)`` the builder was given (default: torch.distributed's)
+        self.world = world
+        #: skips of metadata read once: counted again at the start of each later epoch
+        self.read_once = read_once if read_once is not None else ReadOnce(self.skip_report)
+        self._iterations = 0  # iter() calls: epochs started (or resumed)
+
+    def _world(self) -> Tuple[int, int]:
+        return self.world if self.world is not None else world_info()
 
     def _ring_possible(self) -> bool:
         if self.num_workers <= 0 or not self.persistent_workers:
@@ -107,16 +116,23 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
 
     def __iter__(self) -> Iterator[Any]:
         self._filtered_at_start = self._local_filtered()  # (before the sampler reads)
+        # Skips are counted from here, before the sampler or the workers start reading
+        # (a sampler fills its buffer at iter()); the first epoch also accounts for what
+        # was skipped while the loader was built, a later one re-counts what was read once.
+        if self._iterations:
+            self.skip_report.extend(list(self.read_once))
+            self._skips_at_start = len(self.skip_report) - len(self.read_once)
+        else:
+            self._skips_at_start = self._reported
+        self._iterations += 1
         inner = super().__iter__()
         self._pin = (bool(getattr(inner, "_pin_memory", False)),
                      getattr(inner, "_pin_memory_device", None))
         self._finished = False
         restored, self._restored = self._restored, None
         self._start_epoch(restored)
-        ws, rank = world_info()
+        ws, rank = self._world()
         self._ledger = EpochLedger(self.epoch, rank, ws, self.mode, self.split)
-        # the first epoch also accounts for what was skipped while the loader was built
-        self._skips_at_start = len(self.skip_report) if self.ledgers else self._reported
         self._batch_skips = 0
         return self._count(self._batches(inner))
 
@@ -228,7 +244,7 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
 
     def _position(self, per_worker: Mapping[int, int], last_worker: int) -> Dict[str, Any]:
         """The position state: the start of the next epoch once this one is over."""
-        ws = world_info()[0]
+        ws = self._world()[0]
         if self._finished:
             return {"mode": self.mode, "epoch": self.epoch + 1, "consumed": 0, "per_worker": {},
                     "num_workers": self.num_workers, "world_size": ws}
@@ -273,6 +289,14 @@ class MapDataLoader(LhotseDataLoader):
         self.consumed = int(sd["sampler"]["consumed"])
         self._finished = False
         self._restored = {"epoch": sampler.epoch, "consumed": self.consumed}
+
+
+def streamed_elastic_refusal(saved: int, now: int) -> str:
+    """Why a streamed epoch does not resume on another number of ranks, and the fix."""
+    return (f"saved mid-epoch on {saved} ranks, this run has {now}: streamed tar shards "
+            f"resume only on the same number of ranks (each rank's tars depend on it); "
+            f"index the shards (wenet-lhotse index LIST) for an elastic resume, or resume "
+            f"from an epoch checkpoint")
 
 
 class StreamedDataLoader(LhotseDataLoader):
@@ -362,10 +386,9 @@ class StreamedDataLoader(LhotseDataLoader):
             raise ValueError(f"state saved with num_workers={sd['num_workers']}; this loader "
                              f"has {self.num_workers}: streamed resume needs the same count")
         check_loader_state(sd, "streamed", self.num_workers)
-        ws = world_info()[0]
+        ws = self._world()[0]
         if int(sd.get("world_size", ws)) != ws and (sd.get("per_worker") or {}):
-            raise ValueError(f"state saved on {sd['world_size']} ranks; this run has {ws}: "
-                             "a streamed epoch resumes on the same number of ranks")
+            raise StateError("world_size", streamed_elastic_refusal(int(sd["world_size"]), ws))
         per_worker = {int(k): int(v) for k, v in (sd.get("per_worker") or {}).items()}
         last = int(sd.get("last_worker", -1))
         offset = (last + 1) % max(self.num_workers, 1) if last >= 0 else 0

@@ -126,6 +126,16 @@ def plan_partition(batches: List[CutSet], world_size: int) -> List[CutSet]:
     return batches
 
 
+def wenet_static_steps(cuts: int, world_size: int, workers: int, batch_size: int) -> int:
+    """Steps per rank of WeNet's static batching over ``cuts`` utterances: its DataLoader
+    splits the (shuffled) lines over ``world_size * workers`` instances, line ``i`` to
+    instance ``i % (world_size * workers)``, and each instance batches its own share, so
+    each worker ends with its own partial batch. Rank 0's count (the largest share)."""
+    n = world_size * max(workers, 1)
+    shares = [cuts // n + (1 if i < cuts % n else 0) for i in range(max(workers, 1))]
+    return sum(-(-k // batch_size) for k in shares)
+
+
 def plan_last_two_rounds(batches: List[List[Any]], world_size: int) -> List[List[Any]]:
     """The last two rounds of a map-style epoch when the last would have fewer cuts than
     ranks: ``2 * world_size`` batches from ``world_size <= len(batches) < 2 * world_size``

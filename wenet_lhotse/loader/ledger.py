@@ -7,9 +7,13 @@ INFO line per rank (logger ``wenet_lhotse.loader.ledger``) and keeps the
     trained + skipped + filtered + left_over == total
 
 * ``trained``: utterances in the batches the training loop consumed (a batch's
-  ``keys`` when it has them, else the cuts the sampler put in it);
+  ``keys`` when it has them, else the cuts the sampler put in it); a cv pass's line says
+  ``evaluated``, an infer pass's ``decoded`` (the field keeps its name);
 * ``skipped``: items left out as bad input in fault-tolerant mode, each named in
-  ``loader.skip_report`` (a damaged tar's unreadable tail is one item, naming the tar);
+  ``loader.skip_report`` (a damaged tar's unreadable tail is one item, naming the tar),
+  counted again in every epoch: an item of metadata read once and reused (a raw list's
+  probed headers, a cv plan, a shard index's start-up checks) is re-counted at the start
+  of each later epoch (:class:`ReadOnce`), as a source re-read each epoch meets it again;
 * ``filtered``: utterances removed by the yaml's ``filter_conf``;
 * ``left_over``: utterances read but not trained this epoch: the batches a rank drew
   after every rank stopped at the same step (``equal_steps``), or after
@@ -29,8 +33,9 @@ Counts travel from DataLoader workers to the training process beside each batch
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, NamedTuple
+from typing import Any, Dict, Iterator, NamedTuple
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +54,35 @@ def batch_size_of(batch: Any, drawn: int) -> int:
     if isinstance(batch, dict) and isinstance(batch.get("keys"), (list, tuple)):
         return len(batch["keys"])
     return drawn
+
+
+#: what the ledger line says became of the utterances in the batches, per split
+VERBS = {"train": "trained", "cv": "evaluated", "infer": "decoded"}
+
+
+class ReadOnce(list):
+    """The skips met while reading metadata that is read once and reused every epoch
+    (a source held in memory, a cv or in-order plan, a shard index's start-up checks):
+    the loader counts them in its first epoch as they happen and adds them again to
+    ``skip_report`` at the start of each later epoch, so that every epoch's ledger counts
+    them, as it counts the skips of a source read again each epoch."""
+
+    def __init__(self, report: Any) -> None:
+        super().__init__()
+        self.report = report
+        self._depth = 0
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """Within: what is read is read once (its skips are kept here too; nests)."""
+        before = len(self.report)
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            if not self._depth:
+                self.extend(list(self.report)[before:])
 
 
 @dataclass
@@ -73,9 +107,10 @@ class EpochLedger:
 
     def line(self) -> str:
         """The one log line."""
+        done = VERBS.get(self.split, "trained")
         return (f"{self.split} epoch {self.epoch} rank {self.rank}/{self.world_size} "
                 f"({self.mode}): "
-                f"{self.total} utterances = {self.trained} trained in {self.steps} steps "
+                f"{self.total} utterances = {self.trained} {done} in {self.steps} steps "
                 f"+ {self.skipped} skipped + {self.filtered} filtered "
                 f"+ {self.left_over} left over")
 

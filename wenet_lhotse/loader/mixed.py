@@ -2,8 +2,9 @@
 
 Chosen by :func:`~.build.build_dataloader` when a source is ``type: text``,
 ``transcripts: false`` or ``repeat: true``, or with ``lhotse_conf.mix_by: batch``.
-Map-style loading only (tar-shard sources are held in memory, as map mode does for
-them): every source gets its own resumable sampler -- speech: a
+Map-style loading only (tar-shard sources are sampled through their index when they
+have one, else held in memory, as map mode does for them): every source gets its own
+resumable sampler -- speech: a
 :class:`~.sampler.ResumableBucketingSampler` over that source alone, batched by WeNet's
 ``batch_conf`` (or ``lhotse_conf`` budget); text: a
 :class:`~.text_sampler.TextBatchSampler` limited by ``lhotse_conf.max_tokens_in_batch``
@@ -48,9 +49,11 @@ def mixes_by_batch(specs: List[SourceSpec], mix_by: str) -> bool:
 
 
 def _speech_sampler(plan: Any, spec: SourceSpec, transform: Any, seed: int, depth: int,
-                    map_reader: Callable[..., Any]) -> ResumableBucketingSampler:
+                    map_reader: Callable[..., Any], index: Any = None
+                    ) -> ResumableBucketingSampler:
     cfg, lconf = plan.cfg, plan.cfg.lhotse
-    reader = map_reader(spec, cfg, seed, plan.policy, light=True)
+    with plan.reading_once():  # a source held in memory is read here, once
+        reader = map_reader(spec, cfg, seed, plan.policy, light=True, index=index)
     mux = ResumableMux([PositionedStream(reader, transform)], [1.0], seed=seed)
     mux.start(0)
     lengths = split_lengths(cfg, "train", seed)
@@ -78,9 +81,10 @@ def _text_sampler(plan: Any, spec: SourceSpec, tokenizer: Any, seed: int) -> Tex
     if lconf.max_tokens_in_batch is None:
         raise ValueError(f"source {spec.name} is a text source: set "
                          "lhotse_conf.max_tokens_in_batch (padded tokens per text batch)")
-    items, stats = read_text_source(spec.paths, tokenizer, name=spec.name or "text",
-                                    filter_conf=cfg.dataset_conf.get("filter_conf") or {},
-                                    tags=spec.tags, policy=plan.policy)
+    with plan.reading_once():
+        items, stats = read_text_source(spec.paths, tokenizer, name=spec.name or "text",
+                                        filter_conf=cfg.dataset_conf.get("filter_conf") or {},
+                                        tags=spec.tags, policy=plan.policy)
     sampler = TextBatchSampler(items, max_tokens=lconf.max_tokens_in_batch,
                                num_buckets=lconf.num_buckets, shuffle=cfg.shuffle,
                                world_size=plan.world_size, rank=plan.rank, seed=seed)
@@ -107,11 +111,12 @@ def build_mixed_loader(plan: Any, dataset: Any, tokenizer: Any,
             continue
         if not spec.transcripts:  # tag its cuts: the dataset leaves their targets empty
             tf = CutTransform(tf.tokenizer, tf.filter_conf, {**tf.tags, "kind": "speech"})
-        samplers.append(_speech_sampler(plan, spec, tf, seed, depth, map_reader))
+        samplers.append(_speech_sampler(plan, spec, tf, seed, depth, map_reader,
+                                        plan.indexes.get(i)))
     sampler = BatchMuxSampler(samplers, plan.weights, names=[s.name for s in plan.specs],
                               repeat=[s.repeat for s in plan.specs], seed=plan.seed,
                               steps_per_epoch=lconf.steps_per_epoch, history=depth)
-    attach = audio_attacher(plan.specs, plan.policy)
+    attach = audio_attacher(plan.specs, plan.policy, indexed=bool(plan.indexes))
     return MapDataLoader(LoaderDataset(KindDataset(dataset, attach)),
                          sampler=EpochTaggedSampler(sampler), skip_report=plan.skip_report,
                          **plan.loader_kw)

@@ -1,10 +1,9 @@
 """Deterministic, cheaply resumable sampling for map-style loading (the sampler).
 
 Lhotse 1.33 restores a sampler by replaying the epoch up to the saved batch
-(``DynamicBucketingSampler._fast_forward``), reading every cut of the skipped
-part again (and, for Shar, every audio member). Here the sampler's whole state
-at a batch boundary is small and explicit, so restoring costs what the bucket
-buffer costs, whatever the position in the epoch:
+(``DynamicBucketingSampler._fast_forward``), reading every cut of the skipped part again
+(and, for Shar, every audio member). Here the sampler's whole state at a batch boundary
+is small and explicit: restoring costs what the bucket buffer costs, wherever it is:
 
 * every source is a :class:`~wenet_lhotse.sources.positioned.PositionedReader`: a
   deterministic per-epoch order
@@ -21,10 +20,9 @@ buffer costs, whatever the position in the epoch:
   ``SamplingConstraint``, e.g. WeNet's ``batch_conf`` from :mod:`.constraints`) with the
   bucketer's state held in attributes.
 
-A snapshot (the changes to the bucket buffer since the previous one, merged batches,
-RNG states, the mux state, the constraint's shared record) is kept for each of the last
-few emitted batches, because DataLoader workers prefetch; the buffer at an older batch
-is the current one with the later changes undone.
+A snapshot (bucket buffer changes since the previous one, merged batches, RNG and mux
+states, ...) is kept for each of the last few emitted batches (DataLoader workers
+prefetch); the buffer at an older batch is the current one with later changes undone.
 :meth:`ResumableBucketingSampler.state_dict` takes the number of batches the training
 loop actually consumed. Restoring reads no audio and no more than the last
 ``2 * buffer_size`` positions of each source (the files holding buffered cuts among
@@ -60,6 +58,7 @@ from lhotse.dataset.sampling.dynamic_bucketing import (
 )
 from lhotse.lazy import Dillable
 
+from wenet_lhotse.loader.bins import epoch_bins
 from wenet_lhotse.loader.bucketing import undo_bucket_ops
 from wenet_lhotse.loader.buffer_state import PositionedBucketer, pack_lines
 from wenet_lhotse.loader.distributed import plan_last_two_rounds, plan_partition
@@ -94,10 +93,14 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
       ``set_epoch`` and keeps workers persistent); an explicit ``set_epoch(e)``
       before ``iter()`` still wins, and the first ``iter()`` uses epoch 0 (or
       the restored one);
-    * ``state_dict(consumed)`` / ``load_state_dict`` restore from a snapshot of
-      the bucket buffer (cost: re-reading the buffered cuts' metadata) instead
-      of replaying the epoch;
-    * ``duration_bins`` are required (computed from metadata by the builder);
+    * ``state_dict(consumed)`` / ``load_state_dict`` restore from a snapshot of the
+      bucket buffer (cost: re-reading the buffered cuts' metadata), not by replaying;
+    * ``duration_bins`` are required (from metadata, by the builder); a shuffled epoch
+      moves them a little (:func:`~.bins.epoch_bins`) and draws its own bucket sequence
+      (Lhotse's restarts from one seed): batches vary also when the buffer holds all;
+    * static batches with ``wenet_workers`` > 1: WeNet's steps per epoch with that many
+      DataLoader workers (each of its workers ends with a partial batch; the tail of the
+      epoch is split to match, :meth:`~.buffer_state.PositionedBucketer.plan_wenet_tail`);
     * under DDP no cut is ever duplicated (Lhotse copies cuts as ``<id>_dupN`` when
       the last round has fewer cuts than ranks): every rank iterates the same batches
       and takes every ``world_size``-th; a last round with fewer batches than ranks
@@ -113,7 +116,7 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
                  shuffle: bool = False, drop_last: bool = False, buffer_size: int = 20000,
                  quadratic_duration: Optional[float] = None, world_size: Optional[int] = None,
                  rank: Optional[int] = None, seed: int = 0, sync_buckets: bool = True,
-                 snapshot_depth: int = 64) -> None:
+                 snapshot_depth: int = 64, wenet_workers: int = 1) -> None:
         if drop_last:
             raise ValueError("ResumableBucketingSampler uses every cut: drop_last must be False")
         with warnings.catch_warnings():
@@ -128,6 +131,9 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
         if constraint is not None and hasattr(constraint, "use_bins"):
             constraint.use_bins(self.duration_bins)
         self.mux = mux
+        #: static batches: WeNet's step count with this many DataLoader workers per rank
+        self.wenet_workers = wenet_workers
+        self._bins = list(self.duration_bins)  # this epoch's (see _constraint_epoch)
         self.snapshot_depth = snapshot_depth
         self._bucketer: Optional[PositionedBucketer] = None
         self._started = False
@@ -144,13 +150,17 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
         self._explicit_epoch = True
 
     def _constraint_epoch(self) -> None:
+        self._bins = (epoch_bins(self.duration_bins, resolve_seed(self.seed), self.epoch)
+                      if self.shuffle else list(self.duration_bins))
         if self.constraint is not None and hasattr(self.constraint, "set_epoch"):
             self.constraint.set_epoch(self.epoch)
+        if self.constraint is not None and hasattr(self.constraint, "use_bins"):
+            self.constraint.use_bins(self._bins)
 
     def _new_bucketer(self, sel_state: Optional[Dict] = None) -> PositionedBucketer:
         bucket_rng = None
-        if self.sync_buckets:
-            seed = 1234
+        if self.sync_buckets:  # the same on every rank; a new sequence each epoch
+            seed = 1234 + 7919 * self.epoch
             info = torch.utils.data.get_worker_info()
             if info is not None:
                 seed += info.id
@@ -164,7 +174,7 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
             # Lhotse's buffer-size heuristic (a mean over the bins) is noise here.
             warnings.simplefilter("ignore")
             return PositionedBucketer(
-                self.mux, state, duration_bins=self.duration_bins,
+                self.mux, state, duration_bins=self._bins,
                 world_size=self.world_size, max_duration=self.max_duration,
                 max_cuts=self.max_cuts, constraint=self.constraint, drop_last=False,
                 buffer_size=self.buffer_size, quadratic_duration=self.quadratic_duration,
@@ -205,7 +215,9 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
 
     def _next_round(self) -> List[List[Cut]]:
         """``world_size`` batches (every rank computes the same), none duplicated."""
-        ws = self.world_size
+        ws, bucketer = self.world_size, self._bucketer
+        if self.wenet_workers > 1:
+            bucketer.plan_wenet_tail(ws, self.wenet_workers, self._emitted)
         batches: List[List[Cut]] = []
         for _ in range(ws):
             try:
@@ -220,7 +232,6 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
                 raise ValueError(f"an epoch of {total} cuts cannot give each of {ws} ranks a "
                                  f"batch without duplicating cuts")
             return [list(b) for b in plan_partition([CutSet.from_cuts(b) for b in batches], ws)]
-        bucketer = self._bucketer
         if ws > 1 and bucketer.source_exhausted and 0 < bucketer.remaining() < ws:
             # The next round would be the last, with fewer cuts than ranks: plan both now.
             rest: List[List[Cut]] = []
@@ -283,16 +294,15 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
                 f"no sampler snapshot for batch {consumed} of epoch {self.epoch} (have "
                 f"{[k for k, _ in self._snapshots]}); raise snapshot_depth above the "
                 f"DataLoader's prefetch depth")
-        _, merged, rng_state, sel_state, mux_state, shared, exhausted = snap
+        _, merged, rng_state, sel_state, mux_state, shared, exhausted, read = snap
         buckets = [list(b.queue) for b in self._bucketer.buckets]
         undo_bucket_ops(buckets, self._bucketer.journal)
         for k in sorted((k for k in snaps if k > consumed), reverse=True):
             undo_bucket_ops(buckets, snaps[k][0])
         loc = self._bucketer.loc
-        # A cut read long before (it waited in its bucket) carries its line in the state
-        # (compressed; the item holds its index): restoring then reads back only the
-        # recent part of the stream, whatever the corpus size -- the long-cut buckets
-        # fill slowly, so at 10M cuts most of the buffer was read millions of cuts ago.
+        # A cut read long before (waiting in its bucket) carries its line in the state
+        # (compressed): a restore reads back only the recent part of the stream (at 10M
+        # cuts most of the buffer of slowly filling buckets was read long ago).
         recent = [p - 2 * self.buffer_size for p in mux_state["next_pos"]]
         kept: List[Any] = []
 
@@ -311,7 +321,8 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
             "buckets": [[where(c) for c in b] for b in buckets],
             "merged": [[where(c) for c in b] for b in merged],
             "rng": rng_state, "sel": sel_state, "mux": mux_state, "constraint": shared,
-            "exhausted": exhausted, "readers": readers, "lines": pack_lines(kept)}}
+            "exhausted": exhausted, "readers": readers, "lines": pack_lines(kept),
+            "read": read}}
 
     def load_state_dict(self, sd: Dict[str, Any]) -> None:
         sd = dict(sd)
@@ -321,9 +332,8 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
         saved_ws = sd.get("world_size")
         if saved_ws != self.world_size:
             # Elastic: the state is the global stream's after `consumed` rounds of
-            # `saved_ws` batches (the same on every rank); the rest of the epoch goes on
-            # in rounds of this world size, each batch drawn once: every cut once over
-            # the two halves.
+            # `saved_ws` batches (the same on every rank); the rest goes on in rounds of
+            # this world size, each batch drawn once: every cut once over both halves.
             logger.info("elastic resume: epoch %s after %s rounds of %s ranks goes on over "
                         "%d ranks", sd.get("epoch"), sd.get("consumed"), saved_ws,
                         self.world_size)
@@ -353,6 +363,7 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
         self.rng.setstate(tuplify(snap["rng"]))
         self._bucketer = self._new_bucketer(snap["sel"])
         self._bucketer.source_exhausted = bool(snap.get("exhausted"))
+        self._bucketer.read = int(snap.get("read", 0))
         for stream, rstate in zip(self.mux.streams, snap.get("readers") or []):
             stream.reader.load_state(rstate)
         wanted: Dict[int, set] = {}
@@ -360,9 +371,8 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
             for item in b:
                 if len(item) == 5:  # else its line is in the state
                     wanted.setdefault(item[0], set()).add(item[1])
-        # The buffered cuts: what the bucketer needs comes from the state; their lines
-        # come from the state (cuts read long ago) or are read back unparsed (the
-        # recent ones: files holding none are skipped), parsed when their batch is emitted.
+        # The buffered cuts' lines: from the state (read long ago) or read back unparsed
+        # (recent; files holding none skipped), parsed when their batch is emitted.
         self.mux.start(self.epoch, snap["mux"])
         raws = {s: self.mux.streams[s].reader.read_raw(ps) for s, ps in wanted.items()}
         missing = [(s, p) for s, ps in wanted.items() for p in ps if p not in raws[s]]
