@@ -78,7 +78,11 @@ def test_lifeline_reaches_eof_only_when_cut():
     assert not line.reader.poll(0.05)  # the parent holds the write end: no EOF
     pid = os.fork()
     if pid == 0:  # the child's copy of the write end was closed by the fork handler
-        os._exit(0 if not line.reader.poll(0.05) else 1)
+        code = 1
+        try:
+            code = 0 if not line.reader.poll(0.05) else 1
+        finally:  # every path of a fork ends here, never in pytest's code
+            os._exit(code)
     assert os.waitpid(pid, 0)[1] == 0
     line.close()
     assert line.reader.poll(1.0)
