@@ -30,7 +30,9 @@ a short-lived thread, or lazily from whatever thread first submits, would lose i
 workers while its parent still runs. A pipe's end-of-file belongs to the process.
 
 ``SIGTERM`` from the parent (:meth:`ProcessPool.terminate`) raises ``SystemExit`` in
-the worker's job, so its ``finally``/``except`` blocks remove its temporary files; a
+the worker's job, so its ``finally``/``except`` blocks remove its temporary files, and
+the worker exits :data:`TERM_CLEANUP_S` later (the executor's worker loop would catch
+the ``SystemExit`` and serve on); a
 handler inherited by a process forked from a worker ends that process with
 ``os._exit`` instead (a fork never returns into its parent's code). ``SIGINT`` is
 ignored in workers: Ctrl-C reaches the whole process group, and the parent decides.
@@ -61,6 +63,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 #: Seconds ``ProcessPool.shutdown(wait=True, cancel_futures=True)`` waits for the jobs
 #: still running before it terminates, then kills, their workers.
 SHUTDOWN_S = 5.0
+#: Seconds a worker sent SIGTERM has to run its job's cleanup before it exits.
+TERM_CLEANUP_S = 1.0
 #: Seconds between a worker's backup checks of ``os.getppid()`` (the lifeline's
 #: end-of-file wakes the watcher at once; this only bounds the fallback).
 PARENT_POLL_S = 0.5
@@ -132,7 +136,17 @@ def _exit_on_sigterm(signum: int, frame: Any) -> None:
         # nothing to clean up yet (SystemExit would print a traceback), or a process
         # forked from a worker: never unwind into the code it was forked from
         os._exit(128 + signum)
+    # The executor's worker loop catches the SystemExit of a job (it is sent back as the
+    # job's exception) and serves on: a timer ends the worker once the job's cleanup
+    # had its time.
+    threading.Thread(target=_exit_after, args=(TERM_CLEANUP_S, 128 + signum),
+                     daemon=True).start()
     raise SystemExit(128 + signum)
+
+
+def _exit_after(seconds: float, code: int) -> None:
+    time.sleep(seconds)
+    os._exit(code)
 
 
 def _watch_parent(lifeline: Connection, parent: int) -> None:
@@ -145,6 +159,29 @@ def _watch_parent(lifeline: Connection, parent: int) -> None:
         pass
     _commit_lock.acquire()  # a rename under way finishes; none starts after this
     os._exit(128 + signal.SIGTERM)
+
+
+def _poll_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL_S)
+    os._exit(128 + signal.SIGTERM)
+
+
+class EndWithParent:
+    """A DataLoader ``worker_init_fn`` (wrapping ``inner``, if any) that ends the worker
+    with ``os._exit`` within :data:`PARENT_POLL_S` seconds of its parent's death
+    (``os.getppid()`` changes), whatever it is doing: torch's own check runs between
+    batches, every 5 s, and never while the worker is blocked in a read. Picklable
+    (spawned workers)."""
+
+    def __init__(self, inner: Optional[Callable[[int], None]] = None) -> None:
+        self.inner = inner
+
+    def __call__(self, worker_id: int) -> None:
+        threading.Thread(target=_poll_parent, args=(os.getppid(),), daemon=True,
+                         name="parent-watchdog").start()
+        if self.inner is not None:
+            self.inner(worker_id)
 
 
 @contextmanager
