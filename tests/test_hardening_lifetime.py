@@ -318,3 +318,55 @@ def test_sigterm_ends_a_pytest_run_and_its_children(tmp_path):
         for p in [proc.pid, *family]:
             kill(p)
         proc.wait()
+
+
+def test_the_cli_leaves_a_host_process_its_sigterm_handling(tmp_path):
+    """In-process commands (a script, a test session) get their SIGTERM handler back
+    when the command ends, and one the host set is never replaced (issue 30: a handler
+    left in pytest turned ``timeout``'s SIGTERM into a test failure)."""
+    from click.testing import CliRunner
+
+    from wenet_lhotse.cli import main
+
+    def host(signum, frame):  # pragma: no cover - never called
+        pass
+
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        for before in (signal.SIG_DFL, host):
+            signal.signal(signal.SIGTERM, before)
+            res = CliRunner().invoke(main, ["validate", str(tmp_path / "missing.list")])
+            assert res.exit_code != 0
+            assert signal.getsignal(signal.SIGTERM) is before
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+_FORK_CHILD = textwrap.dedent("""
+    import os, signal, sys
+    import importlib
+    m = importlib.import_module("wenet_lhotse.cli.main")
+    m._cli_pid = os.getpid()
+    signal.signal(signal.SIGTERM, m._exit_on_sigterm)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)  # the handler runs here
+            for _ in range(1000):
+                pass
+        except BaseException:
+            pass
+        open(sys.argv[1], "w").write("the fork returned into its parent's code")
+        os._exit(0)
+    print(os.waitpid(pid, 0)[1] >> 8)
+""")
+
+
+def test_a_fork_with_the_cli_handler_exits_on_sigterm_and_never_returns(tmp_path):
+    marker = tmp_path / "returned"
+    res = subprocess.run([sys.executable, "-c", _FORK_CHILD, str(marker)],
+                         capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == str(128 + signal.SIGTERM)
+    assert not marker.exists()
