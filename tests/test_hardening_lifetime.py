@@ -156,10 +156,10 @@ def _at_moment(proc, server, moment: str) -> list:
     return workers
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command,moment,mode", [
-    ("import", "workers_up", "trickle"), ("import", "mid_job", "trickle"),
-    ("import", "blocked_read", "stall"), ("cmvn", "mid_job", "trickle"),
-    ("validate", "blocked_read", "stall")])
+    ("import", "workers_up", "trickle"), ("import", "blocked_read", "stall"),
+    ("cmvn", "mid_job", "trickle"), ("validate", "blocked_read", "stall")])
 def test_kill_9_of_a_command_leaves_no_worker_and_a_rerun_is_not_refused(
         corpus8, tmp_path, http_serve, command, moment, mode):
     server = http_serve(corpus8.root / "shards", mode=mode, interval=0.05).server
@@ -189,6 +189,7 @@ def test_kill_9_of_a_command_leaves_no_worker_and_a_rerun_is_not_refused(
         proc.wait()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_sigterm_ends_a_command_mid_job_with_its_workers(corpus8, tmp_path, http_serve, sig):
     """SIGTERM, and Ctrl-C (SIGINT to the command; its workers ignore it), mid-job with
@@ -240,6 +241,7 @@ _LAUNCHED = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_sigterm_ends_a_launcher_run_with_its_children(corpus, tmp_path):
     """A training-like script run by ``wenet_launch`` (DataLoader workers, a pool job
     blocked in a read): SIGTERM ends it and every process it started within seconds
