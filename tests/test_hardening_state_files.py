@@ -3,7 +3,7 @@ a checkpoint, a probe cache, a shard index, a Shar shard's skip record and the m
 lines a state keeps are each planted with a pickled ``__reduce__`` payload (it would
 create a marker file); nothing runs, and each gives its documented fallback (WeNet's
 replay with one WARNING naming the file, a rebuild) or one error line. Loader states cut
-short, empty, of another schema or mode replay with one line too."""
+short, empty, of another schema, mode or data replay with one line too."""
 
 from __future__ import annotations
 
@@ -104,6 +104,32 @@ def _plant(path: Path, how: str, state: dict, marker: Path) -> None:
 
 CASES = ["payload", "payload_top", "raw_pickle", "cut_1", "cut_100", "cut_half", "cut_last",
          "empty", "schema", "not_a_mapping", "mode", "directory"]
+
+
+@pytest.fixture(scope="module")
+def other_state(data, tmp_path_factory):
+    """The state of a loader over other data (other cut ids) mid-epoch."""
+    shar = tmp_path_factory.mktemp("other") / "shar"
+    shar.mkdir()
+    cuts = list(CutSet.from_file(data["big"][0]).subset(first=400))[200:]
+    for i in range(4):
+        CutSet.from_cuts(cuts[i * 50:(i + 1) * 50]).to_file(shar / f"cuts.{i:06d}.jsonl.gz")
+    loader = build_dataloader(str(shar), None, CONF, "train", dataset=Keys(), seed=4)[1]
+    it = iter(loader)
+    for _ in range(10):
+        next(it)
+    return loader.state_dict()
+
+
+def test_a_state_of_other_data_replays_with_one_warning(shar_loader, other_state, tmp_path,
+                                                        caplog):
+    build, _, _, _ = shar_loader
+    ckpt = tmp_path / "step_9.pt"
+    torch.save(other_state, loader_state_path(ckpt, 0))
+    fresh = build()
+    resumed, warnings = _restore(fresh, ckpt, caplog)
+    assert resumed is False and len(warnings) == 1
+    assert "not this data's" in warnings[0].getMessage()
 
 
 @pytest.mark.parametrize("how", CASES)

@@ -15,8 +15,9 @@ from its start (a step checkpoint's batches are trained again). Under
   start of the next epoch, with that epoch's shuffle). The file is read as plain data
   only (:func:`~wenet_lhotse.loader.state_check.read_state_file`: ``weights_only=True``,
   a pickled payload is refused before it runs); a file that is missing, cut short,
-  empty, crafted, of another corpus, mode or world size gives one WARNING line naming
-  it and WeNet's replay, never a crash.
+  empty, crafted, of other data (a map state: a buffered cut's id is checked at its
+  position), mode or world size gives one WARNING line naming it and WeNet's replay,
+  never a crash.
 
 Map-style loading (raw lists, cuts, Shar) resumes on any number of ranks (the state is
 the same on every rank; rank 0's is used when the world size changed: see
