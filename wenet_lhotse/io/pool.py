@@ -32,11 +32,12 @@ workers while its parent still runs. A pipe's end-of-file belongs to the process
 ``SIGTERM`` from the parent (:meth:`ProcessPool.terminate`) raises ``SystemExit`` in
 the worker's job, so its ``finally``/``except`` blocks remove its temporary files, and
 the worker exits :data:`TERM_CLEANUP_S` later (the executor's worker loop would catch
-the ``SystemExit`` and serve on); a
-handler inherited by a process forked from a worker ends that process with
-``os._exit`` instead (a fork never returns into its parent's code). ``SIGINT`` is
-ignored in workers: Ctrl-C reaches the whole process group, and the parent decides.
-:meth:`ProcessPool.close` asks, terminates, then kills: bounded in time.
+the ``SystemExit`` and serve on); a handler inherited by a process forked from a
+worker ends that process with ``os._exit`` instead (a fork never returns into its
+parent's code). ``SIGINT`` is ignored in workers: Ctrl-C reaches the whole process
+group, and the parent decides. :meth:`ProcessPool.close` asks, terminates, then
+kills: bounded in time. DataLoader workers of our loader get the parent-pid watcher
+too (:class:`EndWithParent`, their ``worker_init_fn``).
 
 Daemonic parents: Python refuses ``Process.start()`` in a daemonic process (a
 DataLoader worker), since a daemon is killed without cleanup, which would orphan its
