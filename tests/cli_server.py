@@ -101,14 +101,16 @@ def _run_command(request: dict) -> None:
         traceback.print_exc()
         rc = 1
     finally:
-        threading._shutdown()  # type: ignore[attr-defined]  # the interpreter's exit steps
-        atexit._run_exitfuncs()
-        for f in (sys.stdout, sys.stderr):
-            try:
-                f.flush()
-            except Exception:  # noqa: BLE001 - a closed pipe: nothing more to say
-                pass
-        os._exit(rc & 0xFF)
+        try:
+            threading._shutdown()  # type: ignore[attr-defined]  # the interpreter's exit steps
+            atexit._run_exitfuncs()
+            for f in (sys.stdout, sys.stderr):
+                try:
+                    f.flush()
+                except Exception:  # noqa: BLE001 - a closed pipe: nothing more to say
+                    pass
+        finally:  # whatever the exit steps raise (a signal), never return into the server
+            os._exit(rc & 0xFF)
 
 
 def _handle(conn: socket.socket) -> None:
@@ -122,11 +124,14 @@ def _handle(conn: socket.socket) -> None:
     request = json.loads(_recv_exact(conn, struct.unpack("!I", header)[0]))
     pid = os.fork()
     if pid == 0:
-        conn.close()
-        for target, fd in enumerate(fds):
-            os.dup2(fd, target)
-            os.close(fd)
-        _run_command(request)
+        try:
+            conn.close()
+            for target, fd in enumerate(fds):
+                os.dup2(fd, target)
+                os.close(fd)
+            _run_command(request)
+        finally:  # _run_command exits; this catches a failure before it
+            os._exit(1)
     for fd in fds:
         os.close(fd)
     try:
@@ -171,9 +176,9 @@ def serve(sock_path: str) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         if os.fork() == 0:
-            server.close()
             code = 1
             try:
+                server.close()
                 _handle(conn)
                 code = 0
             finally:

@@ -184,6 +184,12 @@ def wenet_root():
     return wenet_root()
 
 
+def pytest_configure(config) -> None:
+    import session_signals
+
+    session_signals.install()  # SIGTERM ends the session and its children (issue 30)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Under ``CI=true``, stop before running anything when collected tests compare with
     WeNet's own code and WeNet cannot run here: the message names what would not be

@@ -234,3 +234,32 @@ def test_wenet_launch_reports_a_killed_worker_in_one_line(corpus12, sources):
     (line,) = [x for x in proc.stderr.splitlines() if x.startswith("error: ")]
     assert "DataLoader worker (pid" in line and "killed" in line
     assert "not a data error" in line and "manifest" not in line
+
+
+def test_a_worker_death_raised_inside_a_finalizer_prints_no_traceback(tmp_path):
+    """Issue 30 (at load ~3): torch's SIGCHLD handler raised its killed-worker error
+    inside a weakref finalizer, where Python printed it with a traceback, before the
+    loop's own error gave our one line. Built here without timing: a finalizer raises
+    torch's message, then the loop raises torch's later "exited unexpectedly"."""
+    (tmp_path / "finalizer_death.py").write_text(
+        "import weakref\n"
+        "class Obj: pass\n"
+        "def boom():\n"
+        "    raise RuntimeError('DataLoader worker (pid 4242) is killed by signal: Killed. ')\n"
+        "if __name__ == '__main__':\n"
+        "    o = Obj()\n"
+        "    weakref.finalize(o, boom)\n"
+        "    del o\n"
+        "    raise RuntimeError('DataLoader worker (pid(s) 4242) exited unexpectedly')\n")
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); "
+            "from wenet_lhotse.dropin.launch import run_patched; "
+            "run_patched(lambda: None, 'finalizer_death', [])")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
+                          text=True, timeout=120, env=env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, \
+        proc.stderr
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("error: DataLoader worker (pid 4242) is killed by signal")
+    assert "not a data error" in line

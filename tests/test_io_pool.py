@@ -78,7 +78,11 @@ def test_lifeline_reaches_eof_only_when_cut():
     assert not line.reader.poll(0.05)  # the parent holds the write end: no EOF
     pid = os.fork()
     if pid == 0:  # the child's copy of the write end was closed by the fork handler
-        os._exit(0 if not line.reader.poll(0.05) else 1)
+        code = 1
+        try:
+            code = 0 if not line.reader.poll(0.05) else 1
+        finally:  # every path of a fork ends here, never in pytest's code
+            os._exit(code)
     assert os.waitpid(pid, 0)[1] == 0
     line.close()
     assert line.reader.poll(1.0)
@@ -137,3 +141,31 @@ def test_cutting_the_line_ends_a_worker_of_any_start_method(method):
         wait_until(lambda: not alive(pid), 15, f"{method} worker {pid} to exit")
     finally:
         pool.close()
+
+
+def _stuck(fifo: str) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a job that swallows SIGTERM
+    open(fifo + ".started", "w").close()
+    with open(fifo, "rb") as f:  # and blocks in C
+        f.read()
+
+
+def test_shutdown_after_an_error_is_bounded_in_time(tmp_path, monkeypatch):
+    """Issue 30: a pool's shutdown hung until pytest's 600 s timeout. After the caller
+    gives up on the work (cancel_futures), a stuck worker is terminated, then killed."""
+    import time
+
+    from wenet_lhotse.io import pool as pool_mod
+
+    monkeypatch.setattr(pool_mod, "SHUTDOWN_S", 1.0)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    pool = ProcessPool(1, start_method="fork")
+    pool.submit(_stuck, str(fifo))
+    wait_until(lambda: os.path.exists(f"{fifo}.started"), 60, "the job to start")
+    (pid,) = pool.pids
+    start = time.monotonic()
+    pool.shutdown(wait=True, cancel_futures=True)
+    took = time.monotonic() - start
+    assert not alive(pid)
+    assert took < 1.0 + 2 * 1.0 + 3.0, took  # SHUTDOWN_S, terminate and kill joins, slack

@@ -15,6 +15,17 @@ import torch
 from wenet_harness.runs import run_train, speaker_table, write_config
 from wenet_lhotse.corpus import generate_corpus
 from wenet_lhotse.dropin.resume import loader_state_path
+from wenet_lhotse.loader.state_check import read_state_file
+
+
+class _Payload:
+    def __init__(self, marker: Path) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +60,7 @@ def test_step_checkpoint_resume_continues_with_the_next_batch(data, data_type):
     ckpt = full / "step_11.pt"  # after 12 steps (WeNet counts from 0)
     state = loader_state_path(ckpt, 0)
     assert ckpt.exists() and state.exists()
-    assert torch.load(state, weights_only=False)["mode"] in ("map", "streamed")
+    assert read_state_file(state)["mode"] in ("map", "streamed")  # plain data
     resumed = root / f"resumed_{data_type}"
     res = run_train("module", conf, [train], train, resumed, data_type=data_type,
                     record_keys=resumed / "keys", extra=["--checkpoint", str(ckpt)])
@@ -67,3 +78,19 @@ def test_step_checkpoint_resume_continues_with_the_next_batch(data, data_type):
         assert res.returncode == 0, res.stdout[-4000:]
         assert _keys(replay / "keys") == uninterrupted
         assert not loader_state_path(replay / "step_11.pt", 0).exists()
+        # issue 30: a planted state beside the checkpoint runs nothing under train.py:
+        # one warning naming it, and WeNet's replay
+        planted = root / "planted"
+        planted.mkdir()
+        ckpt2 = planted / "step_11.pt"
+        ckpt2.write_bytes(ckpt.read_bytes())
+        marker = root / "PWNED"
+        torch.save({"mode": "map", "sampler": _Payload(marker)}, loader_state_path(ckpt2, 0))
+        res = run_train("module", conf, [train], train, planted / "run", data_type=data_type,
+                        record_keys=planted / "keys", extra=["--checkpoint", str(ckpt2)])
+        assert res.returncode == 0, res.stdout[-4000:]
+        assert not marker.exists()
+        lines = [ln for ln in res.stdout.splitlines() if "not resumed" in ln]
+        assert len(lines) == 1 and str(loader_state_path(ckpt2, 0)) in lines[0]
+        assert "Traceback" not in res.stdout
+        assert _keys(planted / "keys") == uninterrupted

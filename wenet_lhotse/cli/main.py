@@ -8,6 +8,7 @@ never with a traceback (``-vv`` prints it too, to show where an error came from)
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 import traceback
@@ -99,10 +100,34 @@ def show_progress() -> bool:
         return False
 
 
+_cli_pid = -1  # the process whose SIGTERM handler main() installed
+
+
 def _exit_on_sigterm(signum, frame) -> None:
     # SystemExit unwinds the stack: atomic writers remove their temporary files and
-    # process pools end their workers (io.parallel) before the process exits.
+    # process pools end their workers (io.parallel) before the process exits. A process
+    # forked from this one that still has the handler (SIGTERM to the whole group right
+    # after a fork) exits at once: a fork never returns into its parent's code.
+    if os.getpid() != _cli_pid:
+        os._exit(128 + signum)
     raise SystemExit(128 + signum)
+
+
+def _own_sigterm(ctx: click.Context) -> None:
+    """Turn SIGTERM into ``SystemExit`` for the command (cleanup runs), only where
+    nobody else claimed the signal (its handler is the default): a host process --
+    a test session running commands in-process, a user's script -- keeps its own, and
+    the previous handler is back when the command ends (issue 30: a handler left in a
+    pytest process turned ``timeout``'s SIGTERM into a test failure)."""
+    global _cli_pid
+    if threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous not in (signal.SIG_DFL, None):
+        return
+    _cli_pid = os.getpid()
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    ctx.call_on_close(lambda: signal.signal(signal.SIGTERM, previous))
 
 
 def _version_message() -> str:
@@ -152,8 +177,7 @@ def main(ctx: click.Context, verbose: int) -> None:
     Run 'wenet-lhotse COMMAND --help' for each command's options.
     """
     ctx.ensure_object(dict)["verbose"] = verbose
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    _own_sigterm(ctx)
     level = logging.WARNING - 10 * verbose
     logging.basicConfig(level=max(level, logging.DEBUG),
                         format="%(levelname)s %(name)s: %(message)s")

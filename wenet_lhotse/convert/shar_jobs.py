@@ -46,6 +46,7 @@ from wenet_lhotse.formats.checks import check_key
 from wenet_lhotse.formats.layout import json_value
 from wenet_lhotse.formats.shard_reader import ShardEntry, read_one_tar, read_shard_entries
 from wenet_lhotse.io.policy import ReadPolicy
+from wenet_lhotse.io.pool import commit
 from wenet_lhotse.io.remote import is_remote, remote_put
 from wenet_lhotse.sources.registry import get_kind
 from wenet_lhotse.sources.shar_dir import shard_paths
@@ -152,14 +153,15 @@ def write_shard(job: ShardJob, out_dir: str, audio_format: str, strict: bool,
         skipped = job.skipped + report.items
         write_record(cuts_tmp, make_record(skipped) if skipped else None, job.input_id)
         # Audio first, manifest last: a manifest in OUT means its tar is complete.
-        if remote:
-            cuts_url, tar_url = remote_shard_urls(out_dir, job.index)
-            remote_put(str(tar_tmp), tar_url)
-            remote_put(str(cuts_tmp), cuts_url)
-        else:
-            cuts_out, tar_out = shard_paths(out_dir, job.index)
-            os.replace(tar_tmp, tar_out)
-            os.replace(cuts_tmp, cuts_out)
+        with commit():  # never after the parent is gone (a killed run writes nothing)
+            if remote:
+                cuts_url, tar_url = remote_shard_urls(out_dir, job.index)
+                remote_put(str(tar_tmp), tar_url)
+                remote_put(str(cuts_tmp), cuts_url)
+            else:
+                cuts_out, tar_out = shard_paths(out_dir, job.index)
+                os.replace(tar_tmp, tar_out)
+                os.replace(cuts_tmp, cuts_out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return ShardResult(job.index, len(ids), report, ids, bool(skipped))

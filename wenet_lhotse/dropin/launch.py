@@ -20,7 +20,9 @@ The contract (used by :mod:`wenet_lhotse.dropin.train` and :mod:`wenet_lhotse.dr
    removed so that torchrun's failure summary does not print it again (torchrun still prints
    its own summary naming the failed rank). A DataLoader worker killed from outside (torch's
    ``DataLoader worker (pid N) is killed by signal: Killed.``, typically the out-of-memory
-   killer) is one line too, saying it is not a data error (issue 23). Any other exception
+   killer) is one line too, saying it is not a data error (issue 23), never after a
+   traceback (torch may raise it inside a finalizer, where Python would print one: see
+   :func:`_quiet_worker_death`). Any other exception
    keeps its traceback: it is a bug, not a user error.
 """
 
@@ -160,6 +162,8 @@ def run_patched(patch: Callable[[], None], module: str, argv: Optional[List[str]
     sys.modules.pop(module, None)
     if argv is not None:
         sys.argv = [module] + list(argv)
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = functools.partial(_quiet_worker_death, previous_hook)
     try:
         runpy.run_module(module, run_name="__main__", alter_sys=True)
     except USER_ERRORS as e:
@@ -170,7 +174,26 @@ def run_patched(patch: Callable[[], None], module: str, argv: Optional[List[str]
     except RuntimeError as e:
         if not is_worker_death(e):
             raise
-        fail(worker_death_message(e))
+        fail(worker_death_message(_DEATHS[0] if _DEATHS else e))
+    finally:
+        sys.unraisablehook = previous_hook
+
+
+#: worker deaths raised where Python could only print them (see _quiet_worker_death)
+_DEATHS: List[BaseException] = []
+
+
+def _quiet_worker_death(previous: Callable[[Any], None], args: Any) -> None:
+    """``sys.unraisablehook`` while a script runs: torch's SIGCHLD handler raises its
+    killed-worker error inside whatever runs at that moment -- a weakref finalizer, a
+    ``__del__`` -- where Python prints it with a traceback and goes on (issue 30). Such
+    an error is kept, not printed: the loader raises the death again in the loop (or
+    as "exited unexpectedly"), and :func:`run_patched` reports it in its one line with
+    the signal kept here. Anything else goes to the previous hook."""
+    if args.exc_value is not None and is_worker_death(args.exc_value):
+        _DEATHS.append(args.exc_value)
+        return
+    previous(args)
 
 
 def worker_death_message(err: BaseException) -> str:

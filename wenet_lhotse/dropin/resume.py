@@ -12,7 +12,12 @@ from its start (a step checkpoint's batches are trained again). Under
 * ``init_dataset_and_dataloader``: with ``--checkpoint <dir>/<tag>.pt``, each rank loads
   ``<dir>/<tag>.loader.rank<R>.pt`` into the new train loader before WeNet iterates it, so
   training continues with the batch after the checkpoint (an epoch checkpoint: at the
-  start of the next epoch, with that epoch's shuffle).
+  start of the next epoch, with that epoch's shuffle). The file is read as plain data
+  only (:func:`~wenet_lhotse.loader.state_check.read_state_file`: ``weights_only=True``,
+  a pickled payload is refused before it runs); a file that is missing, cut short,
+  empty, crafted, of other data (a map state: a buffered cut's id is checked at its
+  position), mode or world size gives one WARNING line naming it and WeNet's replay,
+  never a crash.
 
 Map-style loading (raw lists, cuts, Shar) resumes on any number of ranks (the state is
 the same on every rank; rank 0's is used when the world size changed: see
@@ -35,6 +40,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from wenet_lhotse.loader.distributed import world_info
+from wenet_lhotse.loader.state_check import read_state_file
 
 logger = logging.getLogger(__name__)
 
@@ -86,10 +92,11 @@ def restore_loader_state(loader: Any, checkpoint: Optional[str]) -> bool:
                        "its start (WeNet's behaviour)", path)
         return False
     try:
-        loader.load_state_dict(torch.load(path, weights_only=False))
-    except ValueError as err:
+        loader.load_state_dict(read_state_file(path))
+    except Exception as err:  # noqa: BLE001 -- a damaged state replays, whatever broke
+        msg = " ".join(str(err).split()) or type(err).__name__
         logger.warning("loader state %s not resumed (%s): the epoch replays from its start "
-                       "(WeNet's behaviour)", path, err)
+                       "(WeNet's behaviour)", path, msg)
         return False
     logger.info("train loader resumed from %s (rank %d of %d)", path, rank, ws)
     return True

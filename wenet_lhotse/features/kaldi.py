@@ -257,9 +257,9 @@ def frames_to_fbank(
         torch.mul(frames[:, :-1], c, out=out[:, 1:])
         torch.sub(frames[:, 1:], out[:, 1:], out=out[:, 1:])
         torch.sub(frames[:, 0], frames[:, 0] * c, out=out[:, 0])
-        out.mul_(cached_window(opts, frames.device))
+        out.mul_(cached_window(opts, frames.device).to(frames.dtype))
     else:
-        torch.mul(frames, cached_window(opts, frames.device), out=out)
+        torch.mul(frames, cached_window(opts, frames.device).to(frames.dtype), out=out)
     if fb.use_energy and not fb.raw_energy:
         energy = _log_energy(out, fb.energy_floor)
     spec = torch.fft.rfft(buf)
@@ -271,11 +271,12 @@ def frames_to_fbank(
         # |X|^2 weighted straight from the squared pairs: no re**2 + im**2 pass (abs()
         # then pow(2), as torchaudio does, cost several)
         for a, b, lo, hi, weights in cached_mel_groups(opts, frames.device, True):
-            torch.mm(weights, ri[:, 2 * lo : 2 * hi].t(), out=mel_t[a:b])
+            # (.to: a no-op in float32; float64 frames give the tests' reference)
+            torch.mm(weights.to(ri.dtype), ri[:, 2 * lo : 2 * hi].t(), out=mel_t[a:b])
     else:
         magnitude = (ri[:, 0:padded:2] + ri[:, 1:padded:2]).sqrt_()  # drops Nyquist
         for a, b, lo, hi, weights in cached_mel_groups(opts, frames.device):
-            torch.mm(weights, magnitude[:, lo:hi].t(), out=mel_t[a:b])
+            torch.mm(weights.to(ri.dtype), magnitude[:, lo:hi].t(), out=mel_t[a:b])
     if fb.use_log_fbank:
         mel_t = mel_t.clamp_(min=EPSILON).log_()
     # A transposed view: the caller's copy (joining blocks, padding a batch) makes it

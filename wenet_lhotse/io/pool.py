@@ -10,19 +10,34 @@ creates a pipe per pool and never writes to it; only the parent holds its write 
 (an ``os.register_at_fork`` handler closes every lifeline write end in each child
 this process forks, pool workers and DataLoader workers included). Each worker runs a
 watcher thread blocked on the read end: end-of-file means the parent is gone (the
-kernel closes its descriptors however it ends, ``SIGKILL`` included), and the worker
-sends itself ``SIGTERM``. A ``os.getppid()`` check once a second backs it up (a child
-forked by a path that skips the fork handlers could still hold a write end).
+kernel closes its descriptors however it ends, ``SIGKILL`` included), and the watcher
+ends the worker *itself* with ``os._exit`` -- whatever its main thread is doing (a
+read blocked in C, a long job), within milliseconds, never through a signal handler
+that a thread blocked in C would only run later (issue 30: that kept orphans alive
+for the 10 s grace window). A ``os.getppid()`` check every :data:`PARENT_POLL_S`
+backs it up (a child forked by a path that skips the fork handlers could still hold
+a write end). The job's temporary files stay behind; they are named after the dead
+worker's pid, and the next write into their directory removes them
+(:mod:`~wenet_lhotse.io.tempfiles`).
+
+No output after the parent is gone: a worker moves a finished file into place only
+inside :func:`commit` (a lock the watcher takes before it ends the worker, then the
+parent is checked): once the watcher has seen the end-of-file, no rename starts.
 
 Why not Linux ``PR_SET_PDEATHSIG`` (the previous ``io.parallel`` mechanism): it fires
 when the *thread* that forked the worker exits, not the process. A pool started from
 a short-lived thread, or lazily from whatever thread first submits, would lose its
 workers while its parent still runs. A pipe's end-of-file belongs to the process.
 
-On ``SIGTERM`` a worker raises ``SystemExit`` in its job, so the job's ``finally``/
-``except`` blocks remove its temporary files, and exits (forced after :data:`GRACE_S`
-seconds). ``SIGINT`` is ignored in workers: Ctrl-C reaches the whole process group,
-and the parent decides.
+``SIGTERM`` from the parent (:meth:`ProcessPool.terminate`) raises ``SystemExit`` in
+the worker's job, so its ``finally``/``except`` blocks remove its temporary files, and
+the worker exits :data:`TERM_CLEANUP_S` later (the executor's worker loop would catch
+the ``SystemExit`` and serve on); a handler inherited by a process forked from a
+worker ends that process with ``os._exit`` instead (a fork never returns into its
+parent's code). ``SIGINT`` is ignored in workers: Ctrl-C reaches the whole process
+group, and the parent decides. :meth:`ProcessPool.close` asks, terminates, then
+kills: bounded in time. DataLoader workers of our loader get the parent-pid watcher
+too (:class:`EndWithParent`, their ``worker_init_fn``).
 
 Daemonic parents: Python refuses ``Process.start()`` in a daemonic process (a
 DataLoader worker), since a daemon is killed without cleanup, which would orphan its
@@ -46,10 +61,14 @@ from contextlib import contextmanager
 from multiprocessing.connection import Connection
 from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
-#: Seconds a worker whose parent died has to clean up before it is ended by force.
-GRACE_S = 10.0
-#: Seconds between a worker's backup checks of ``os.getppid()``.
-PARENT_POLL_S = 1.0
+#: Seconds ``ProcessPool.shutdown(wait=True, cancel_futures=True)`` waits for the jobs
+#: still running before it terminates, then kills, their workers.
+SHUTDOWN_S = 5.0
+#: Seconds a worker sent SIGTERM has to run its job's cleanup before it exits.
+TERM_CLEANUP_S = 1.0
+#: Seconds between a worker's backup checks of ``os.getppid()`` (the lifeline's
+#: end-of-file wakes the watcher at once; this only bounds the fallback).
+PARENT_POLL_S = 0.5
 
 _lock = threading.Lock()  # held across fork, so no child sees a half-made lifeline
 _write_ends: Set[int] = set()  # lifeline write ends this process holds
@@ -108,24 +127,77 @@ class Lifeline:
 
 
 _starting = True  # in a worker: still in worker_init
+_worker_pid = -1  # in a worker: its pid (a process forked from it has another)
+_parent_pid = -1  # in a worker: the pool's owner
+_commit_lock = threading.Lock()  # held by commit(); taken by the watcher before it ends
 
 
 def _exit_on_sigterm(signum: int, frame: Any) -> None:
-    if _starting:  # nothing to clean up yet; SystemExit here would print a traceback
+    if _starting or os.getpid() != _worker_pid:
+        # nothing to clean up yet (SystemExit would print a traceback), or a process
+        # forked from a worker: never unwind into the code it was forked from
         os._exit(128 + signum)
+    # The executor's worker loop catches the SystemExit of a job (it is sent back as the
+    # job's exception) and serves on: a timer ends the worker once the job's cleanup
+    # had its time.
+    threading.Thread(target=_exit_after, args=(TERM_CLEANUP_S, 128 + signum),
+                     daemon=True).start()
     raise SystemExit(128 + signum)
 
 
+def _exit_after(seconds: float, code: int) -> None:
+    time.sleep(seconds)
+    os._exit(code)
+
+
 def _watch_parent(lifeline: Connection, parent: int) -> None:
-    """Worker thread: wait for the lifeline's end-of-file (or a new parent pid)."""
+    """Worker thread: wait for the lifeline's end-of-file (or a new parent pid), then
+    end the worker at once (see the module doc)."""
     try:
         while not lifeline.poll(PARENT_POLL_S) and os.getppid() == parent:
             pass
     except (OSError, ValueError):  # the descriptor went away: treat as gone
         pass
-    os.kill(os.getpid(), signal.SIGTERM)  # clean up through the handler...
-    time.sleep(GRACE_S)
-    os._exit(128 + signal.SIGTERM)  # ...or go anyway (a job may have swallowed it)
+    _commit_lock.acquire()  # a rename under way finishes; none starts after this
+    os._exit(128 + signal.SIGTERM)
+
+
+def _poll_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL_S)
+    os._exit(128 + signal.SIGTERM)
+
+
+class EndWithParent:
+    """A DataLoader ``worker_init_fn`` (wrapping ``inner``, if any) that ends the worker
+    with ``os._exit`` within :data:`PARENT_POLL_S` seconds of its parent's death
+    (``os.getppid()`` changes), whatever it is doing: torch's own check runs between
+    batches, every 5 s, and never while the worker is blocked in a read. Picklable
+    (spawned workers)."""
+
+    def __init__(self, inner: Optional[Callable[[int], None]] = None) -> None:
+        self.inner = inner
+
+    def __call__(self, worker_id: int) -> None:
+        threading.Thread(target=_poll_parent, args=(os.getppid(),), daemon=True,
+                         name="parent-watchdog").start()
+        if self.inner is not None:
+            self.inner(worker_id)
+
+
+@contextmanager
+def commit() -> Iterator[None]:
+    """Hold the block that moves a worker's finished output into place: in a pool
+    worker, the parent is checked first (gone: ``SystemExit``, nothing is moved) and
+    the watcher waits for the block to end. Elsewhere (the parent itself) a plain
+    lock-free pass-through."""
+    if os.getpid() != _worker_pid:
+        yield
+        return
+    with _commit_lock:
+        if os.getppid() != _parent_pid:
+            raise SystemExit(128 + signal.SIGTERM)
+        yield
 
 
 def worker_init(lifeline: Connection, parent: int,
@@ -133,8 +205,9 @@ def worker_init(lifeline: Connection, parent: int,
                 initargs: Tuple = ()) -> None:
     """Pool-worker initializer: end with ``parent`` (see the module doc), then run the
     pool user's ``initializer(*initargs)``."""
-    global _starting
+    global _starting, _worker_pid, _parent_pid
     _starting = True
+    _worker_pid, _parent_pid = os.getpid(), parent
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     threading.Thread(target=_watch_parent, args=(lifeline, parent), daemon=True,
@@ -219,10 +292,26 @@ class ProcessPool(ProcessPoolExecutor):
         """Stop the workers: ask (they finish their job), wait up to ``timeout``
         seconds, then terminate, then kill. Idempotent; a no-op in a process that
         inherited this pool through ``fork`` (its workers are not ours)."""
-        if os.getpid() != self.owner_pid:
+        if os.getpid() == self.owner_pid:
+            self._end_workers(timeout)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """``Executor.shutdown``; with ``wait`` and ``cancel_futures`` (the caller drops
+        the work left: :func:`~wenet_lhotse.io.parallel.map_bounded` after an error or
+        an early exit) bounded in time: a worker that has not ended within
+        :data:`SHUTDOWN_S` seconds is terminated, then killed (the executor's own
+        ``shutdown`` waits for ever on a stuck job). ``cancel_futures=False`` keeps the
+        executor's contract: the submitted jobs run to their end."""
+        if wait and cancel_futures and os.getpid() == self.owner_pid:
+            self._end_workers(SHUTDOWN_S)
             return
+        super().shutdown(wait=wait, cancel_futures=cancel_futures)
+        if wait:  # the workers are gone: cut the line too
+            self._lifeline.close()
+
+    def _end_workers(self, timeout: float) -> None:
         procs = list(self._workers().values())
-        self.shutdown(wait=False, cancel_futures=True)
+        super().shutdown(wait=False, cancel_futures=True)
         deadline = time.monotonic() + timeout
         for proc in procs:
             proc.join(max(0.0, deadline - time.monotonic()))
@@ -235,8 +324,3 @@ class ProcessPool(ProcessPoolExecutor):
         manager = self._executor_manager_thread
         if manager is not None and manager is not threading.current_thread():
             manager.join(timeout)
-
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        super().shutdown(wait=wait, cancel_futures=cancel_futures)
-        if wait:  # the workers are gone: cut the line too
-            self._lifeline.close()

@@ -47,6 +47,7 @@ from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.io.access import PIPE_REFUSED, open_regular
 from wenet_lhotse.io.http_reader import HttpReader
 from wenet_lhotse.io.policy import ReadPolicy
+from wenet_lhotse.io.pool import commit
 from wenet_lhotse.io.remote import is_remote, open_remote, remote_output
 from wenet_lhotse.io.tempfiles import remove_stale_temp_files, temp_prefix
 
@@ -206,7 +207,8 @@ def atomic_output(path: Pathlike, mode: str = "wb", encoding: Optional[str] = No
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
+        with commit():  # in a pool worker: never after its parent is gone
+            os.replace(tmp, path)
     except BaseException as err:
         try:
             os.unlink(tmp)

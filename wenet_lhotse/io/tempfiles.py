@@ -87,6 +87,24 @@ def remove_stale_temp_files(directory: os.PathLike) -> int:
     return removed
 
 
+_lock_fds: Set[int] = set()  # output locks this process holds
+
+
+def _close_locks_in_child() -> None:
+    # A forked child (a pool worker) shares the lock's open file description: holding
+    # it would keep the lock after the writer is killed, refusing an immediate rerun
+    # (issue 30). Closing the child's copy leaves the lock to the writer alone.
+    for fd in _lock_fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _lock_fds.clear()
+
+
+os.register_at_fork(after_in_child=_close_locks_in_child)
+
+
 class OutputLocked(OSError):
     """Another writer holds the lock of an output directory (one line, not bad data)."""
 
@@ -97,12 +115,15 @@ def output_lock(out_dir: str) -> Iterator[None]:
     (inside it, a reader such as Lhotse's Shar would take it for a shard) for the
     block; a second writer fails at once with :class:`OutputLocked` naming the holder.
     The kernel releases the lock when its holder dies, so no stale lock outlives a
-    ``kill -9``. (On NFS, ``flock`` is only as good as the mount's locking.)"""
+    ``kill -9``; processes forked while it is held (pool workers) close their copy, so
+    the lock ends with the writer, not with its last child. (On NFS, ``flock`` is only
+    as good as the mount's locking.)"""
     import fcntl
 
     path = Path(out_dir).absolute()
     lock = path.parent / f".{path.name}.lock"
     fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+    _lock_fds.add(fd)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -114,4 +135,5 @@ def output_lock(out_dir: str) -> Iterator[None]:
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
         yield
     finally:
+        _lock_fds.discard(fd)
         os.close(fd)  # releases the lock

@@ -40,6 +40,7 @@ from wenet_lhotse.errors import SkipReport
 from wenet_lhotse.features.device import DeviceFeatures
 from wenet_lhotse.formats.split import reader_share
 from wenet_lhotse.io.policy import ReadPolicy
+from wenet_lhotse.io.pool import EndWithParent
 from wenet_lhotse.loader.bins import (
     WorkerEdges,
     bins_and_budget,
@@ -369,7 +370,9 @@ def build_dataloader(
             loader_kw["prefetch_factor"] = prefetch_factor
         from lhotse.dataset.dataloading import make_worker_init_fn
 
-        loader_kw["worker_init_fn"] = make_worker_init_fn(rank=rk, world_size=ws, seed=seed)
+        # (issue 30) a worker ends within 0.5 s of its parent's death, not torch's 5 s
+        loader_kw["worker_init_fn"] = EndWithParent(
+            make_worker_init_fn(rank=rk, world_size=ws, seed=seed))
     with read_once.reading():  # start-up checks: a tar left out is left out every epoch
         indexes = (shard_indexes(specs, lconf, split=split, policy=policy)
                    if lconf.mode != "streamed" else {})

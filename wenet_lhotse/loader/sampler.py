@@ -367,12 +367,15 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
         for stream, rstate in zip(self.mux.streams, snap.get("readers") or []):
             stream.reader.load_state(rstate)
         wanted: Dict[int, set] = {}
+        first_id: Dict[int, Any] = {}  # per stream: (position, id) of one buffered cut
         for b in list(snap["buckets"]) + list(snap.get("merged") or []):
             for item in b:
                 if len(item) == 5:  # else its line is in the state
                     wanted.setdefault(item[0], set()).add(item[1])
-        # The buffered cuts' lines: from the state (read long ago) or read back unparsed
-        # (recent; files holding none skipped), parsed when their batch is emitted.
+                    first_id.setdefault(item[0], (item[1], item[4]))
+        # The buffered cuts: what the bucketer needs comes from the state; their lines
+        # come from the state (cuts read long ago) or are read back unparsed (the
+        # recent ones: files holding none are skipped), parsed when their batch is emitted.
         self.mux.start(self.epoch, snap["mux"])
         raws = {s: self.mux.streams[s].reader.read_raw(ps) for s, ps in wanted.items()}
         missing = [(s, p) for s, ps in wanted.items() for p in ps if p not in raws[s]]
@@ -380,6 +383,11 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
             raise ValueError(f"cannot restore the sampler: {len(missing)} buffered cuts not found "
                              f"again (first: source {missing[0][0]}, position {missing[0][1]}); "
                              f"did the data change since the checkpoint?")
+        for s, (p, cut_id) in first_id.items():  # (issue 30) a state of other data
+            found = self.mux.streams[s].reader.materialize(raws[s][p]).id
+            if found != cut_id:
+                raise ValueError(f"the state is not this data's: source {s} position {p} "
+                                 f"holds cut {found!r}, the state buffered {cut_id!r}")
 
         def lazy(item: List[Any]) -> LazyCut:
             s, p, duration, rate, cut_id = item[:5]

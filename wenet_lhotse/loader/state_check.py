@@ -1,9 +1,20 @@
 """Resume states checked before they are used: a checkpoint is input like any other.
 
-A loader state is plain data (``torch.load(weights_only=True)`` or JSON), but a
-damaged or crafted one must not run anything, replay or drop batches silently, nor
-blow up memory. This module holds the checks :meth:`load_state_dict` applies:
+A loader state is plain data, but a damaged or crafted one must not run anything,
+replay or drop batches silently, nor blow up memory. This module holds the checks
+:meth:`load_state_dict` applies, and the one reader of state files:
 
+* :func:`read_state_file` -- a ``<checkpoint>.loader.rank<R>.pt`` file, read with
+  ``torch.load(weights_only=True)`` only (plain containers, numbers, strings, tensors:
+  a pickled ``__reduce__`` payload is refused, never called), at most
+  :data:`MAX_STATE_FILE_BYTES`; any damage -- cut short, empty, not a torch file, a
+  payload -- is one :class:`StateError` line naming the file (WeNet's own checkpoint
+  load refuses such payloads too). The other files we read back are JSON or binary
+  records, never pickles: probe caches (:mod:`~wenet_lhotse.sources.probe_cache`,
+  JSON lines checked line by line, plus a digest sidecar), tar indexes
+  (:mod:`~wenet_lhotse.formats.shard_index`, a JSON header and fixed-size records),
+  Shar conversion state (:mod:`~wenet_lhotse.convert.shar_state`, JSON lines) and the
+  manifest lines a state keeps (:func:`unpack_bounded`: zlib-compressed JSON);
 * :func:`check_loader_state` -- the loader's own keys: types and ranges (``epoch``,
   ``consumed``, ``per_worker``, ``last_worker``; no negative or absurd positions);
 * :func:`check_sampler_state` -- the map-style sampler's snapshot: every buffered
@@ -24,6 +35,7 @@ import base64
 import binascii
 import json
 import math
+import os
 import zlib
 from typing import Any, List, Mapping, Optional
 
@@ -34,7 +46,36 @@ from wenet_lhotse.sources.state_lines import StateError
 MAX_STATE_LINES_BYTES = 256 << 20
 #: Largest position, count or epoch a state may hold (2^40: far above any corpus).
 MAX_POSITION = 1 << 40
+#: Largest loader-state file :func:`read_state_file` reads (a real one is a few kB, or a
+#: few MB with kept manifest lines).
+MAX_STATE_FILE_BYTES = 512 << 20
 
+
+
+def read_state_file(path: os.PathLike[str] | str) -> Any:
+    """The object saved in loader-state file ``path`` (``torch.save``), loaded with
+    ``weights_only=True`` on the CPU; a :class:`StateError` (key ``(file)``, one line
+    naming ``path``) for a file that is missing, empty, cut short, too large, not a
+    torch file, or holds anything but plain data (a ``__reduce__`` payload is refused
+    before it runs)."""
+    import torch
+
+    try:
+        size = os.path.getsize(path)
+        if size == 0:
+            raise StateError("(file)", f"{path}: empty file")
+        if size > MAX_STATE_FILE_BYTES:
+            raise StateError("(file)", f"{path}: {size} bytes, more than the "
+                                       f"{MAX_STATE_FILE_BYTES} a loader state may have")
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except StateError:
+        raise
+    except Exception as err:  # noqa: BLE001 -- any damage is the same one line
+        reason = " ".join((str(err).strip() or type(err).__name__).split())
+        if len(reason) > 160:  # torch's refusal is a page of advice: keep its gist
+            reason = reason[:157] + "..."
+        raise StateError("(file)", f"{path}: not a loader state that loads as plain data "
+                                   f"({type(err).__name__}: {reason})") from None
 
 
 def _int(value: Any, key: str, lo: int = 0, hi: int = MAX_POSITION) -> int:
