@@ -12,7 +12,7 @@ from wenet_lhotse.cli.data import (
     cluster_option,
     jobs_option,
 )
-from wenet_lhotse.cli.main import main
+from wenet_lhotse.cli.main import main, read_policy
 
 
 @main.command("index")
@@ -47,7 +47,8 @@ def index_cmd(path, jobs, cache_dir, out, full, cluster, allow_pipe):
 
     try:
         click.echo(index_input(str(path), cache_dir=cache_dir, out=out, num_jobs=jobs,
-                               cluster=cluster, allow_pipe=allow_pipe, progress=True,
+                               cluster=cluster, policy=read_policy(allow_pipe=allow_pipe),
+                               progress=True,
                                full=full))
     except (WenetDataError, ValueError, ClusterError) as err:
         raise _fail(err) from None
