@@ -151,9 +151,8 @@ def import_cmd(data_list, out, data_type, shar_dir, shard_size, audio_format, wa
             from wenet_lhotse.convert.shar import wenet_to_shar
 
             res = wenet_to_shar(data_list, shar_dir, data_type=data_type, shard_size=shard_size,
-                                num_jobs=jobs, audio_format=audio_format, strict=policy.strict,
-                                skip_report=report, wav_root=wav_root, progress=show_progress(),
-                                cluster=cluster, allow_pipe=policy.allow_pipe)
+                                num_jobs=jobs, audio_format=audio_format, wav_root=wav_root,
+                                progress=show_progress(), cluster=cluster, policy=policy)
             _print_skips(report)
             click.echo(f"Shar: {res.out_dir} ({res.num_shards} shards: {len(res.written_shards)} "
                        f"written, {len(res.skipped_shards)} already complete; "
