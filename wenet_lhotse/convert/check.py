@@ -6,7 +6,8 @@ audio that has a valid header but fails to decode (or decodes to nothing, or to 
 or infinite samples) is found here, and so are Shar shards written while items of
 their input were skipped (:mod:`.shar_state`). Each problem names the file and line
 (lists, manifests) or the tar and member (shards, Shar). Nothing from the data is run:
-``pipe:`` lines and ``command`` audio sources are reported, unless ``allow_pipe``.
+``pipe:`` lines and ``command`` audio sources are reported, unless the read policy
+allows them.
 """
 
 from __future__ import annotations
