@@ -18,6 +18,7 @@ from wenet_lhotse.corpus import generate_corpus
 from wenet_lhotse.errors import SkipReport, WenetDataError
 from wenet_lhotse.formats import read_shard_list, write_wenet_shards
 from wenet_lhotse.formats.raw_list import read_raw_list
+from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.sources.shar_dir import shard_paths
 
 EXTRA = {"emotion": "calm", "domain": "synthetic"}
@@ -179,7 +180,7 @@ def test_failed_shard_leaves_nothing_visible(sharded, tmp_path):
     assert len(CutSet.from_shar(in_dir=out).to_eager()) == 5
     # Fault-tolerant rerun: only the bad utterance is left out, and it is reported.
     report = SkipReport()
-    res = wenet_to_shar(lst, out, shard_size=5, strict=False, skip_report=report)
+    res = wenet_to_shar(lst, out, shard_size=5, policy=ReadPolicy(strict=False, skip_report=report))
     assert res.skipped_shards == [0]
     assert [(i.kind, i.line) for i in report] == [("bad_audio", 8)]
     ids = [c.id for c in CutSet.from_shar(in_dir=out)]

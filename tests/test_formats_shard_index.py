@@ -126,16 +126,19 @@ def test_a_stale_tar_is_one_error_or_one_counted_skip(shards, how):
 
 
 def test_no_index_and_a_listed_tar_missing_from_the_index(shards, tmp_path):
-    assert open_shard_index([shards["list"]], "auto", True, SkipReport()) is None
+    assert open_shard_index([shards["list"]], "auto",
+                            policy=ReadPolicy(strict=True, skip_report=SkipReport())) is None
     with pytest.raises(ValueError, match="wenet-lhotse index"):
-        open_shard_index([shards["list"]], True, True, SkipReport())
+        open_shard_index([shards["list"]], True,
+                         policy=ReadPolicy(strict=True, skip_report=SkipReport()))
     index_shards(shards["list"])
     extra = write_wenet_shards(list(shards["cuts"])[:2], tmp_path / "more", shard_size=2,
                                list_path=tmp_path / "more.list")
     with open(shards["list"], "a") as f:
         f.write(open(extra).read())
     with pytest.raises(WenetDataError, match="listed but not in the index"):
-        open_shard_index([shards["list"]], "auto", True, SkipReport())
+        open_shard_index([shards["list"]], "auto",
+                         policy=ReadPolicy(strict=True, skip_report=SkipReport()))
 
 
 def test_bad_items_are_recorded_and_reported(shards):
@@ -154,9 +157,11 @@ def test_bad_items_are_recorded_and_reported(shards):
     summary = index_shards(shards["list"])
     assert summary.bad == 1 and summary.utterances == 19
     with pytest.raises(WenetDataError, match="cannot read audio"):
-        open_shard_index([shards["list"]], "auto", True, SkipReport())
+        open_shard_index([shards["list"]], "auto",
+                         policy=ReadPolicy(strict=True, skip_report=SkipReport()))
     report = SkipReport()
-    reader = IndexReader(open_shard_index([shards["list"]], "auto", False, report),
+    reader = IndexReader(open_shard_index([shards["list"]], "auto",
+                                          policy=ReadPolicy(strict=False, skip_report=report)),
                          policy=ReadPolicy(strict=False, skip_report=report))
     for epoch in range(2):
         reader.set_epoch(epoch)
@@ -172,7 +177,8 @@ def test_a_key_repeated_in_a_later_tar_is_recorded_once_as_bad(shards, tmp_path)
     ix = ShardIndex(summary.path)
     assert ix.tars[5]["count"] == 0 and {b[1] for b in ix.tars[5]["bad"]} == {"duplicate"}
     report = SkipReport()
-    reader = IndexReader(open_shard_index([shards["list"]], "auto", False, report),
+    reader = IndexReader(open_shard_index([shards["list"]], "auto",
+                                          policy=ReadPolicy(strict=False, skip_report=report)),
                          policy=ReadPolicy(strict=False, skip_report=report))
     keys = [c.id for _, c in reader.iter_from(0)]
     assert sorted(keys) == sorted(c.id for c in shards["cuts"])  # each once
@@ -196,7 +202,8 @@ def test_cache_dir_for_read_only_data(shards, tmp_path):
     cache = tmp_path / "cache"
     summary = index_shards(shards["list"], cache_dir=str(cache))
     assert summary.path.startswith(str(cache))
-    parts = open_shard_index([shards["list"]], str(cache), True, SkipReport())
+    parts = open_shard_index([shards["list"]], str(cache),
+                             policy=ReadPolicy(strict=True, skip_report=SkipReport()))
     assert parts[0][0] == summary.path and len(IndexReader(parts)) == 20
 
 

@@ -341,9 +341,10 @@ def test_a_compressed_member_bomb_stops_at_its_ratio(tmp_path):
     lst = tmp_path / "shards.list"
     lst.write_text(f"{bomb}\n")
     res = run_limited(f"""
-        from wenet_lhotse import SkipReport, WenetDataError, read_shard_list
+        from wenet_lhotse import ReadPolicy, SkipReport, WenetDataError, read_shard_list
         report = SkipReport()
-        keys = [c.id for c in read_shard_list({str(lst)!r}, strict=False, skip_report=report)]
+        policy = ReadPolicy(strict=False, skip_report=report)
+        keys = [c.id for c in read_shard_list({str(lst)!r}, policy=policy)]
         print("KEYS", keys, [(i.kind, i.member) for i in report])
         try:
             list(read_shard_list({str(lst)!r}))

@@ -220,5 +220,6 @@ def test_shar_import_refuses_non_finite_audio(small, tmp_path):
         wenet_to_shar(lst, tmp_path / "shar")
     assert e.value.line == 3 and "non-finite" in e.value.message
     report = SkipReport()
-    res = wenet_to_shar(lst, tmp_path / "shar2", strict=False, skip_report=report)
+    res = wenet_to_shar(lst, tmp_path / "shar2",
+                        policy=ReadPolicy(strict=False, skip_report=report))
     assert res.num_cuts_written == 5 and [i.line for i in report] == [3]

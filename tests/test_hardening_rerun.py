@@ -58,7 +58,7 @@ def test_shard_written_with_skips_is_recorded_and_redone(corpus12, tmp_path):
     tars[1].write_bytes(good[: len(good) * 2 // 3])  # truncated: 1-2 utterances lost
     out = tmp_path / "shar"
     report = SkipReport()
-    res = wenet_to_shar(lst, out, strict=False, skip_report=report)
+    res = wenet_to_shar(lst, out, policy=ReadPolicy(strict=False, skip_report=report))
     assert res.num_shards == 4 and len(report) == 1
     lost = 12 - res.num_cuts_written
     assert lost >= 1
@@ -67,7 +67,7 @@ def test_shard_written_with_skips_is_recorded_and_redone(corpus12, tmp_path):
     assert v.returncode == 1
     assert any("000001" in ln and "skipped" in ln for ln in problems(v.stdout)), v.stdout
     # a tolerant rerun of the same input redoes the shard (and says it is still short)
-    res = wenet_to_shar(lst, out, strict=False)
+    res = wenet_to_shar(lst, out, policy=ReadPolicy(strict=False))
     assert res.written_shards == [1] and res.skipped_shards == [0, 2, 3]
     # the input is fixed: a strict rerun redoes shard 1 and nothing is lost
     tars[1].write_bytes(good)
@@ -84,7 +84,7 @@ def test_raw_list_lines_skipped_go_to_their_shard(corpus12, tmp_path):
     lst = tmp_path / "data.list"
     lst.write_text("\n".join(broken) + "\n")
     out = tmp_path / "shar"
-    res = wenet_to_shar(lst, out, shard_size=5, strict=False)
+    res = wenet_to_shar(lst, out, shard_size=5, policy=ReadPolicy(strict=False))
     assert res.num_cuts_written == 11
     lst.write_text("\n".join(lines) + "\n")
     res = wenet_to_shar(lst, out, shard_size=5)
@@ -124,8 +124,8 @@ def test_duplicate_keys_across_tars(tmp_path):
     assert res.returncode == 1 and "duplicate key 'u2'" in res.stderr
     report = SkipReport()
     for jobs in (1, 2):
-        res = wenet_to_shar(lst, tmp_path / f"tolerant{jobs}", strict=False,
-                            skip_report=report, num_jobs=jobs)
+        res = wenet_to_shar(lst, tmp_path / f"tolerant{jobs}", num_jobs=jobs,
+                            policy=ReadPolicy(strict=False, skip_report=report))
         ids = shar_ids(tmp_path / f"tolerant{jobs}")
         assert sorted(ids) == ["u1", "u2", "u3"]
     assert report.counts() == {"duplicate": 2}

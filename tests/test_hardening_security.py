@@ -195,7 +195,7 @@ resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
 from wenet_lhotse import SkipReport, read_shard_list
 from wenet_lhotse.io.policy import ReadPolicy
 r = SkipReport()
-ids = [c.id for c in read_shard_list({str(lst)!r}, strict=False, skip_report=r)]
+ids = [c.id for c in read_shard_list({str(lst)!r}, policy=ReadPolicy(strict=False, skip_report=r))]
 print(ids, sorted((i.member, i.kind) for i in r))
 """
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -22,7 +22,7 @@ ROOT = Path(wenet_lhotse.__file__).parent
 #: Comparisons with a kind's name that are about something else, with why.
 NOT_KINDS = {
     ("sources/parquet.py", 'kind == "parquet"'): "file format: Parquet vs Arrow",
-    ("loader/shar_audio.py", 'cut.recording.sources[0].type != "shar"'):
+    ("sources/shar_audio.py", 'cut.recording.sources[0].type != "shar"'):
         "Lhotse AudioSource type",
     ("sources/shar_dir.py", '"cuts" not in found'): "a Shar field's name",
     ("sources/shar_stream.py", 'set(fields) == {"cuts", "recording"}'): "Shar field names",

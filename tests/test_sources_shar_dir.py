@@ -9,7 +9,7 @@ from wenet_lhotse.sources.shar_dir import (
     is_shar_dir,
     shar_fields,
     shar_files,
-    shard_index,
+    shar_shard_number,
     shard_paths,
 )
 
@@ -24,9 +24,9 @@ def test_lhotse_written_shar_dir(data):
     assert cuts_files(shar) == fields["cuts"] == [str(shard_paths(shar, i)[0]) for i in range(4)]
 
 
-def test_shard_index_and_incomplete_dirs(tmp_path):
-    assert shard_index("cuts.000012.jsonl.gz") == 12
-    assert shard_index("recording.tar") is None and shard_index("notes.x.txt") is None
+def test_shar_shard_number_and_incomplete_dirs(tmp_path):
+    assert shar_shard_number("cuts.000012.jsonl.gz") == 12
+    assert shar_shard_number("recording.tar") is None and shar_shard_number("notes.x.txt") is None
     (tmp_path / "cuts.000000.jsonl.gz").touch()
     (tmp_path / "cuts.000001.jsonl.gz").touch()
     (tmp_path / "recording.000000.tar").touch()

@@ -160,9 +160,8 @@ def import_cmd(data_list, out, data_type, shar_dir, shard_size, audio_format, wa
             from wenet_lhotse.convert.shar import wenet_to_shar
 
             res = wenet_to_shar(data_list, shar_dir, data_type=data_type, shard_size=shard_size,
-                                num_jobs=jobs, audio_format=audio_format, strict=policy.strict,
-                                skip_report=report, wav_root=wav_root, progress=show_progress(),
-                                cluster=cluster, allow_pipe=policy.allow_pipe)
+                                num_jobs=jobs, audio_format=audio_format, wav_root=wav_root,
+                                progress=show_progress(), cluster=cluster, policy=policy)
             _print_skips(report)
             click.echo(f"Shar: {res.out_dir} ({res.num_shards} shards: {len(res.written_shards)} "
                        f"written, {len(res.skipped_shards)} already complete; "
@@ -253,7 +252,7 @@ def export_cmd(source, out, shards_dir, shard_size, jobs, audio_dir, cluster, al
 
             lst = export_shards(source, shards_dir, shard_size=shard_size, list_path=out,
                                 num_workers=jobs, progress=show_progress(), cluster=cluster,
-                                allow_pipe=allow_pipe)
+                                policy=read_policy(allow_pipe=allow_pipe))
             click.echo(f"shards: {shards_dir}, list: {lst}")
         else:
             if out is None:
@@ -261,7 +260,8 @@ def export_cmd(source, out, shards_dir, shard_size, jobs, audio_dir, cluster, al
             from wenet_lhotse.convert.export import export_raw_list
 
             lst = export_raw_list(source, out, audio_dir=audio_dir, progress=show_progress(),
-                                  allow_pipe=allow_pipe, num_workers=jobs, cluster=cluster)
+                                  policy=read_policy(allow_pipe=allow_pipe), num_workers=jobs,
+                                  cluster=cluster)
             click.echo(f"raw list: {lst}")
     except (WenetDataError, ValueError, ClusterError) as err:
         raise _fail(err) from None
@@ -292,7 +292,7 @@ def validate_cmd(path, max_report, jobs, cluster, allow_pipe):
 
     try:
         res = validate(path, progress=show_progress(), num_jobs=jobs, cluster=cluster,
-                       allow_pipe=allow_pipe)
+                       policy=read_policy(allow_pipe=allow_pipe))
     except ClusterError as err:
         raise click.ClickException(str(err)) from None
     items = list(res.problems)
@@ -335,7 +335,8 @@ def stats_cmd(path, plot, as_json, jobs, cluster, allow_pipe):
 
     try:
         st = corpus_stats(path, progress=not as_json and show_progress(), num_jobs=jobs,
-                          cluster=cluster, allow_pipe=allow_pipe)
+                          cluster=cluster,
+                          policy=read_policy(skip_errors=True, allow_pipe=allow_pipe))
     except ClusterError as err:
         raise click.ClickException(str(err)) from None
     click.echo(json.dumps(st.summary(), indent=2) if as_json else st.format())

@@ -12,7 +12,7 @@ from wenet_lhotse.cli.data import (
     cluster_option,
     jobs_option,
 )
-from wenet_lhotse.cli.main import main, refuse_output_is_input
+from wenet_lhotse.cli.main import main, read_policy, refuse_output_is_input
 
 
 @main.command("index")
@@ -49,7 +49,8 @@ def index_cmd(path, jobs, cache_dir, out, full, cluster, allow_pipe):
     refuse_output_is_input(cache_dir, path, option="--cache-dir")
     try:
         click.echo(index_input(str(path), cache_dir=cache_dir, out=out, num_jobs=jobs,
-                               cluster=cluster, allow_pipe=allow_pipe, progress=True,
+                               cluster=cluster, policy=read_policy(allow_pipe=allow_pipe),
+                               progress=True,
                                full=full))
     except (WenetDataError, ValueError, ClusterError) as err:
         raise _fail(err) from None

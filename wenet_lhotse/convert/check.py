@@ -6,7 +6,8 @@ audio that has a valid header but fails to decode (or decodes to nothing, or to 
 or infinite samples) is found here, and so are Shar shards written while items of
 their input were skipped (:mod:`.shar_state`). Each problem names the file and line
 (lists, manifests) or the tar and member (shards, Shar). Nothing from the data is run:
-``pipe:`` lines and ``command`` audio sources are reported, unless ``allow_pipe``.
+``pipe:`` lines and ``command`` audio sources are reported, unless the read policy
+allows them.
 """
 
 from __future__ import annotations
@@ -71,14 +72,14 @@ class _Checked:
     problems: SkipReport
 
 
-def _check_unit(unit: WorkUnit, allow_pipe: bool = False) -> _Checked:
+def _check_unit(unit: WorkUnit, policy: ReadPolicy) -> _Checked:
     """Decode every utterance of one work unit (a task); a unit that breaks off is one
     problem (``truncated``) after the cuts read before it."""
     reader = get_kind(unit.kind)
     problems = SkipReport(log=False)
     for err in reader.audit_unit(unit):
         problems.add(err, log=False)
-    policy = ReadPolicy(strict=False, skip_report=problems, allow_pipe=allow_pipe)
+    policy = policy.replace(strict=False, skip_report=problems)
     cuts = []
     try:
         for c in reader.read_unit(unit, policy, audio=True):
@@ -91,7 +92,8 @@ def _check_unit(unit: WorkUnit, allow_pipe: bool = False) -> _Checked:
 
 
 def validate(path: Pathlike, *, progress: bool = False, num_jobs: int = 1,
-             cluster: Optional[str] = None, allow_pipe: bool = False) -> ValidationResult:
+             cluster: Optional[str] = None,
+             policy: Optional[ReadPolicy] = None) -> ValidationResult:
     """Read ``path`` (any input kind that is detected: raw list, shard list, cuts
     manifest, Shar directory, ...) completely, decoding every utterance's audio. Never
     raises for bad data: every problem is recorded in the result.
@@ -104,19 +106,22 @@ def validate(path: Pathlike, *, progress: bool = False, num_jobs: int = 1,
     :param num_jobs: local processes decoding the work units.
     :param cluster: a Dask scheduler address: the units are checked on its workers.
         Problems are listed in input order either way.
-    :param allow_pipe: run ``pipe:`` lines and ``command`` audio sources (shell
-        commands from the data); without it each is a problem (kind ``"refused"``).
+    :param policy: what may be opened (shell commands from the data: without the
+        policy's permission each is a problem, kind ``"refused"``; URL protocols, network
+        limits); its ``strict`` and ``skip_report`` are not used: validate never raises
+        for bad data and lists every problem in the result.
     """
     from tqdm.auto import tqdm
 
     path = str(path)
     problems = SkipReport(log=False)  # printed by the caller, not logged twice
+    policy = (policy or ReadPolicy()).replace(strict=False, skip_report=problems)
     try:
         kind = detect_input_kind(path)
         reader = get_kind(kind)
         units, _ = reader.work_units(
-            path, ReadPolicy(strict=False, skip_report=problems, allow_pipe=allow_pipe),
-            audio=True, chunk_size=1)  # one cut per unit: problems stay in input order
+            path, policy, audio=True,
+            chunk_size=1)  # one cut per unit: problems stay in input order
     except WenetDataError as err:
         problems.add(err, log=False)
         return ValidationResult(path, "unknown", problems=problems)
@@ -124,7 +129,7 @@ def validate(path: Pathlike, *, progress: bool = False, num_jobs: int = 1,
     find = reader.line_finder(path)
     # a reader that sees one unit at a time cannot see repeats across units
     seen = KeySet() if reader.keys_repeat_across_units else None
-    task = functools.partial(_check_unit, allow_pipe=allow_pipe)
+    task = functools.partial(_check_unit, policy=policy.replace(skip_report=None))
     with tqdm(desc="validate", unit="utt", disable=not progress) as bar:
         for _, part in map_tasks(task, units, num_jobs=num_jobs, cluster=cluster):
             problems.extend(part.problems.items)

@@ -160,7 +160,7 @@ def export_raw_list(
     *,
     audio_dir: Optional[Pathlike] = None,
     progress: bool = False,
-    allow_pipe: bool = False,
+    policy: Optional[ReadPolicy] = None,
     num_workers: int = 1,
     cluster: Optional[str] = None,
     chunk_size: int = RAW_CHUNK,
@@ -172,7 +172,8 @@ def export_raw_list(
     :param audio_dir: where audio of in-memory/URL cuts is written
         (default :func:`default_audio_dir`; created only when needed).
     :param progress: show a tqdm bar (unit: utterances, moved as tasks complete).
-    :param allow_pipe: run ``pipe:`` inputs and ``command`` audio sources of ``src``.
+    :param policy: how ``src`` is read (:class:`~wenet_lhotse.io.policy.ReadPolicy`:
+        shell commands from the data, URL protocols, strict or skip).
     :param num_workers: local processes writing audio files (1: in this process).
     :param cluster: a Dask scheduler address: the audio files are written by its
         workers (which must see ``audio_dir``); the list is written here.
@@ -184,7 +185,7 @@ def export_raw_list(
     from tqdm.auto import tqdm
 
     _refuse_same(src, out_list)
-    cuts, _ = open_cuts(src, policy=ReadPolicy(allow_pipe=allow_pipe))
+    cuts, _ = open_cuts(src, policy=policy)
     cuts = OutputGuard(out_list).cuts(cuts)  # nor is it one of the cuts' audio files
     # absolute here: pool and cluster workers run in other directories
     adir = (Path(audio_dir) if audio_dir is not None else default_audio_dir(out_list)).absolute()
@@ -213,7 +214,7 @@ def export_shards(
     num_workers: int = 1,
     progress: bool = False,
     cluster: Optional[str] = None,
-    allow_pipe: bool = False,
+    policy: Optional[ReadPolicy] = None,
 ) -> Path:
     """Write WeNet tar shards (``make_shard_list.py`` layout) and their list file.
 
@@ -225,13 +226,14 @@ def export_shards(
     :param cluster: a Dask scheduler address: tars are encoded on its workers (which
         must see ``out_dir``); the list is written here, once. A rerun keeps the tars
         that are already complete.
-    :param allow_pipe: run ``pipe:`` inputs and ``command`` audio sources of ``src``.
+    :param policy: how ``src`` is read (:class:`~wenet_lhotse.io.policy.ReadPolicy`:
+        shell commands from the data, URL protocols, strict or skip).
     :return: the shard list path.
     """
     from tqdm.auto import tqdm
 
     _refuse_same(src, list_path)
-    cuts, _ = open_cuts(src, policy=ReadPolicy(allow_pipe=allow_pipe))
+    cuts, _ = open_cuts(src, policy=policy)
     cuts = OutputGuard(list_path, option="-o").cuts(cuts)  # nor one of its audio files
     it = tqdm(cuts, desc="export", unit="utt", disable=not progress)
     if cluster:

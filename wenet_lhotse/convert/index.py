@@ -74,12 +74,12 @@ def _etag(url: str) -> Optional[str]:
 
 
 def _index_one(job: Any) -> TarRows:
-    _, entry, allow_pipe = job
+    _, entry, policy = job
     if is_pipe(entry.url):
         return TarRows(url=entry.url, bad=[("a pipe: has no offsets to read members by; "
                                             "write the tar to storage to index it",
                                             "not_indexable", None)])
-    rows = index_tar(entry, policy=ReadPolicy(allow_pipe=allow_pipe))
+    rows = index_tar(entry, policy=policy)
     if is_remote(entry.url) and not any(k in ("missing_file", "io") for _, k, _ in rows.bad):
         rows.digest = _etag(entry.url) or rows.digest
     return rows
@@ -120,12 +120,15 @@ def _drop_duplicates(rows: TarRows, seen: KeySet) -> TarRows:
 
 
 def index_shards(list_path: str, *, cache_dir: Optional[str] = None, out: Optional[str] = None,
-                 num_jobs: int = 1, cluster: Optional[str] = None, allow_pipe: bool = False,
-                 progress: bool = False, full: bool = False) -> IndexSummary:
+                 num_jobs: int = 1, cluster: Optional[str] = None,
+                 policy: Optional[ReadPolicy] = None, progress: bool = False,
+                 full: bool = False) -> IndexSummary:
     """Index shard list ``list_path`` (see the module doc); ``out`` overrides the
-    index's path, ``full`` reads every tar again."""
+    index's path, ``full`` reads every tar again; ``policy``: what may be opened (shell
+    commands from the list, URL protocols, network limits)."""
     path = out or index_path(list_path, cache_dir)
-    entries = read_shard_entries(list_path, policy=ReadPolicy(allow_pipe=allow_pipe))
+    policy = policy or ReadPolicy()
+    entries = read_shard_entries(list_path, policy=policy)
     refuse_clobber(path, [list_path] + [e.url for e in entries if is_local(e.url)],
                    option="-o" if out else "the index")
     old: Optional[ShardIndex] = None
@@ -141,7 +144,7 @@ def index_shards(list_path: str, *, cache_dir: Optional[str] = None, out: Option
         if t is not None and _unchanged(old.tars[t]):
             rows[i] = old.tar_rows(t)
         else:
-            jobs.append((i, entry, allow_pipe))
+            jobs.append((i, entry, policy))
     from tqdm.auto import tqdm
 
     with tqdm(total=len(jobs), desc="index", unit="tar", disable=not progress) as bar:

@@ -54,6 +54,7 @@ from wenet_lhotse.convert.shar_state import (
 )
 from wenet_lhotse.errors import SkipReport, WenetDataError
 from wenet_lhotse.formats.keyset import KeySet
+from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.io.remote import is_remote
 from wenet_lhotse.io.tempfiles import output_lock
 from wenet_lhotse.sources.detect import detect_input_kind
@@ -85,12 +86,10 @@ def wenet_to_shar(
     shard_size: Optional[int] = None,
     num_jobs: int = 1,
     audio_format: str = "lossless",
-    strict: bool = True,
-    skip_report: Optional[SkipReport] = None,
     wav_root: Optional[Pathlike] = None,
     progress: bool = False,
     cluster: Optional[str] = None,
-    allow_pipe: bool = False,
+    policy: Optional[ReadPolicy] = None,
 ) -> SharConversion:
     """Convert a WeNet ``data.list`` (raw or shard list) into a Lhotse Shar directory.
 
@@ -106,13 +105,14 @@ def wenet_to_shar(
         source, see :mod:`wenet_lhotse.convert.lossless`), ``"copy"`` (whole WAV/FLAC
         recordings stored byte for byte: faster, larger; else as "lossless") or one of
         Lhotse's Shar audio formats (``"flac"`` is 16-bit, ``"opus"``/``"mp3"`` lossy).
-    :param strict: raise :class:`WenetDataError` on the first bad item; when False,
-        skip it, log it and record it in ``skip_report``.
     :param progress: show a tqdm bar (unit: output shards, moved as they complete).
     :param cluster: a Dask scheduler address (``tcp://host:8786``): one task per output
         shard runs on its workers (which must see the input paths, and ``out_dir``
         unless it is on object storage); a task lost with its worker is rerun elsewhere.
-    :param allow_pipe: run ``pipe:CMD`` lines of a shard list (shell commands).
+    :param policy: how the input is read (:class:`~wenet_lhotse.io.policy.ReadPolicy`):
+        ``strict`` (default) raises :class:`WenetDataError` on the first bad item;
+        otherwise each is skipped, logged and recorded in the policy's ``skip_report``
+        (also the result's); ``pipe:CMD`` lines of a shard list run only when it allows.
     :return: a :class:`SharConversion` summary.
 
     Restartable: shards already complete in ``out_dir`` and written from the same
@@ -132,7 +132,8 @@ def wenet_to_shar(
     if get_kind(data_type).streamed and shard_size is not None:
         raise ValueError("shard_size applies to raw lists; a shard list keeps one Shar shard "
                          "per input tar (re-shard with export_shards if needed)")
-    report = skip_report if skip_report is not None else SkipReport()
+    policy = policy or ReadPolicy()
+    strict, report, allow_pipe = policy.strict, policy.skip_report, policy.allow_pipe
     remote = is_remote(str(out_dir))
     out: Union[Path, str] = str(out_dir).rstrip("/") if remote else Path(out_dir)
     lock = contextlib.ExitStack()

@@ -101,28 +101,30 @@ def _unit_metadata(unit: WorkUnit, policy: ReadPolicy) -> Tuple[list, SkipReport
         unit, local, audio=False)], local.skip_report
 
 
-def corpus_stats(path: Pathlike, *, strict: bool = False, progress: bool = False,
-                 num_jobs: int = 1, cluster: Optional[str] = None,
-                 allow_pipe: bool = False) -> CorpusStats:
+def corpus_stats(path: Pathlike, *, progress: bool = False, num_jobs: int = 1,
+                 cluster: Optional[str] = None,
+                 policy: Optional[ReadPolicy] = None) -> CorpusStats:
     """Statistics of any input kind that is detected (raw list, shard list, cuts
     manifest, Shar directory, ...).
 
     Reads metadata only, as its kind's work units (:mod:`wenet_lhotse.sources.units`):
     raw lists probe audio headers, Shar reads just its cut manifests; shard lists must
-    stream their tars. Bad items are skipped and counted unless ``strict``; a manifest
+    stream their tars. Bad items are skipped and counted unless the policy is
+    ``strict`` (default: skipped; skips land in the result's report); a manifest
     cut short is an error (the figures would cover an unknown part of it).
 
     :param num_jobs: local processes reading the units (shard lists: one tar each) or
         the input itself (raw lists: header probing).
     :param cluster: a Dask scheduler address: the same work on its workers.
-    :param allow_pipe: run ``pipe:`` lines of shard lists (shell commands from the data).
+    :param policy: how to read (:class:`~wenet_lhotse.io.policy.ReadPolicy`: ``strict``,
+        ``pipe:`` lines of shard lists, URL protocols, network limits).
     """
     from tqdm.auto import tqdm
 
     report = SkipReport()
     kind = detect_input_kind(path)
     reader = get_kind(kind)
-    policy = ReadPolicy(strict=strict, skip_report=report, allow_pipe=allow_pipe)
+    policy = (policy or ReadPolicy(strict=False)).replace(skip_report=report)
     parallel = num_jobs > 1 or bool(cluster)
     mapper = functools.partial(map_tasks, num_jobs=num_jobs, cluster=cluster)
     units, _ = reader.work_units(str(path), policy, audio=False,

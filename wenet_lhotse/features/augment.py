@@ -1,6 +1,6 @@
 """WeNet's waveform augmentations (resampling, speed perturbation), with an explicit RNG
-and no sox. The feature augmentations (spec_aug, spec_sub, spec_trim) are one module each
-in :mod:`wenet_lhotse.features.augmentations`.
+and no sox. The feature augmentations are one module each in
+:mod:`wenet_lhotse.features.augmentations` (its registry ``AUGMENTATIONS``).
 
 Every function takes a ``random.Random`` (or a ``torch.Generator`` for noise) so the
 caller decides the seed; the pool seeds one per (seed, epoch, cut id).

@@ -1,7 +1,7 @@
 """Features on the training device (``lhotse_conf.features_on: device``).
 
 The per-cut recipe of the worker path (decode -> resample -> speed perturbation ->
-dither -> fbank/mfcc -> the feature augmentations: spec_aug -> spec_sub -> spec_trim) is
+dither -> fbank/mfcc -> the feature augmentations, in the registry's order) is
 split in two:
 
 * **in the DataLoader worker** (:func:`plan_cut`): decode only -- 16-bit PCM sources stay

@@ -1,7 +1,7 @@
 """The per-cut WeNet recipe: decode, resample, speed perturbation, dither, features,
 then the feature augmentations in the registry's order
-(:data:`~wenet_lhotse.features.augmentations.AUGMENTATIONS`: ``spec_aug`` -> ``spec_sub``
--> ``spec_trim``, WeNet's order), with every random
+(:data:`~wenet_lhotse.features.augmentations.AUGMENTATIONS`, WeNet's order), with every
+random
 draw of a cut seeded by :func:`cut_seed` (``blake2b(seed, epoch, cut.id)``), so results
 do not depend on which process computes a cut.
 

@@ -6,8 +6,7 @@ the extractor (``feats_type`` + ``*_conf``), resampling (``resample_conf``, WeNe
 default 16 kHz), the speed factors (``speed_perturb``: ``true`` -> WeNet's 0.9/1.0/1.1, a
 list -> those factors), dither (the extractor's; kept in cv as WeNet does), the settings
 of each feature augmentation of the registry
-(:data:`~wenet_lhotse.features.augmentations.AUGMENTATIONS`: ``spec_aug``, ``spec_sub``,
-``spec_trim``) and the channel. Execution
+(:data:`~wenet_lhotse.features.augmentations.AUGMENTATIONS`) and the channel. Execution
 (:class:`~wenet_lhotse.features.pipeline.CutPipeline`, a recipe plus how to run it),
 planning (:class:`CutLengths`, the loader's batch constraints and bucket edges) and the
 device path (:func:`~wenet_lhotse.features.device.plan_cut`) all read this one object.
@@ -218,10 +217,10 @@ class CutDraws:
     (:meth:`FeatureRecipe.draws`).
 
     ``sampling_rate``: of the decoded waveform (Hz); ``frames``: feature frames
-    extracted, ``keep`` after the augmentations (spec_trim); ``augments``: each enabled
-    augmentation's draw by name, in the registry's order (spec_aug: ``(time spans, bin
-    spans)``, spans ``[start, end)`` in frames / bins; spec_sub: ``(start, end, pos)``
-    triples; spec_trim: the frames kept).
+    extracted, ``keep`` after the augmentations that change the frame count;
+    ``augments``: each enabled augmentation's draw by name, in the registry's order (what
+    its :meth:`~wenet_lhotse.features.augmentations.base.FeatureAugmentation.draw`
+    returns; each augmentation's module documents its draw).
     """
 
     seed: int
@@ -270,9 +269,9 @@ class FeatureRecipe:
               channel: int = 0, eval_dither: bool = False, **augmentations: Any
               ) -> FeatureRecipe:
         """A recipe from loose settings: ``speed_perturb`` as :func:`speed_factors`
-        takes it; one keyword per augmentation of the registry (``spec_aug=``,
-        ``spec_sub=``, ``spec_trim=``): ``None``/``False``, ``True`` (WeNet's defaults), a
-        dict or its config; ``extractor`` default ``WenetFbank()`` (80 bins)."""
+        takes it; one keyword per augmentation of the registry (its ``name``, e.g.
+        ``spec_aug=``): ``None``/``False``, ``True`` (WeNet's defaults), a dict or its
+        config; ``extractor`` default ``WenetFbank()`` (80 bins)."""
         unknown = sorted(set(augmentations) - set(BY_NAME))
         if unknown:
             raise TypeError(f"unknown augmentation {unknown[0]!r}; known: "

@@ -65,9 +65,9 @@ class PooledFeatures:
         features batched in the training process). ``device`` needs a Kaldi-style
         extractor (fbank, mfcc).
     :param augmentations: one keyword per feature augmentation of the registry
-        (:data:`~wenet_lhotse.features.augmentations.AUGMENTATIONS`): ``spec_aug=``,
-        ``spec_sub=``, ``spec_trim=``; each ``None``/``False``, ``True`` (WeNet's
-        defaults), a dict or its config (:class:`SpecAugConfig` & co.).
+        (:data:`~wenet_lhotse.features.augmentations.AUGMENTATIONS`), by its ``name``
+        (e.g. ``spec_aug=``); each ``None``/``False``, ``True`` (WeNet's defaults), a dict
+        or its config (:class:`SpecAugConfig` & co.).
 
     ``augment=False`` (cv/test) turns off speed perturbation, ``spec_*`` and (unless
     ``eval_dither``) dither.

@@ -338,7 +338,7 @@ def read_shard_list(
         ``strict`` (raise :class:`WenetDataError` naming tar and member on the first
         bad item; with False, log it, record it in ``skip_report`` and go on -- a tar
         that cannot be opened or is cut short counts as one skipped item),
-        ``allow_pipe`` (run ``pipe:CMD`` lines; without it they are bad input of kind
+        whether ``pipe:CMD`` lines run (without the permission they are bad input of kind
         ``"refused"`` and nothing is run), ``max_member_bytes`` (largest tar member
         read; default ``$WENET_LHOTSE_MAX_MEMBER_BYTES`` or 1 GiB; larger, sparse, link
         and device members are bad input, kind ``"bad_member"``, never allocated),

@@ -1,7 +1,7 @@
 """Training input: sources -> filters -> mux -> bucketing sampler -> DataLoader, with
-DDP-safe step counts, cheap resume, and WeNet's ``init_dataset_and_dataloader`` drop-in
-(:mod:`wenet_lhotse.dropin`). The positioned readers it samples from are
-:mod:`wenet_lhotse.sources` (:mod:`~wenet_lhotse.sources.positioned`)."""
+DDP-safe step counts and cheap resume. The positioned readers it samples from are in
+:mod:`wenet_lhotse.sources` (:mod:`~wenet_lhotse.sources.positioned`); WeNet's
+``init_dataset_and_dataloader`` drop-in built on it is :mod:`wenet_lhotse.dropin`."""
 
 from wenet_lhotse.loader.bucketing import BucketingSampler, SteppedBucketer
 from wenet_lhotse.loader.build import build_dataloader, resolve_mode

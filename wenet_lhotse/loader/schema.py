@@ -157,7 +157,7 @@ SECTIONS: Dict[str, Dict[str, Check]] = {
 SCALARS: Dict[str, Check] = {
     "cycle": _SIZE, "list_shuffle": boolean, "speed_perturb": boolean_or_list,
     "feats_type": choice("fbank", "mfcc", "log_mel_spectrogram"),
-    **{a.name: boolean for a in AUGMENTATIONS},  # spec_aug, spec_sub, spec_trim
+    **{a.name: boolean for a in AUGMENTATIONS},  # each augmentation's switch
     "shuffle": boolean, "sort": boolean,
     "syncbn": boolean,  # in WeNet's librispeech squeezeformer yaml; WeNet ignores it
 }

@@ -22,7 +22,7 @@ from wenet_lhotse.sources.open import (
     spec_shar_fields,
 )
 from wenet_lhotse.sources.registry import detect, get_kind, kinds
-from wenet_lhotse.sources.shar_dir import shar_fields, shar_files, shard_index, shard_paths
+from wenet_lhotse.sources.shar_dir import shar_fields, shar_files, shar_shard_number, shard_paths
 from wenet_lhotse.sources.spec import SOURCE_TYPES, SourceSpec, parse_sources
 from wenet_lhotse.sources.tags import TagCuts
 
@@ -47,7 +47,7 @@ __all__ = [
     "read_wenet_list",
     "shar_fields",
     "shar_files",
-    "shard_index",
+    "shar_shard_number",
     "shard_paths",
     "spec_shar_fields",
 ]

@@ -214,8 +214,7 @@ def find_shard_index(list_path: str, setting: Any = "auto") -> Optional[str]:
     return None
 
 
-def open_shard_index(list_paths: Sequence[str], setting: Any,
-                     *,
+def open_shard_index(list_paths: Sequence[str], setting: Any, *,
                      policy: Optional[ReadPolicy] = None
                      ) -> Optional[List[Tuple[str, List[int]]]]:
     """``parts`` for :class:`IndexReader` when every list has an index, else None;

@@ -21,7 +21,7 @@ from lhotse.utils import Pathlike
 from wenet_lhotse.io.remote import is_remote, remote_ls
 
 
-def shard_index(path: Pathlike) -> Optional[int]:
+def shar_shard_number(path: Pathlike) -> Optional[int]:
     """``cuts.000012.jsonl.gz`` -> 12; None when the name has no shard number."""
     parts = Path(path).name.split(".")
     if len(parts) >= 3 and parts[1].isdigit():
@@ -30,7 +30,7 @@ def shard_index(path: Pathlike) -> Optional[int]:
 
 
 def shar_files(in_dir: Pathlike) -> Dict[str, Dict[int, str]]:
-    """``{field: {shard index: path}}`` of the ``<field>.<index>.<ext>`` files in
+    """``{field: {shard number: path}}`` of the ``<field>.<index>.<ext>`` files in
     ``in_dir`` (a missing directory has none)."""
     found: Dict[str, Dict[int, str]] = {}
     if is_remote(str(in_dir)):  # s3://bucket/shar/ ...: the objects under that prefix
@@ -41,7 +41,7 @@ def shar_files(in_dir: Pathlike) -> Dict[str, Dict[int, str]]:
             return found
         names = [str(p) for p in sorted(d.iterdir())]
     for p in names:
-        index = shard_index(p)
+        index = shar_shard_number(p)
         if index is not None:
             found.setdefault(p.rsplit("/", 1)[-1].split(".", 1)[0], {})[index] = p
     return found
