@@ -2,9 +2,10 @@
 in its tar, and each tar's fingerprint (written by :mod:`wenet_lhotse.convert.index`,
 read by :class:`~wenet_lhotse.loader.index_reader.IndexReader`).
 
-Layout (one file, written atomically): the line ``WENET-LHOTSE-SHARD-INDEX 1``, an
-8-byte little-endian header length, a JSON header, then numpy columns at 64-byte
-aligned offsets. The header holds the tars in list order (``url``, ``size`` in bytes,
+Layout (one file, written atomically, tar by tar in bounded memory by
+:class:`~wenet_lhotse.formats.index_writer.IndexWriter`): the line
+``WENET-LHOTSE-SHARD-INDEX 1``, an 8-byte little-endian header length, a JSON
+header, then numpy columns at 64-byte aligned offsets. The header holds the tars in list order (``url``, ``size`` in bytes,
 ``mtime_ns`` for local tars, ``digest``, ``first`` row, ``count`` rows and ``bad``:
 what the reader skipped, as ``[message, kind, member]``), the audio suffixes and
 each column's ``[dtype, offset, count]``. Columns, one item per utterance in tar
@@ -61,21 +62,11 @@ def index_path(list_path: str, cache_dir: Optional[str] = None) -> str:
     return str(Path(cache_dir) / f"{Path(name).name}.{tag}{SUFFIX}")
 
 
-def write_index(path: str, tars: Sequence[TarRows], lists: Sequence[str] = ()) -> int:
-    """Write the index of ``tars`` (in list order) to ``path`` atomically; returns the
-    number of bytes written (:class:`~.index_writer.IndexWriter`, one tar at a time)."""
-    from wenet_lhotse.formats.index_writer import IndexWriter
-
-    with IndexWriter(path, lists) as writer:
-        for t in tars:
-            writer.add(t)
-        return writer.close()
-
-
 def write_columns(path: str, tars: List[Dict[str, Any]], fmts: Sequence[str],
                   cols: Dict[str, np.ndarray], lists: Sequence[str] = ()) -> int:
     """Write an index from its header's tar records and its columns (see the module
-    doc) atomically; returns the bytes written. :func:`write_index` builds them."""
+    doc) atomically; returns the bytes written (all columns in memory: for a synthetic
+    index; ``wenet-lhotse index`` writes tar by tar with :class:`~.index_writer.IndexWriter`)."""
     layout: Dict[str, List[Any]] = {}
     at = 0
     for name, arr in cols.items():

@@ -71,6 +71,7 @@ from wenet_lhotse.loader.sampler import ResumableBucketingSampler
 from wenet_lhotse.loader.source_readers import audio_attacher, map_reader, source_metadata
 from wenet_lhotse.loader.streamed import INITIAL_FILL, StreamedEpochDataset
 from wenet_lhotse.loader.wenet_dataset import CutTransform, make_wenet_dataset
+from wenet_lhotse.loader.window_order import window_buffer_size
 from wenet_lhotse.sources import SourceSpec, mux_sources, parse_sources
 from wenet_lhotse.sources.groups import flatten_sources
 from wenet_lhotse.sources.registry import get_kind
@@ -197,7 +198,9 @@ def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
                     num_workers * (prefetch_factor or 2) + 4 if num_workers else 4)
         sampler = ResumableBucketingSampler(
             mux, duration_bins=bins, constraint=constraint, shuffle=cfg.shuffle,
-            buffer_size=cfg.buffer_size, world_size=ws, rank=rk, seed=seed,
+            buffer_size=window_buffer_size(plan.indexes, lconf.read_window_mb,
+                                           cfg.buffer_size),
+            world_size=ws, rank=rk, seed=seed,
             snapshot_depth=depth)
         loader_sampler = EpochTaggedSampler(sampler)
     else:
