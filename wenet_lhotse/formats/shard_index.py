@@ -2,10 +2,9 @@
 in its tar, and each tar's fingerprint (written by :mod:`wenet_lhotse.convert.index`,
 read by :class:`~wenet_lhotse.loader.index_reader.IndexReader`).
 
-Layout (one file, written atomically, tar by tar in bounded memory by
-:class:`~wenet_lhotse.formats.index_writer.IndexWriter`): the line
-``WENET-LHOTSE-SHARD-INDEX 1``, an 8-byte little-endian header length, a JSON
-header, then numpy columns at 64-byte aligned offsets. The header holds the tars in list order (``url``, ``size`` in bytes,
+Layout (one file, written atomically): the line ``WENET-LHOTSE-SHARD-INDEX 1``, an
+8-byte little-endian header length, a JSON header, then numpy columns at 64-byte
+aligned offsets. The header holds the tars in list order (``url``, ``size`` in bytes,
 ``mtime_ns`` for local tars, ``digest``, ``first`` row, ``count`` rows and ``bad``:
 what the reader skipped, as ``[message, kind, member]``), the audio suffixes and
 each column's ``[dtype, offset, count]``. Columns, one item per utterance in tar
@@ -15,7 +14,8 @@ bytes), ``num_samples`` (int64), ``rate`` (int32, Hz), ``channels`` (uint8), ``f
 bytes joined, with ``*_end`` int64 end offsets; ``extras`` is JSON of speaker, lang
 and custom members, empty for none). Loading maps the file (``mmap``): nothing is
 parsed per utterance until a row is asked for, so opening an index of 10M utterances
-costs the JSON header only.
+costs the JSON header only. ``wenet-lhotse index`` writes it tar by tar, in memory
+independent of the corpus (:class:`~wenet_lhotse.formats.index_writer.IndexWriter`).
 
 Why not a Lhotse manifest: a 10M-line ``jsonl.gz`` takes minutes to parse into
 memory, and a position-keyed reader needs random access by row (see
