@@ -14,8 +14,8 @@ bytes), ``num_samples`` (int64), ``rate`` (int32, Hz), ``channels`` (uint8), ``f
 bytes joined, with ``*_end`` int64 end offsets; ``extras`` is JSON of speaker, lang
 and custom members, empty for none). Loading maps the file (``mmap``): nothing is
 parsed per utterance until a row is asked for, so opening an index of 10M utterances
-costs the JSON header only. ``wenet-lhotse index`` writes it tar by tar, in memory
-independent of the corpus (:class:`~wenet_lhotse.formats.index_writer.IndexWriter`).
+costs the JSON header only. ``wenet-lhotse index`` writes it tar by tar, its rows never
+all in memory (:class:`~wenet_lhotse.formats.index_writer.IndexWriter`).
 
 Why not a Lhotse manifest: a 10M-line ``jsonl.gz`` takes minutes to parse into
 memory, and a position-keyed reader needs random access by row (see
