@@ -98,3 +98,35 @@ def test_writer_error_leaves_the_old_index_and_no_temporary_files(tmp_path):
                           extras=[""]))
             raise RuntimeError("interrupted")
     assert os.listdir(tmp_path) == ["x.index"] and path.read_bytes() == b"old"
+
+
+def test_repeated_keys_are_dropped_on_disk_first_kept(tmp_path, monkeypatch):
+    import wenet_lhotse.formats.index_dedup as dedup
+
+    monkeypatch.setattr(dedup, "PIECE_ROWS", 2)  # copies in several pieces
+
+    def rows(url, keys):
+        n = len(keys)
+        return TarRows(url=url, size=1, keys=keys, fmts=["wav"] * n,
+                       offsets=[512 * (i + 1) for i in range(n)], sizes=[10 + i for i in range(n)],
+                       num_samples=[5] * n, rates=[16000] * n, channels=[1] * n,
+                       texts=[f"文{k}" for k in keys], extras=[""] * n)
+
+    tars = [rows("/a.tar", ["k1", "k2", "k3"]), rows("/b.tar", ["k4", "k2", "k5", "k1"]),
+            rows("/c.tar", ["k6"]), rows("/d.tar", ["k5"])]
+    path = str(tmp_path / "x.index")
+    with IndexWriter(path) as w:
+        for t in tars:
+            w.add(t)
+        w.close()
+    assert (w.rows, w.bad) == (6, 3)
+    ix = ShardIndex(path)
+    assert [ix.key(r) for r in range(ix.n)] == ["k1", "k2", "k3", "k4", "k5", "k6"]
+    assert [ix.text(r) for r in range(ix.n)] == [f"文k{i}" for i in range(1, 7)]
+    assert [int(v) for v in ix.cols["size"]] == [10, 11, 12, 10, 12, 10]
+    assert [(t["first"], t["count"]) for t in ix.tars] == [(0, 3), (3, 2), (5, 1), (6, 0)]
+    assert [int(v) for v in ix.cols["tar"]] == [0, 0, 0, 1, 1, 2]
+    assert [b[2] for b in ix.tars[1]["bad"]] == ["k2.wav", "k1.wav"]
+    assert ix.tars[3]["bad"] == [["duplicate key 'k5' (seen earlier in this list)",
+                                  "duplicate", "k5.wav"]]
+    assert ix.tar_rows(1).keys == ["k4", "k5"]

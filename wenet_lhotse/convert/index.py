@@ -25,7 +25,6 @@ from typing import Any, Dict, Optional
 from wenet_lhotse.convert.executor import map_tasks
 from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.formats.index_writer import IndexWriter
-from wenet_lhotse.formats.keyset import KeySet
 from wenet_lhotse.formats.shard_index import ShardIndex, index_path, tar_problem
 from wenet_lhotse.formats.shard_list import read_shard_entries
 from wenet_lhotse.formats.tar_index import TarRows, index_tar
@@ -90,24 +89,6 @@ def _unchanged(rec: Dict[str, Any]) -> bool:
     return False
 
 
-def _drop_duplicates(rows: TarRows, seen: KeySet) -> TarRows:
-    """``rows`` without the keys an earlier tar of the list had (recorded as bad, kind
-    ``"duplicate"``, as a streamed reader skips a repeated key)."""
-    keep = [i for i, k in enumerate(rows.keys) if seen.add(k)]
-    if len(keep) == len(rows):
-        return rows
-    gone = sorted(set(range(len(rows))) - set(keep))
-    out = TarRows(url=rows.url, size=rows.size, mtime_ns=rows.mtime_ns, digest=rows.digest,
-                  bad=list(rows.bad) + [
-                      (f"duplicate key {rows.keys[i]!r} (seen earlier in this list)",
-                       "duplicate", f"{rows.keys[i]}.{rows.fmts[i]}") for i in gone])
-    for name in ("keys", "fmts", "offsets", "sizes", "num_samples", "rates", "channels",
-                 "texts", "extras"):
-        values = getattr(rows, name)
-        setattr(out, name, [values[i] for i in keep])
-    return out
-
-
 def index_shards(list_path: str, *, cache_dir: Optional[str] = None, out: Optional[str] = None,
                  num_jobs: int = 1, cluster: Optional[str] = None, allow_pipe: bool = False,
                  progress: bool = False, full: bool = False) -> IndexSummary:
@@ -134,7 +115,6 @@ def index_shards(list_path: str, *, cache_dir: Optional[str] = None, out: Option
     # Rows go to the writer in list order as they come (bounded memory: map_tasks keeps
     # a bounded window of jobs in flight, ordered), kept tars taken from the old index.
     results = map_tasks(_index_one, jobs, num_jobs=num_jobs, cluster=cluster, ordered=True)
-    seen = KeySet()
     with tqdm(total=len(jobs), desc="index", unit="tar", disable=not progress) as bar, \
             IndexWriter(path, [str(list_path)]) as writer:
         for i in range(len(entries)):
@@ -144,7 +124,7 @@ def index_shards(list_path: str, *, cache_dir: Optional[str] = None, out: Option
                 _, rows = next(results)
                 bar.update(1)
                 bar.set_postfix(utt=len(rows), refresh=False)
-            writer.add(_drop_duplicates(rows, seen))
+            writer.add(rows)  # a repeated key is dropped there (recorded as bad)
         old = None  # its rows are all copied: release its map
         size = writer.close()
     summary = IndexSummary(path=path, bytes=size, tars=writer.tars, read=len(jobs),
