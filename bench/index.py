@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import io
 import json
 import os
 import shutil
@@ -252,20 +251,36 @@ def _tiny_wav(samples: int = 160) -> bytes:
             + len(data).to_bytes(4, "little") + data)
 
 
+def _member(name: str, data: bytes) -> bytes:
+    """A ustar member (512-byte header, data padded to 512 bytes)."""
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    return info.tobuf(format=tarfile.USTAR_FORMAT) + data + bytes(-len(data) % 512)
+
+
 def tiny_shards(root: Path, n: int, per_tar: int) -> str:
-    """``n`` utterances of 10 ms (16 kHz WAV + text) in uncompressed tars of
-    ``per_tar``, written member by member; returns the shard list."""
+    """``n`` utterances of 10 ms (16 kHz WAV + a 9-digit text) in uncompressed tars of
+    ``per_tar``; returns the shard list. Members are built from one template each
+    (name and checksum patched): writing 1M utterances takes seconds, not minutes."""
     root.mkdir(parents=True, exist_ok=True)
-    wav = _tiny_wav()
+    templates = {s: bytearray(_member(f"U{0:09d}.{s}", d))
+                 for s, d in (("txt", b"0" * 9), ("wav", _tiny_wav()))}
+
+    def member(u: int, suffix: str) -> bytes:
+        buf = templates[suffix]
+        buf[0:14] = b"U%09d.%s" % (u, suffix.encode())
+        if suffix == "txt":
+            buf[512:521] = b"%09d" % u
+        buf[148:156] = b" " * 8
+        buf[148:156] = b"%06o\0 " % sum(buf[:512])
+        return bytes(buf)
+
     lines = []
     for t in range(-(-n // per_tar)):
         path = root / f"{t:07d}.tar"
-        with open(path, "wb") as f, tarfile.open(fileobj=f, mode="w") as tf:
-            for u in range(t * per_tar, min(n, (t + 1) * per_tar)):
-                for suffix, data in (("txt", b"%d" % u), ("wav", wav)):
-                    info = tarfile.TarInfo(f"U{u:09d}.{suffix}")
-                    info.size = len(data)
-                    tf.addfile(info, io.BytesIO(data))
+        with open(path, "wb") as f:
+            f.write(b"".join(member(u, s) for u in range(t * per_tar, min(n, (t + 1) * per_tar))
+                             for s in ("txt", "wav")) + bytes(1024))
         lines.append(f"{path}\n")
     lst = root / "shards.list"
     lst.write_text("".join(lines))

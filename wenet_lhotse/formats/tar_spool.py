@@ -2,8 +2,8 @@
 of a node (DataLoader workers, DDP ranks): :class:`TarSpool`, used by the audio reader
 of the window order (:mod:`wenet_lhotse.loader.window_order`).
 
-A tar is fetched front to back in one ranged request (read in 8 MiB pieces through the
-retrying readers of :mod:`~wenet_lhotse.io.remote` / :mod:`~wenet_lhotse.io.http_reader`,
+A tar is fetched front to back in ranged requests of 8 MiB (through the retrying
+readers of :mod:`~wenet_lhotse.io.remote` / :mod:`~wenet_lhotse.io.http_reader`,
 which resume a cut connection where it stopped) into a temporary file, then renamed
 into place; a claim file (``O_EXCL``, holding the fetcher's pid) makes the other
 processes wait for that fetch instead of starting their own, and a claim left by a
@@ -11,8 +11,9 @@ dead process is taken over. Members are then read from the local copy with the s
 header checks as any indexed read (:func:`~.member_reads.read_members`).
 
 Memory per process: one 8 MiB piece in flight per fetching thread (two threads ahead).
-Disk per node: the tars of the windows kept (the previous, current and next window:
-about ``3 x read_window_mb``); the caller evicts the older ones (:meth:`TarSpool.evict`).
+Disk per node: the tars of the windows kept (two before the current one, the current
+and the next: about ``4 x read_window_mb``); the caller evicts the older ones
+(:meth:`TarSpool.evict`).
 The directory is ``$WENET_LHOTSE_SPOOL``, default ``<tmp>/wenet-lhotse-spool-<uid>``.
 """
 
@@ -92,7 +93,7 @@ class TarSpool:
         from wenet_lhotse.formats.member_reads import _ranged_reader
 
         tmp = f"{final}.{os.getpid()}.part"
-        reader = _ranged_reader(url, 0, nbytes, self.policy)
+        reader = _ranged_reader(url, 0, min(nbytes, PIECE), self.policy)  # 8 MiB requests
         try:
             with open(tmp, "wb") as f:
                 left = nbytes

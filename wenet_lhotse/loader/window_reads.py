@@ -6,8 +6,8 @@ Cuts of the newest window seen (and newer) are read from the tar's whole local c
 request); when a new window appears, its tars and the next window's are fetched in the
 background, and the copies of windows before the previous one are removed. A cut of
 an older window (one that waited long in its bucket: the carried pool) is read from a
-copy still there, else from the tar itself by member offset (a ranged read, as without
-the window order), never by fetching its whole tar again.
+copy still there, else from the tar itself by the member's exact byte range, never by
+fetching its whole tar (or a 4 MiB block of it) again.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.formats.tar_spool import TarSpool, window_tars
 from wenet_lhotse.io.policy import ReadPolicy
 
-#: Windows whose tars are kept: the previous and the current (the next is fetched ahead).
-KEEP = 2
+#: Windows whose tars are kept: the two before and the current (the next is fetched ahead;
+#: disk per node: about 4 windows).
+KEEP = 3
 
 
 class WindowReads:
