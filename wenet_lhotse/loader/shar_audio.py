@@ -178,8 +178,8 @@ class SharAudioAttacher(PolicyHolder):
             except WenetDataError:
                 data = {}  # the copy went away: read from the tar
         again = [m for m in members if not isinstance(data.get(m[0]), bytes)]
-        if again:  # a carried cut's member alone: exact ranges, not 4 MiB blocks
-            data.update(read_members(tar, again, policy=self.policy, blocks=False))
+        if again:  # a carried cut's member alone: its exact range, not 4 MiB blocks
+            data.update(read_members(tar, again, gap=0, policy=self.policy, blocks=False))
         return data
 
     def __call__(self, cuts: CutSet) -> CutSet:
