@@ -294,7 +294,8 @@ def main() -> None:
     ap.add_argument("--global-all", action="store_true")
     ap.add_argument("--global-utts", type=int, default=0,
                     help="stop each global run after this many utterances (0: the epoch)")
-    ap.add_argument("--skip", nargs="*", default=[], choices=["epochs", "resume", "random"])
+    ap.add_argument("--skip", nargs="*", default=[],
+                    choices=["epochs", "global", "resume", "random"])
     ap.add_argument("--workdir", default=None)
     args = ap.parse_args()
     if args.small:
@@ -344,8 +345,8 @@ def main() -> None:
                 tar_bytes = sum(p.stat().st_size for p in sets[name])
                 for workers in args.workers:
                     for mode in ("streamed", "window", "global"):
-                        if mode == "global" and not args.global_all and (
-                                name != "19MB" or workers != 1):
+                        if mode == "global" and ("global" in args.skip or (
+                                not args.global_all and (name != "19MB" or workers != 1))):
                             continue
                         total = len(sets[name]) * (args.per_tar if name == "19MB"
                                                    else args.big_per_tar)

@@ -53,6 +53,7 @@ class TarSpool:
         self.dir = directory or spool_dir()
         os.makedirs(self.dir, exist_ok=True)
         self._pool: Optional[ThreadPoolExecutor] = None
+        self._asked: set = set()  # urls handed to the pool (each fetched once)
         self.fetched = 0  # bytes this process fetched
 
     def path(self, url: str) -> str:
@@ -115,18 +116,21 @@ class TarSpool:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(2, thread_name_prefix="tar-spool")
         for url, nbytes in tars:
-            if not os.path.exists(self.path(url)):
+            if url not in self._asked and not os.path.exists(self.path(url)):
+                self._asked.add(url)
                 self._pool.submit(self._quiet_fetch, url, int(nbytes))
 
     def _quiet_fetch(self, url: str, nbytes: int) -> None:
         try:
             self.fetch(url, nbytes)
         except (WenetDataError, OSError) as err:
+            self._asked.discard(url)  # a later cut asks again
             logger.debug("prefetch of %s failed: %s", url, err)
 
     def evict(self, urls: Iterable[str]) -> None:
         """Remove the local copies of ``urls`` (readers holding one open keep it)."""
         for url in urls:
+            self._asked.discard(url)
             _remove(self.path(url))
 
 

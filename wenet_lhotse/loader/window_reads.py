@@ -1,10 +1,12 @@
 """Where the audio reader reads a remote tar under the window order
 (:mod:`.window_order`): :class:`WindowReads`, one per process.
 
-Cuts of the newest window seen (and newer) are read from the tar's whole local copy
-(:class:`~wenet_lhotse.formats.tar_spool.TarSpool`: fetched once per node, in one
-request); when a new window appears, its tars and the next window's are fetched in the
-background, and the copies of windows before the previous one are removed. A cut of
+Cuts are read from the tar's whole local copy (:class:`~wenet_lhotse.formats.tar_spool.
+TarSpool`: fetched once per node, in 8 MiB requests); when a new window appears, its
+tars and the next window's are fetched in the background, and the copies of older
+windows are removed. In the first window a process sees (the start of training or of
+a resume) a batch does not wait for a whole tar: a member whose copy is not there yet
+is read by its exact range while the copy is fetched. A cut of
 an older window (one that waited long in its bucket: the carried pool) is read from a
 copy still there, else from the tar itself by the member's exact byte range, never by
 fetching its whole tar (or a 4 MiB block of it) again.
@@ -61,7 +63,10 @@ class WindowReads:
         nbytes = next((int(b) for u, b in custom.get("shard_tars") or [] if u == url), None)
         if nbytes is None:
             return url
-        try:
+        if len(self._windows) <= 1:  # the first window of a start or resume: never wait
+            self.spool.prefetch([[url, nbytes]])
+            return url
+        try:  # fetched ahead as a rule: a wait here is the network falling behind
             return self.spool.fetch(url, nbytes)
         except (WenetDataError, OSError):
             return url  # read by member: the errors are met (and named) there
