@@ -184,7 +184,9 @@ def test_remote_tars_are_fetched_about_once_per_epoch(shards, s3_proxy, tmp_path
     assert all(r >= 1 for r in ratios.values()), ratios
     whole = [name for path, n in requests for name in [path.rsplit("/", 1)[-1]]
              if name in sizes and n == sizes[name]]
-    assert sorted(whole) == sorted(sizes), requests
-    # ... plus the member of a cut carried in its bucket past its window's eviction (in
-    # windows of two or three tars here, many more than at real sizes: bench/s3_window.py)
-    assert sum(fetched.values()) / sum(sizes.values()) < 1.35, requests
+    assert set(whole) == set(sizes), requests
+    # ... plus the members of each worker's first batch (read while the copies come),
+    # of cuts carried in their bucket past their window's eviction, and a tar fetched
+    # again for a worker a window behind the other: windows of two or three tars of
+    # three utterances here, all far rarer at real sizes (bench/s3_window.py)
+    assert sum(fetched.values()) / sum(sizes.values()) < 1.5, requests

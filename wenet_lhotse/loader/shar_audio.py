@@ -149,6 +149,8 @@ class SharAudioAttacher(PolicyHolder):
 
         remote = [t for t in by_tar if not is_local(t)]
         out: Dict[str, Any] = {}
+        if self._windows is not None:  # after a batch of windowed reads: wait for copies
+            self._windows.started = True
         for tar in by_tar:
             if is_local(tar):
                 out.update(one_tar(tar))

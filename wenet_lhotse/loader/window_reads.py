@@ -4,9 +4,9 @@
 Cuts are read from the tar's whole local copy (:class:`~wenet_lhotse.formats.tar_spool.
 TarSpool`: fetched once per node, in 8 MiB requests); when a new window appears, its
 tars and the next window's are fetched in the background, and the copies of older
-windows are removed. In the first window a process sees (the start of training or of
-a resume) a batch does not wait for a whole tar: a member whose copy is not there yet
-is read by its exact range while the copy is fetched. A cut of
+windows are removed. The first batch a process reads (the start of training or of a
+resume) does not wait for whole tars: its members are read by their exact ranges while
+the copies are fetched. A cut of
 an older window (one that waited long in its bucket: the carried pool) is read from a
 copy still there, else from the tar itself by the member's exact byte range, never by
 fetching its whole tar (or a 4 MiB block of it) again.
@@ -34,6 +34,7 @@ class WindowReads:
         self.spool = TarSpool(policy)
         self._windows: OrderedDict[Tuple[int, int], List[str]] = OrderedDict()
         self._lock = threading.Lock()
+        self.started = False  # set by the reader once its first batch is read
 
     def _see(self, custom: Dict[str, Any]) -> Tuple[int, int]:
         window, tars, nxt = window_tars(custom)
@@ -63,7 +64,7 @@ class WindowReads:
         nbytes = next((int(b) for u, b in custom.get("shard_tars") or [] if u == url), None)
         if nbytes is None:
             return url
-        if len(self._windows) <= 1:  # the first window of a start or resume: never wait
+        if not self.started:  # the first batch of a start or resume: never wait
             self.spool.prefetch([[url, nbytes]])
             return url
         try:  # fetched ahead as a rule: a wait here is the network falling behind
