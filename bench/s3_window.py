@@ -156,7 +156,7 @@ def conf_for(mode: str, cache: str, window_mb: float) -> dict:
 
 def clear_spool(spool: Path) -> None:
     shutil.rmtree(spool, ignore_errors=True)
-    spool.mkdir(parents=True)
+    spool.mkdir(parents=True, exist_ok=True)  # a last prefetch thread may have made it
 
 
 def epoch_run(lst: str, mode: str, cache: str, window_mb: float, workers: int,
