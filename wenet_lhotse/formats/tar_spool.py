@@ -14,7 +14,8 @@ Memory per process: one 8 MiB piece in flight per fetching thread (two threads a
 Disk per node: the tars of the windows kept (two before the current one, the current
 and the next: about ``4 x read_window_mb``); the caller evicts the older ones
 (:meth:`TarSpool.evict`).
-The directory is ``$WENET_LHOTSE_SPOOL``, default ``<tmp>/wenet-lhotse-spool-<uid>``.
+The directory is ``$WENET_LHOTSE_SPOOL``, default ``<tmp>/wenet-lhotse-spool-<uid>``;
+the copies of the last windows stay there when training ends (remove it to reclaim).
 """
 
 from __future__ import annotations

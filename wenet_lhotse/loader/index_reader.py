@@ -218,7 +218,8 @@ class IndexReader(PolicyHolder, PositionedReader):
 
     def read_raw(self, positions: set) -> Dict[int, Any]:
         n = len(self)
-        return {p: IndexedCut(self, *self._at(p)) for p in positions if p < n}
+        # in order: the window order keeps one window's permutation at a time
+        return {p: IndexedCut(self, *self._at(p)) for p in sorted(positions) if p < n}
 
     def materialize(self, raw: Any) -> Cut:
         return raw.materialize() if isinstance(raw, MetaCut) else raw
