@@ -22,9 +22,14 @@ Set-up, all in this process unless said:
    ``s3://`` names never opened) written with numpy; ``build_dataloader`` on it with the
    audio attacher switched off (the sampler alone: audio reading is step 3's):
    seconds to open it and get the first batch, and seconds to build a fresh loader,
-   load a state taken at 90% of the epoch and get the next batch (checked equal).
+   load a state taken at 90% of the epoch and get the next batch (checked equal);
+6. index build memory (``--rss-sizes``): lists of ``n`` utterances of 10 ms (real
+   uncompressed tars of ``--rss-per-tar``, written here), each indexed by
+   ``index_shards`` in a fresh process (``num_jobs=1``): its peak RSS (``VmHWM``) and
+   wall / CPU seconds; ``--many-tars N``: the same for N tars of one utterance each.
 
-Run: ``python bench/index.py [--utts 300] [--num-cuts 200000] [--first-batch-cuts 10000000]``.
+Run: ``python bench/index.py [--utts 300] [--num-cuts 200000] [--first-batch-cuts 10000000]``;
+memory alone: ``python bench/index.py --only rss --rss-sizes 100000 1000000 --many-tars 100000``.
 """
 
 from __future__ import annotations
@@ -33,6 +38,10 @@ import argparse
 import gzip
 import json
 import os
+import shutil
+import subprocess
+import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -235,6 +244,78 @@ def at_scale(workdir: Path, n: int, resume: bool = True) -> dict:
             "resume_90pct_cpu_s": restore_cpu, "state_bytes": len(json.dumps(state))}
 
 
+def _tiny_wav(samples: int = 160) -> bytes:
+    data = bytes(2 * samples)
+    return (b"RIFF" + (36 + len(data)).to_bytes(4, "little") + b"WAVEfmt "
+            + bytes.fromhex("1000000001000100803e0000007d00000200100064617461")
+            + len(data).to_bytes(4, "little") + data)
+
+
+def _member(name: str, data: bytes) -> bytes:
+    """A ustar member (512-byte header, data padded to 512 bytes)."""
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    return info.tobuf(format=tarfile.USTAR_FORMAT) + data + bytes(-len(data) % 512)
+
+
+def tiny_shards(root: Path, n: int, per_tar: int) -> str:
+    """``n`` utterances of 10 ms (16 kHz WAV + a 9-digit text) in uncompressed tars of
+    ``per_tar``; returns the shard list. Members are built from one template each
+    (name and checksum patched): writing 1M utterances takes seconds, not minutes."""
+    root.mkdir(parents=True, exist_ok=True)
+    templates = {s: bytearray(_member(f"U{0:09d}.{s}", d))
+                 for s, d in (("txt", b"0" * 9), ("wav", _tiny_wav()))}
+
+    def member(u: int, suffix: str) -> bytes:
+        buf = templates[suffix]
+        buf[0:14] = b"U%09d.%s" % (u, suffix.encode())
+        if suffix == "txt":
+            buf[512:521] = b"%09d" % u
+        buf[148:156] = b" " * 8
+        buf[148:156] = b"%06o\0 " % sum(buf[:512])
+        return bytes(buf)
+
+    lines = []
+    for t in range(-(-n // per_tar)):
+        path = root / f"{t:07d}.tar"
+        with open(path, "wb") as f:
+            f.write(b"".join(member(u, s) for u in range(t * per_tar, min(n, (t + 1) * per_tar))
+                             for s in ("txt", "wav")) + bytes(1024))
+        lines.append(f"{path}\n")
+    lst = root / "shards.list"
+    lst.write_text("".join(lines))
+    return str(lst)
+
+
+_INDEX_CHILD = """
+import resource, sys, time
+from wenet_lhotse.convert.index import index_shards
+t0, c0 = time.perf_counter(), time.process_time()
+s = index_shards(sys.argv[1], num_jobs=1, full=True)
+hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]
+print(s.utterances, s.tars, int(hwm) / 1024, time.perf_counter() - t0,
+      time.process_time() - c0, s.bytes)
+"""
+
+
+def index_memory(workdir: Path, n: int, per_tar: int) -> dict:
+    """Peak RSS of ``index_shards`` over ``n`` utterances in tars of ``per_tar``, in a
+    fresh process (the tars are written first, then removed)."""
+    root = workdir / f"rss_{n}_{per_tar}"
+    t0 = time.perf_counter()
+    lst = tiny_shards(root, n, per_tar)
+    written = time.perf_counter() - t0
+    try:
+        out = subprocess.run([sys.executable, "-c", _INDEX_CHILD, lst], check=True,
+                             capture_output=True, text=True).stdout.split()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    utts, tars, rss, wall, cpu, size = out
+    return {"utterances": int(utts), "tars": int(tars), "peak_rss_mib": round(float(rss), 1),
+            "index_wall_s": round(float(wall), 1), "index_cpu_s": round(float(cpu), 1),
+            "index_bytes": int(size), "tars_written_s": round(written, 1)}
+
+
 def manifest_size(corpus, n: int) -> dict:
     """The same utterances as a gzip Lhotse cuts manifest (what map mode reads)."""
     path = Path(corpus.root) / "cuts.jsonl.gz"
@@ -256,10 +337,25 @@ def main() -> None:
                     help="rows of a second synthetic index: first batch only (0: skip)")
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--skip", nargs="*", default=[], choices=["throughput", "s3", "scale"])
+    ap.add_argument("--only", choices=["rss"], default=None,
+                    help="rss: the index build memory figures alone (step 6)")
+    ap.add_argument("--rss-sizes", type=int, nargs="*", default=[100_000, 1_000_000],
+                    help="utterances of each index build measured for peak RSS (step 6)")
+    ap.add_argument("--rss-per-tar", type=int, default=1000)
+    ap.add_argument("--many-tars", type=int, default=0,
+                    help="also index this many tars of one utterance each (step 6)")
     ap.add_argument("--delay-ms", type=float, default=20.0,
                     help="latency added to each S3 request (the --s3 comparison)")
     args = ap.parse_args()
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="bench_index_"))
+    if args.only == "rss":
+        for n in args.rss_sizes:
+            print(json.dumps({"index_memory": index_memory(workdir, n, args.rss_per_tar)}),
+                  flush=True)
+        if args.many_tars:
+            print(json.dumps({"index_memory": index_memory(workdir, args.many_tars, 1)}),
+                  flush=True)
+        return
     corpus = generate_corpus(workdir / "corpus", num_utterances=args.utts, shard_size=20,
                              min_duration=1.0, max_duration=6.0, seed=0)
     out = {"machine": f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}"}

@@ -1,7 +1,8 @@
 """Run by torchrun from tests/test_loader_index.py: one rank of a real DDP (gloo, CPU)
 job over an indexed WeNet shard list, through ``build_dataloader`` or the drop-in.
 
-Usage: ddp_index.py HOW LIST UNITS OUT_DIR   (HOW: build | dropin)
+Usage: ddp_index.py HOW LIST UNITS OUT_DIR   (HOW: build | dropin | window: build with
+``read_window_mb``)
 Writes OUT_DIR/rank<r>.json: the keys of every train step of two epochs, the loader's
 class, and the skips counted.
 """
@@ -32,7 +33,9 @@ def main() -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     lconf = {"fault_tolerant": True, "num_buckets": 3, "buffer_size": 40}
-    if how == "build":
+    if how == "window":
+        lconf["read_window_mb"] = 0.4  # windows of two or three of the test's tars
+    if how in ("build", "window"):
         conf = {"batch_conf": {"batch_type": "dynamic", "max_frames_in_batch": 900},
                 "lhotse_conf": lconf}
         _, train = build_dataloader(source, None, conf, "train", dataset=Keys(), seed=7,

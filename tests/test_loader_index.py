@@ -143,7 +143,7 @@ def _torchrun(how: str, source: str, units, out: Path) -> list:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("how", ["build", "dropin"])
+@pytest.mark.parametrize("how", ["build", "dropin", "window"])
 def test_ddp_indexed_shards_every_readable_utterance_once_equal_steps(
         shards, corpus, tmp_path, how):
     # a tar cut short before indexing (the index keeps what precedes the cut) and a tar

@@ -25,12 +25,12 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 from wenet_lhotse.convert.executor import map_tasks
 from wenet_lhotse.errors import WenetDataError
-from wenet_lhotse.formats.keyset import KeySet
-from wenet_lhotse.formats.shard_index import ShardIndex, index_path, write_index
+from wenet_lhotse.formats.index_writer import IndexWriter
+from wenet_lhotse.formats.shard_index import ShardIndex, index_path
 from wenet_lhotse.formats.shard_list import read_shard_entries
 from wenet_lhotse.formats.tar_index import TarRows, index_tar
 from wenet_lhotse.io.outputs import refuse_clobber
@@ -101,24 +101,6 @@ def _unchanged(rec: Dict[str, Any]) -> bool:
     return False
 
 
-def _drop_duplicates(rows: TarRows, seen: KeySet) -> TarRows:
-    """``rows`` without the keys an earlier tar of the list had (recorded as bad, kind
-    ``"duplicate"``, as a streamed reader skips a repeated key)."""
-    keep = [i for i, k in enumerate(rows.keys) if seen.add(k)]
-    if len(keep) == len(rows):
-        return rows
-    gone = sorted(set(range(len(rows))) - set(keep))
-    out = TarRows(url=rows.url, size=rows.size, mtime_ns=rows.mtime_ns, digest=rows.digest,
-                  ctime_ns=rows.ctime_ns, bad=list(rows.bad) + [
-                      (f"duplicate key {rows.keys[i]!r} (seen earlier in this list)",
-                       "duplicate", f"{rows.keys[i]}.{rows.fmts[i]}") for i in gone])
-    for name in ("keys", "fmts", "offsets", "sizes", "num_samples", "rates", "channels",
-                 "crcs", "texts", "extras"):
-        values = getattr(rows, name)
-        setattr(out, name, [values[i] for i in keep])
-    return out
-
-
 def index_shards(list_path: str, *, cache_dir: Optional[str] = None, out: Optional[str] = None,
                  num_jobs: int = 1, cluster: Optional[str] = None,
                  policy: Optional[ReadPolicy] = None, progress: bool = False,
@@ -137,28 +119,33 @@ def index_shards(list_path: str, *, cache_dir: Optional[str] = None, out: Option
             old = ShardIndex(path)
         except WenetDataError:
             old = None  # none yet, or unreadable: index everything
-    rows: List[Optional[TarRows]] = [None] * len(entries)
+    kept: Dict[int, int] = {}  # list position -> tar of the old index
     jobs = []
     for i, entry in enumerate(entries):
         t = old.tar_of_url(entry.url) if old is not None else None
         if t is not None and _unchanged(old.tars[t]):
-            rows[i] = old.tar_rows(t)
+            kept[i] = t
         else:
             jobs.append((i, entry, policy))
     from tqdm.auto import tqdm
 
-    with tqdm(total=len(jobs), desc="index", unit="tar", disable=not progress) as bar:
-        for job, result in map_tasks(_index_one, jobs, num_jobs=num_jobs,
-                                     cluster=cluster, ordered=False):
-            rows[job[0]] = result
-            bar.update(1)
-            bar.set_postfix(utt=len(result), refresh=False)
-    done = [_drop_duplicates(r, seen) for seen in [KeySet()] for r in rows if r is not None]
-    size = write_index(path, done, lists=[str(list_path)])
-    bad = sum(len(r.bad) for r in done)
-    summary = IndexSummary(path=path, bytes=size, tars=len(done), read=len(jobs),
-                           kept=len(done) - len(jobs), utterances=sum(len(r) for r in done),
-                           bad=bad)
+    # Rows go to the writer in list order as they come (bounded memory: map_tasks keeps
+    # a bounded window of jobs in flight, ordered), kept tars taken from the old index.
+    results = map_tasks(_index_one, jobs, num_jobs=num_jobs, cluster=cluster, ordered=True)
+    with tqdm(total=len(jobs), desc="index", unit="tar", disable=not progress) as bar, \
+            IndexWriter(path, [str(list_path)]) as writer:
+        for i in range(len(entries)):
+            if i in kept:
+                rows = old.tar_rows(kept[i])
+            else:
+                _, rows = next(results)
+                bar.update(1)
+                bar.set_postfix(utt=len(rows), refresh=False)
+            writer.add(rows)  # a repeated key is dropped there (recorded as bad)
+        old = None  # its rows are all copied: release its map
+        size = writer.close()
+    summary = IndexSummary(path=path, bytes=size, tars=writer.tars, read=len(jobs),
+                           kept=len(kept), utterances=writer.rows, bad=writer.bad)
     logger.info("%s", summary)
     return summary
 

@@ -148,13 +148,16 @@ def _check_header(url: str, block: bytes, member: str, size: int) -> None:
 
 
 def read_members(url: str, members: Sequence[Tuple[Any, ...]], gap: int = GAP,
-                 policy: Optional[ReadPolicy] = None) -> Dict[str, object]:
+                 policy: Optional[ReadPolicy] = None, blocks: bool = True
+                 ) -> Dict[str, object]:
     """``{member: bytes or WenetDataError}`` for ``(member name, data offset, size)``
     or ``(name, offset, size, CRC-32 or None)`` of tar ``url`` (see the module doc); a
     member whose bytes no longer match its CRC is a ``"stale_index"`` error. An error
     that concerns the whole tar (gone, unreadable) is raised; one that concerns a member
     is returned for it. ``policy``: the member size cap, network limits and URL protocols
-    (default: the environment's)."""
+    (default: the environment's). ``blocks=False``: a remote tar's exact ranges, no block
+    cache (a member whose tar is not read around it any more: the window order's carried
+    cuts)."""
     policy = policy if policy is not None else ReadPolicy()
     cap = max_member_bytes(policy.max_member_bytes)
     out: Dict[str, object] = {}
@@ -176,8 +179,8 @@ def read_members(url: str, members: Sequence[Tuple[Any, ...]], gap: int = GAP,
     for group in groups:
         start = group[0][0]
         end = max(e for _, e, _, _ in group)
-        data = (_read_range if is_local(url) else _read_blocks)(url, start, end - start,
-                                                                 policy)
+        read = _read_range if is_local(url) or not blocks else _read_blocks
+        data = read(url, start, end - start, policy)
         for lo, hi, name, size in group:
             piece: Optional[bytes] = data[lo - start: hi - start]
             if len(piece) < hi - lo:

@@ -15,7 +15,8 @@ checked by each read by offset), and the strings ``keys``, ``texts``, ``extras``
 bytes joined, with ``*_end`` int64 end offsets; ``extras`` is JSON of speaker, lang
 and custom members, empty for none). Loading maps the file (``mmap``): nothing is
 parsed per utterance until a row is asked for, so opening an index of 10M utterances
-costs the JSON header only.
+costs the JSON header only. ``wenet-lhotse index`` writes it tar by tar, its rows never
+all in memory (:class:`~wenet_lhotse.formats.index_writer.IndexWriter`).
 
 Why not a Lhotse manifest: a 10M-line ``jsonl.gz`` takes minutes to parse into
 memory, and a position-keyed reader needs random access by row (see
@@ -30,7 +31,7 @@ import mmap
 import os
 import struct
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -62,43 +63,11 @@ def index_path(list_path: str, cache_dir: Optional[str] = None) -> str:
     return str(Path(cache_dir) / f"{Path(name).name}.{tag}{SUFFIX}")
 
 
-def _strings(values: Sequence[str]) -> Tuple[np.ndarray, np.ndarray]:
-    data = [v.encode("utf-8") for v in values]
-    ends = np.cumsum([len(d) for d in data], dtype=np.int64) if data else np.zeros(0, np.int64)
-    return np.frombuffer(b"".join(data), dtype=np.uint8), ends
-
-
-def write_index(path: str, tars: Sequence[TarRows], lists: Sequence[str] = ()) -> int:
-    """Write the index of ``tars`` (in list order) to ``path`` atomically; returns the
-    number of bytes written."""
-    fmts = sorted({f for t in tars for f in t.fmts})
-    code = {f: i for i, f in enumerate(fmts)}
-    header_tars: List[Dict[str, Any]] = []
-    first = 0
-    for t in tars:
-        header_tars.append({"url": t.url, "size": t.size, "mtime_ns": t.mtime_ns,
-                            "ctime_ns": t.ctime_ns, "digest": t.digest, "first": first,
-                            "count": len(t),
-                            "bad": [list(b) for b in t.bad]})
-        first += len(t)
-    cols: Dict[str, np.ndarray] = {
-        "tar": np.concatenate([np.full(len(t), i, np.int32) for i, t in enumerate(tars)]
-                              or [np.zeros(0, np.int32)]),
-        "fmt": np.array([code[f] for t in tars for f in t.fmts], dtype=np.uint8)}
-    for name, attr in (("offset", "offsets"), ("size", "sizes"),
-                       ("num_samples", "num_samples"), ("rate", "rates"),
-                       ("channels", "channels"), ("crc", "crcs")):
-        cols[name] = np.array([v for t in tars for v in getattr(t, attr)], dtype=NUMERIC[name])
-    for name in STRINGS:
-        blob, ends = _strings([v for t in tars for v in getattr(t, name)])
-        cols[name], cols[name + "_end"] = blob, ends
-    return write_columns(path, header_tars, fmts, cols, lists)
-
-
 def write_columns(path: str, tars: List[Dict[str, Any]], fmts: Sequence[str],
                   cols: Dict[str, np.ndarray], lists: Sequence[str] = ()) -> int:
     """Write an index from its header's tar records and its columns (see the module
-    doc) atomically; returns the bytes written. :func:`write_index` builds them."""
+    doc) atomically; returns the bytes written (all columns in memory: for a synthetic
+    index; ``wenet-lhotse index`` writes tar by tar with :class:`~.index_writer.IndexWriter`)."""
     layout: Dict[str, List[Any]] = {}
     at = 0
     for name, arr in cols.items():

@@ -73,6 +73,7 @@ from wenet_lhotse.sources import SourceSpec, mux_sources, parse_sources
 from wenet_lhotse.sources.groups import flatten_sources
 from wenet_lhotse.sources.indexed_shards import shard_indexes
 from wenet_lhotse.sources.registry import get_kind
+from wenet_lhotse.sources.window_order import window_buffer_size
 
 logger = logging.getLogger(__name__)
 
@@ -208,7 +209,9 @@ def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
                     num_workers * (prefetch_factor or 2) + 4 if num_workers else 4)
         sampler = ResumableBucketingSampler(
             mux, duration_bins=bins, constraint=constraint, shuffle=cfg.shuffle,
-            buffer_size=cfg.buffer_size, world_size=ws, rank=rk, seed=seed,
+            buffer_size=window_buffer_size(plan.indexes, lconf.read_window_mb,
+                                           cfg.buffer_size),
+            world_size=ws, rank=rk, seed=seed,
             snapshot_depth=depth, wenet_workers=max(num_workers, 1))  # WeNet's step count
         loader_sampler = EpochTaggedSampler(sampler)
     else:

@@ -46,6 +46,9 @@ declared once, on :class:`LhotseConf`'s fields; an unknown key or a bad value is
       shard_index: auto        # shard lists: sample through the index `wenet-lhotse index`
                                # wrote beside the list (auto: when there is one; true:
                                # required), or in this directory; false: always stream
+      read_window_mb: null     # indexed shards: read the epoch in windows of tars of this
+                               # many MiB, shuffled within each (sources.window_order);
+                               # remote tars fetched whole, one window ahead
       features_on: worker      # worker | device: DataLoader workers send waveforms (int16
                                # for 16-bit audio), the training process computes dither,
                                # fbank/mfcc and spec_* batched on `device`
@@ -149,6 +152,7 @@ class LhotseConf:
     lang_from_data: bool = False
     probe_cache: Any = key(False, boolean_or_dir)
     shard_index: Any = key("auto", boolean_or_dir)
+    read_window_mb: Optional[float] = key(None, optional(_SECONDS))
     cv_dither: str = key("wenet", choice(*CV_DITHER))
     features_on: str = key("worker", choice(*FEATURES_ON))
     device: Optional[str] = key(None, optional(torch_device))

@@ -69,8 +69,10 @@ def map_reader(spec: SourceSpec, cfg: LoaderConfig, seed: int, policy: ReadPolic
     many times per epoch (:class:`~wenet_lhotse.sources.cycled.CycledReader`)."""
     reader: Any
     if index is not None:
+        window = cfg.lhotse.read_window_mb
         reader = IndexReader(index, shuffle=cfg.list_shuffle, seed=seed, light=light,
-                             policy=policy)
+                             policy=policy,
+                             window_bytes=int(window * (1 << 20)) if window else None)
     else:
         readers = SourceReaders(policy, shuffle=cfg.list_shuffle, seed=seed, light=light,
                                 buffer_size=cfg.list_shuffle_size,

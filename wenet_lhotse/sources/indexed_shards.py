@@ -6,7 +6,11 @@ Order of an epoch: the list's tars (shuffled with ``seed + epoch`` under WeNet's
 ``list_shuffle``), each tar's utterances in tar order -- WeNet's shard order, and the
 locality that lets one read serve neighbouring members. A position is an utterance's
 place in that order; restoring a position is arithmetic on per-tar counts (no reading).
-The sampler's shuffle buffer then mixes tars as WeNet's sample shuffle does.
+The sampler's shuffle buffer then mixes tars as WeNet's sample shuffle does. With
+``window_bytes`` (``lhotse_conf.read_window_mb``) the tars are cut into windows and
+shuffled within each (:mod:`.window_order`); each cut then carries its window and the
+tars of this and the next window (``custom["shard_window"/"shard_tars"/"shard_next"]``)
+for the audio reader.
 
 Cuts are :class:`IndexedCut` (a :class:`~wenet_lhotse.sources.meta_cut.MetaCut`: id,
 duration, rate, texts); the built cut has a placeholder recording and
@@ -40,6 +44,7 @@ from wenet_lhotse.io.streams import is_local
 from wenet_lhotse.sources.meta_cut import MetaCut
 from wenet_lhotse.sources.positioned import PositionedReader
 from wenet_lhotse.sources.registry import get_kind
+from wenet_lhotse.sources.window_order import WindowPlan, tar_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -86,20 +91,23 @@ class IndexReader(PolicyHolder, PositionedReader):
 
     def __init__(self, parts: Sequence[Tuple[str, Sequence[int]]], shuffle: bool = False,
                  seed: int = 0, light: bool = True, *,
-                 policy: Optional[ReadPolicy] = None) -> None:
+                 policy: Optional[ReadPolicy] = None,
+                 window_bytes: Optional[int] = None) -> None:
         self.parts = [(str(p), list(t)) for p, t in parts]
         self.shuffle = shuffle
         self.seed = seed
         self.policy = (policy or ReadPolicy())
         self.light = light
+        self.window_bytes = window_bytes
         self.epoch = 0
         self._indexes: Dict[int, ShardIndex] = {}
         self._order: Optional[Tuple[int, List[Tuple[int, int]], np.ndarray]] = None
+        self._plan: Optional[WindowPlan] = None
         self._reported: set = set()
 
     def __getstate__(self) -> Dict[str, Any]:
         state = dict(self.__dict__)
-        state["_indexes"], state["_order"] = {}, None
+        state["_indexes"], state["_order"], state["_plan"] = {}, None, None
         return state
 
     def index(self, part: int) -> ShardIndex:
@@ -116,7 +124,46 @@ class IndexReader(PolicyHolder, PositionedReader):
                 random.Random(self.seed + self.epoch).shuffle(units)
             counts = np.array([self.index(p).tars[t]["count"] for p, t in units], np.int64)
             self._order = (self.epoch, units, np.cumsum(counts))
+            if self.window_bytes:
+                sizes = [self._tar_bytes(p, t) for p, t in units]
+                self._plan = WindowPlan(counts, sizes, self.window_bytes, self.seed, self.epoch)
         return self._order[1], self._order[2]
+
+    def _tar_bytes(self, part: int, tar: int) -> int:
+        ix = self.index(part)
+        return tar_bytes(ix.tars[tar], ix.cols["offset"], ix.cols["size"])
+
+    def _window_tags(self, w: int) -> Dict[str, Any]:
+        """What a cut of window ``w`` tells the audio reader: the window and the next
+        window's tars (``[url, bytes]``, fetched ahead)."""
+        plan, units = self._plan, self._units()[0]
+
+        def tars(window: int) -> List[List[Any]]:
+            if window >= len(plan.ends):
+                return []
+            return [[self.index(units[u][0]).tars[units[u][1]]["url"],
+                     self._tar_bytes(*units[u])] for u in plan.units(window)]
+
+        return {"shard_window": [self.epoch, w], "shard_tars": tars(w),
+                "shard_next": tars(w + 1)}
+
+    def _iter_windows(self, start: int) -> Iterator[Tuple[int, Cut]]:
+        units, _ = self._units()
+        plan = self._plan
+        # from the first window ending at or after ``start``: empty windows there report
+        for w in range(int(np.searchsorted(plan.ends, start, side="left")), len(plan.ends)):
+            begin = plan.begin(w)
+            if begin >= start:
+                for u in plan.units(w):
+                    self._report_bad(*units[u])
+            tags = self._window_tags(w)
+            rows = plan.rows(w)
+            for pos in range(max(start, begin), int(plan.ends[w])):
+                u, r = rows[pos - begin]
+                part, tar = units[u]
+                cut = IndexedCut(self, part, self.index(part).tars[tar]["first"] + r)
+                cut._tags = tags
+                yield pos, (cut if self.light else cut.materialize())
 
     def __len__(self) -> int:
         ends = self._units()[1]
@@ -137,6 +184,9 @@ class IndexReader(PolicyHolder, PositionedReader):
 
     def iter_from(self, start: int) -> Iterator[Tuple[int, Cut]]:
         units, ends = self._units()
+        if self._plan is not None:
+            yield from self._iter_windows(start)
+            return
         k = int(np.searchsorted(ends, start, side="right"))
         for j in range(k, len(units)):
             part, tar = units[j]
@@ -154,6 +204,11 @@ class IndexReader(PolicyHolder, PositionedReader):
 
     def _at(self, pos: int) -> Tuple[int, int]:
         units, ends = self._units()
+        if self._plan is not None:
+            w = self._plan.window_at(pos)
+            u, r = self._plan.rows(w)[pos - self._plan.begin(w)]
+            part, tar = units[u]
+            return part, self.index(part).tars[tar]["first"] + r
         j = int(np.searchsorted(ends, pos, side="right"))
         part, tar = units[j]
         begin = int(ends[j - 1]) if j else 0
@@ -161,7 +216,8 @@ class IndexReader(PolicyHolder, PositionedReader):
 
     def read_raw(self, positions: set) -> Dict[int, Any]:
         n = len(self)
-        return {p: IndexedCut(self, *self._at(p)) for p in positions if p < n}
+        # in order: the window order keeps one window's permutation at a time
+        return {p: IndexedCut(self, *self._at(p)) for p in sorted(positions) if p < n}
 
     def materialize(self, raw: Any) -> Cut:
         return raw.materialize() if isinstance(raw, MetaCut) else raw

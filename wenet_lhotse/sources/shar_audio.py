@@ -27,7 +27,8 @@ from wenet_lhotse.io.policy import PolicyHolder, ReadPolicy
 from wenet_lhotse.io.streams import is_local
 
 #: ``custom`` keys of an indexed shard cut that locate its audio (see :mod:`.indexed_shards`).
-SHARD_KEYS = ("shard_tar", "shard_member", "shard_offset", "shard_size", "shard_crc")
+SHARD_KEYS = ("shard_tar", "shard_member", "shard_offset", "shard_size", "shard_crc",
+              "shard_window", "shard_tars", "shard_next")
 
 #: Threads reading the tars of one batch on object storage / HTTP.
 REMOTE_THREADS = 16
@@ -110,6 +111,7 @@ class SharAudioAttacher(PolicyHolder):
         self.policy = (policy or ReadPolicy())
         self._scans: Dict[str, _TarScan] = {}
         self._lock = threading.Lock()
+        self._windows: Any = None  # WindowReads, made on the first windowed remote read
 
     def __getstate__(self) -> Dict[str, Any]:
         return {"policy": self.policy.replace(skip_report=None)}  # a report of its own
@@ -136,17 +138,18 @@ class SharAudioAttacher(PolicyHolder):
 
         def one_tar(tar: str) -> Dict[str, Any]:
             group = by_tar[tar]
+            members = [(c.custom["shard_member"], c.custom["shard_offset"],
+                        c.custom["shard_size"], c.custom.get("shard_crc")) for c in group]
             try:
-                data = read_members(tar, [(c.custom["shard_member"], c.custom["shard_offset"],
-                                           c.custom["shard_size"], c.custom.get("shard_crc"))
-                                          for c in group],
-                                    policy=self.policy)
+                data = self._read(tar, group, members)
             except WenetDataError as err:
                 return {c.id: err for c in group}
             return {c.id: _with_audio(c, tar, data[c.custom["shard_member"]]) for c in group}
 
         remote = [t for t in by_tar if not is_local(t)]
         out: Dict[str, Any] = {}
+        if self._windows is not None:  # after a batch of windowed reads: wait for copies
+            self._windows.started = True
         for tar in by_tar:
             if is_local(tar):
                 out.update(one_tar(tar))
@@ -157,6 +160,28 @@ class SharAudioAttacher(PolicyHolder):
                 for got in pool.map(one_tar, remote):
                     out.update(got)
         return out
+
+    def _read(self, tar: str, group: List[Any], members: List[Tuple[Any, ...]]
+              ) -> Dict[str, Any]:
+        """:func:`read_members` of ``tar``, from its local copy under the window order
+        (:mod:`.window_reads`); what the copy lacks is read from the tar (named there)."""
+        if is_local(tar) or "shard_window" not in group[0].custom:
+            return read_members(tar, members, policy=self.policy)
+        if self._windows is None:
+            from wenet_lhotse.sources.window_reads import WindowReads
+
+            self._windows = WindowReads(self.policy)
+        where = self._windows.source(tar, group)
+        data: Dict[str, Any] = {}
+        if where != tar:
+            try:
+                data = read_members(where, members, policy=self.policy)
+            except WenetDataError:
+                data = {}  # the copy went away: read from the tar
+        again = [m for m in members if not isinstance(data.get(m[0]), bytes)]
+        if again:  # a carried cut's member alone: its exact range, not 4 MiB blocks
+            data.update(read_members(tar, again, gap=0, policy=self.policy, blocks=False))
+        return data
 
     def __call__(self, cuts: CutSet) -> CutSet:
         from lhotse.shar.utils import fill_shar_placeholder
