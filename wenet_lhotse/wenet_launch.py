@@ -164,13 +164,46 @@ def run_patched(patch: Callable[[], None], module: str, argv: Optional[List[str]
         runpy.run_module(module, run_name="__main__", alter_sys=True)
     except USER_ERRORS as e:
         fail(str(e) if not isinstance(e, FileNotFoundError) else
-             f"{e.strerror or 'No such file or directory'}: {e.filename}")
+             f"{e.strerror or 'No such file or directory'}: {e.filename}"
+             f"{yaml_key_hint(e.filename, sys.argv)}")
     except ImportError as e:  # a module WeNet imports inside a function
         fail(missing_module_message(e))
     except RuntimeError as e:
         if not is_worker_death(e):
             raise
         fail(worker_death_message(e))
+
+
+def yaml_key_hint(filename: Any, argv: List[str]) -> str:
+    """`` (tokenizer_conf.symbol_table_path in conf/train.yaml)`` when the missing file is
+    a value of the ``--config`` yaml (WeNet opens its units, CMVN and BPE files by the
+    yaml's paths, relative to the working directory), else ''."""
+    config = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--config"), None)
+    config = config or next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")),
+                            None)
+    if not config or filename is None:
+        return ""
+    try:
+        import yaml
+
+        with open(config, encoding="utf-8") as f:
+            conf = yaml.safe_load(f)
+    except Exception:  # noqa: BLE001 - a hint only: the error itself is the line
+        return ""
+
+    def walk(node: Any, path: str) -> Optional[str]:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                found = walk(v, f"{path}.{k}" if path else str(k))
+                if found:
+                    return found
+        elif isinstance(node, str) and node and os.path.normpath(node) == \
+                os.path.normpath(os.fspath(filename)):
+            return path
+        return None
+
+    key = walk(conf, "")
+    return f" ({key} in {config})" if key else ""
 
 
 def worker_death_message(err: BaseException) -> str:

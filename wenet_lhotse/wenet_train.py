@@ -24,9 +24,11 @@ one line, per rank under torchrun (:mod:`wenet_lhotse.wenet_launch`).
 
 from __future__ import annotations
 
+import sys
 from typing import List, Optional
 
 from wenet_lhotse.wenet_launch import (  # noqa: F401 - import_wenet_module re-exported
+    fail,
     import_wenet_module,
     log_stand_ins_once,
     run_patched,
@@ -43,8 +45,23 @@ def patch_wenet() -> None:
     install_resume()  # loader state beside WeNet's checkpoints (see wenet_resume)
 
 
+def check_engine_args(argv: List[str]) -> None:
+    """WeNet's ``get_args`` only asserts that ``--train_engine deepspeed`` comes with
+    ``--deepspeed_config`` (a bare ``AssertionError`` and its traceback): say it in one
+    line, before WeNet is imported."""
+    engine = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--train_engine"),
+                  None) or next((a.split("=", 1)[1] for a in argv
+                                 if a.startswith("--train_engine=")), None)
+    has_config = any(a == "--deepspeed_config" or a.startswith("--deepspeed_config=")
+                     for a in argv)
+    if engine == "deepspeed" and not has_config:
+        fail("--train_engine deepspeed needs --deepspeed_config FILE (DeepSpeed's json, "
+             "which WeNet asserts is given); or train with --train_engine torch_ddp")
+
+
 def main(argv: Optional[List[str]] = None, module: str = "wenet.bin.train") -> None:
     """Run ``module`` (WeNet's trainer) as ``__main__`` with ``argv`` as its arguments."""
+    check_engine_args(list(sys.argv[1:] if argv is None else argv))
     run_patched(patch_wenet, module, argv)
 
 

@@ -37,6 +37,7 @@ from wenet_lhotse.loader.map_items import (  # noqa: F401  (public here before)
     LoaderDataset,
     PlannedSampler,
 )
+from wenet_lhotse.loader.progress import with_progress
 from wenet_lhotse.loader.sampler import ResumableBucketingSampler
 from wenet_lhotse.loader.state_check import check_loader_state
 from wenet_lhotse.loader.streamed import (
@@ -58,6 +59,8 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
     mode = ""
     #: the split the builder made it for (``train``, ``cv``, ``infer``): in the ledger line
     split = "train"
+    #: a progress line every N training batches (``lhotse_conf.progress_every``; :mod:`~.progress`)
+    progress_every = 0
 
     def __init__(self, dataset: Any, *, skip_report: Optional[SkipReport] = None,
                  batch_transform: Optional[Callable[[Any], Any]] = None,
@@ -123,7 +126,7 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
         # the first epoch also accounts for what was skipped while the loader was built
         self._skips_at_start = len(self.skip_report) if self.ledgers else self._reported
         self._batch_skips = 0
-        return self._count(self._batches(inner))
+        return with_progress(self, self._count(self._batches(inner)))
 
     def epoch_ledger(self) -> Optional[EpochLedger]:
         """The ledger of the last finished epoch on this rank (``None`` before one ends):

@@ -56,6 +56,7 @@ declared once, on :class:`LhotseConf`'s fields; an unknown key or a bad value is
                                # before WeNet's langid, which ignores it
       cv_dither: wenet         # wenet: the yaml's dither in cv, new noise every pass |
                                # fixed: the same noise every pass | off: no dither in cv
+      progress_every: 100      # training: a progress line (ETA) every N batches; 0: off
       mix_by: cut              # cut: CutSet.mux before one sampler | batch: draw the source
                                # of each batch (automatic with text / speech-only sources)
       max_tokens_in_batch: null  # text batches: padded tokens per batch (text sources)
@@ -144,6 +145,7 @@ class LhotseConf:
     reweight_temperature: Any = None
     bucket_bins_2d: Optional[List[Any]] = key(None, optional(list_of(anything, 1)))
     bucket_batch_sizes_2d: Optional[List[int]] = key(None, optional(list_of(_SIZE, 1)))
+    progress_every: int = key(100, _COUNT)  # a progress line every N train batches (0: off)
 
     @classmethod
     def from_dict(cls, conf: Optional[Mapping[str, Any]]) -> LhotseConf:
