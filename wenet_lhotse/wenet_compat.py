@@ -210,10 +210,12 @@ def init_dataset_and_dataloader(args: Any, configs: MutableMapping[str, Any], to
     cv_sources = lconf.cv_sources or wenet_sources(args.cv_data, data_type, "--cv_data")
     for key, arg, given in (("sources", "--train_data", lconf.sources),
                             ("cv_sources", "--cv_data", lconf.cv_sources)):
-        if given and world_info()[1] == 0:
+        value = getattr(args, arg[2:], None)
+        if given and value and world_info()[1] == 0:
             logger.info("dataset_conf.lhotse_conf.%s replaces %s (%s is not read): %s",
-                        key, arg, getattr(args, arg[2:], None),
-                        ", ".join(str(s.path) for s in given))
+                        key, arg, value if isinstance(value, str) else " ".join(value),
+                        ", ".join(str(s.get("path", s)) if isinstance(s, dict) else str(s)
+                                  for s in given))
     kw = _loader_kw(args, seed)
     train_dataset, train_loader = build_dataloader(
         train_sources, tokenizer, train_conf, "train",

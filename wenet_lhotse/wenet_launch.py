@@ -82,7 +82,8 @@ def missing_module_message(err: BaseException) -> str:
     top = name.split(".")[0]
     pip = PIP_NAMES.get(top, top)
     return (f"WeNet{where} needs {top!r}, which is not installed: pip install {pip} "
-            "(or pip install \"wenet-lhotse[wenet]\" for all of WeNet's dependencies)")
+            "(or, in the wenet-lhotse clone, pip install -e \".[wenet]\" for all of WeNet's "
+            "dependencies)")
 
 
 def _rank_prefix() -> str:

@@ -24,6 +24,8 @@ one line, per rank under torchrun (:mod:`wenet_lhotse.wenet_launch`).
 
 from __future__ import annotations
 
+import logging
+import os
 import sys
 from typing import List, Optional
 
@@ -61,8 +63,33 @@ def check_engine_args(argv: List[str]) -> None:
 
 def main(argv: Optional[List[str]] = None, module: str = "wenet.bin.train") -> None:
     """Run ``module`` (WeNet's trainer) as ``__main__`` with ``argv`` as its arguments."""
-    check_engine_args(list(sys.argv[1:] if argv is None else argv))
+    args = list(sys.argv[1:] if argv is None else argv)
+    check_engine_args(args)
     run_patched(patch_wenet, module, argv)
+    repair_final_link(args)
+
+
+def repair_final_link(argv: List[str]) -> None:
+    """WeNet's ``train.py`` ends by linking ``final.pt`` to ``<last epoch>.pt``, a name it
+    never writes (its checkpoints are ``epoch_<N>.pt``): on rank 0, point the link at
+    ``epoch_<N>.pt`` when that is the file, and say so."""
+    model_dir = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--model_dir"),
+                     None) or next((a.split("=", 1)[1] for a in argv
+                                    if a.startswith("--model_dir=")), None)
+    if not model_dir or os.environ.get("RANK", "0") != "0":
+        return
+    final = os.path.join(model_dir, "final.pt")
+    if not os.path.islink(final) or os.path.exists(final):
+        return
+    target = os.readlink(final)
+    real = f"epoch_{target}"
+    if os.path.dirname(target) or not os.path.isfile(os.path.join(model_dir, real)):
+        return
+    tmp = f"{final}.{os.getpid()}.tmp"
+    os.symlink(real, tmp)
+    os.replace(tmp, final)  # atomic
+    logging.getLogger(__name__).info("final.pt now links to %s (WeNet's train.py linked it "
+                                     "to %s, which it does not write)", real, target)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ class InputPath(click.Path):
 
 CLUSTER_HELP = ("Run the work on a Dask cluster: the scheduler's address (tcp://HOST:8786). "
                 "Workers must see the same input/output paths (shared filesystem or "
-                "s3://). Needs pip install 'wenet-lhotse[cluster]'.")
+                "s3://). Needs the cluster extra: pip install -e '.[cluster]' in the clone.")
 
 
 def _default_jobs() -> int:

@@ -4,8 +4,9 @@ share of time spent waiting for data, and an ETA.
 WeNet's executor logs its loss every ``log_interval`` steps but never how far an epoch
 has come or when it will end. The training loader (split ``train``, rank 0 only: the
 ranks move in step) logs one INFO line (logger ``wenet_lhotse.loader.progress``) every
-``lhotse_conf.progress_every`` batches (default 100; 0: off), and at the latest
-:data:`MAX_SILENCE_S` seconds after the previous line once a batch is done::
+``lhotse_conf.progress_every`` batches (default 100; 0: off), after the first batch (the
+time to it, and a first ETA), and at the latest :data:`MAX_SILENCE_S` seconds after the
+previous line once a batch is done::
 
     epoch 0: batch 120/300 (40%), 1200 utts, 1.52 h audio, data wait 3% of 95 s, ETA 2 min 23 s
 
@@ -103,7 +104,8 @@ class EpochProgress:
             self.wait_s += now - t
             self.batches += 1
             self._add(batch)
-            if self.batches % self.every == 0 or now - last >= MAX_SILENCE_S:
+            if self.batches == 1 or self.batches % self.every == 0 or \
+                    now - last >= MAX_SILENCE_S:
                 last = now
                 logger.info("%s", self.line(now - start))
             yield batch
