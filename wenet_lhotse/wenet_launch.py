@@ -26,13 +26,15 @@ The contract (used by :mod:`wenet_lhotse.wenet_train` and :mod:`wenet_lhotse.wen
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
+import io
 import os
 import runpy
 import sys
 import traceback
-from typing import Any, Callable, List, NoReturn, Optional
+from typing import Any, Callable, Iterator, List, NoReturn, Optional
 
 from wenet_lhotse.errors import WenetDataError, is_worker_death
 from wenet_lhotse.wenet_shims import MissingDependency, stand_ins
@@ -117,12 +119,37 @@ def import_wenet_module(name: str) -> Any:
     """``importlib.import_module(name)`` for a WeNet module, the missing-package stand-ins
     in place while it imports; an ImportError with :func:`missing_module_message`."""
     try:
-        with stand_ins() as installed:
+        with stand_ins() as installed, _popen_read_to_end():
             module = importlib.import_module(name)
     except (ImportError, OSError) as e:  # OSError: a binary package that does not load
         raise ImportError(missing_module_message(e)) from e
     _STOOD_IN.extend(x for x in installed if x not in _STOOD_IN)
     return module
+
+
+@contextlib.contextmanager
+def _popen_read_to_end() -> Iterator[None]:
+    """While WeNet imports, ``os.popen(cmd)`` (read mode) runs ``cmd`` to its end and
+    returns its output as a closed-over string buffer. WeNet's ``dataset/processor.py``
+    reads ``os.popen("lscpu | grep 'Vendor ID'")`` at import and never closes it: the
+    pipe stayed open to the end of every run, which printed ``ResourceWarning: unclosed
+    file <_io.TextIOWrapper name=3 ...>`` per process at exit."""
+    popen = os.popen
+
+    def read_to_end(cmd: str, mode: str = "r", buffering: int = -1) -> Any:
+        if mode != "r":
+            return popen(cmd, mode, buffering)
+        import subprocess
+
+        done = subprocess.run(cmd, shell=True, stdout=subprocess.PIPE, text=True,
+                              check=False)
+        return io.StringIO(done.stdout)
+
+    os.popen = read_to_end
+    try:
+        yield
+    finally:
+        os.popen = popen
 
 
 #: what :func:`import_wenet_module` stood in, in this process

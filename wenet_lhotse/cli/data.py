@@ -180,6 +180,26 @@ def import_cmd(data_list, out, data_type, shar_dir, shard_size, audio_format, wa
         raise click.ClickException(str(err)) from None
 
 
+def _say_audio_formats(lst, audio_dir) -> None:
+    """One line on the audio files the export wrote, by format: audio held in memory
+    (Shar, shards) is written losslessly, as FLAC where it is 16/24-bit PCM (not WAV)."""
+    import json
+    from collections import Counter
+    from pathlib import Path
+
+    from wenet_lhotse.convert.export import default_audio_dir
+
+    adir = (Path(audio_dir) if audio_dir else default_audio_dir(lst)).absolute()
+    with open(lst, encoding="utf-8") as f:
+        paths = [Path(json.loads(line)["wav"]) for line in f if line.strip()]
+    exts = Counter(p.suffix[1:].upper() for p in paths if p.parent == adir)
+    if exts:
+        what = ", ".join(f"{n} {ext}" for ext, n in sorted(exts.items()))
+        flac = (" (FLAC: lossless, the same samples as the source in less space; WeNet "
+                "reads it as it reads WAV)") if "FLAC" in exts else ""
+        click.echo(f"audio files in {adir}: {what}{flac}")
+
+
 @main.command("export")
 @click.argument("source", metavar="CUTS_OR_SHAR", type=InputPath(exists=True))
 @click.option("-o", "--out", type=click.Path(dir_okay=False), default=None,
@@ -228,6 +248,7 @@ def export_cmd(source, out, shards_dir, shard_size, jobs, audio_dir, cluster, al
             lst = export_raw_list(source, out, audio_dir=audio_dir, progress=show_progress(),
                                   allow_pipe=allow_pipe, num_workers=jobs, cluster=cluster)
             click.echo(f"raw list: {lst}")
+            _say_audio_formats(lst, audio_dir)
     except (WenetDataError, ValueError, ClusterError) as err:
         raise _fail(err) from None
 
