@@ -9,10 +9,14 @@ Three lines are adapted, each for a reason outside the page's control:
 * ``python -m venv .venv`` gets ``--system-site-packages``: torch, Lhotse and WeNet's
   dependencies come from this interpreter's site packages instead of a download
   (minutes, and no network in CI); the venv is still fresh, and the package is
-  installed into it from the clone;
+  installed into it from the clone. torch's ``torchrun`` script is written into the venv's
+  ``bin/`` as pip would have written it (the site packages' own ``torchrun`` runs the
+  outer interpreter, which may import another wenet-lhotse);
 * the ``pip install torch...`` line is left out (torch is in those site packages), and
   ``pip install -e ...`` gets ``--no-index --no-build-isolation`` (no index to ask; the
-  build backend comes from the site packages);
+  build backend comes from the site packages: the venv's own old setuptools, which
+  ``venv`` puts there, is uninstalled first, as pip's build isolation would fetch the
+  ``setuptools>=77`` that ``pyproject.toml`` asks for);
 * ``git clone ... ../wenet`` becomes a link to ``$WENET_ROOT`` (WeNet's pinned snapshot).
 
 The run is also the short real run of WeNet's ``train.py`` through the drop-in on which
@@ -47,11 +51,15 @@ def first_run_script(page: Path = PAGE) -> str:
             if cmd.startswith("python -m venv "):
                 cmd = cmd.replace("python -m venv ", f"{sys.executable} -m venv "
                                   "--system-site-packages ", 1)
+                # torch's console script, as pip would write it into the venv
+                cmd += ("\nprintf '#!/bin/sh\\nexec \"%s\" -m torch.distributed.run "
+                        "\"$@\"\\n' \"$VIRTUAL_ENV/bin/python\" > \"$VIRTUAL_ENV/bin/torchrun\""
+                        "\nchmod +x \"$VIRTUAL_ENV/bin/torchrun\"")
             elif cmd.startswith("pip install torch"):
                 continue
             elif cmd.startswith("pip install -e "):
-                cmd = cmd.replace("pip install -e ", "pip install -q --no-index "
-                                  "--no-build-isolation -e ", 1)
+                cmd = "pip uninstall -q -y setuptools && " + cmd.replace(
+                    "pip install -e ", "pip install -q --no-index --no-build-isolation -e ", 1)
             elif cmd.startswith("git clone ") and cmd.endswith(" ../wenet"):
                 cmd = 'ln -s "$WENET_ROOT" ../wenet'
             lines.append(cmd)

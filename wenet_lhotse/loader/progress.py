@@ -27,6 +27,7 @@ loop spent inside the loader's ``next()`` (see also :class:`~.distributed.DataWa
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import Any, Callable, Iterator, Optional, Tuple
 
@@ -126,7 +127,8 @@ class EpochProgress:
         batches, utts = self._plan
         approx = ""
         if batches is None and utts and self.utts:
-            batches, approx = max(self.batches, round(utts * self.batches / self.utts)), "~"
+            batches = max(self.batches, math.ceil(utts * self.batches / self.utts))
+            approx = "~"
         done = f"batch {self.batches}"
         eta = ""
         if batches:
