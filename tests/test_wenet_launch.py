@@ -233,7 +233,8 @@ def test_first_hour_mistakes_are_one_line_naming_the_fix(wenet_root, tiny):
         f"error: rank {r}: --train_engine deepspeed needs --deepspeed_config FILE "
         "(DeepSpeed's json, which WeNet asserts is given); or train with --train_engine "
         "torch_ddp" for r in (0, 1)], res.stderr[-3000:]
-    assert "AssertionError" not in res.stderr and "Traceback" not in res.stderr
+    # (torchrun prints its own ChildFailedError traceback; none of ours or WeNet's)
+    assert "AssertionError" not in res.stderr and "wenet_lhotse/" not in res.stderr
     (root / "exp_dt").mkdir(exist_ok=True)
     args = _train_args(ok, corpus.shards_list, root / "exp_dt")
     args[args.index("--data_type") + 1] = "shard"
@@ -247,7 +248,8 @@ def test_first_hour_mistakes_are_one_line_naming_the_fix(wenet_root, tiny):
                                "data.list line (JSON), but --data_type is shard: this list "
                                "fits --data_type raw"), line
         assert f"lhotse_conf.cv_sources: [{{path: {corpus.data_list}, type: raw}}]" in line
-    assert "Traceback" not in res.stderr and not (root / "exp_dt" / "init.pt").exists()
+    assert "wenet_lhotse/" not in res.stderr and "wenet/bin/train.py" not in res.stderr
+    assert not (root / "exp_dt" / "init.pt").exists()
     conf = yaml.safe_load(ok.read_text())
     conf["tokenizer_conf"]["symbol_table_path"] = "data/no_units.txt"
     bad = root / "no_units.yaml"
