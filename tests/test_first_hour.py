@@ -123,3 +123,25 @@ def test_plot_without_matplotlib_says_what_to_install(tmp_path, monkeypatch):
     assert res.exit_code == 1
     assert res.output.strip() == ('error: plotting needs matplotlib: pip install matplotlib '
                                   '(or, in the wenet-lhotse clone: pip install -e ".[plot]")')
+
+
+@pytest.mark.slow
+def test_cuda_default_without_cuda_is_one_line(tmp_path, wenet_root):
+    """WeNet's default ``--device cuda`` on a CPU-only machine: one line naming the flags
+    (before, WeNet's 129-line ``AttributeError: ... '_cuda_setDevice'``)."""
+    import os
+    import subprocess
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here: --device cuda is right")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    res = subprocess.run([sys.executable, "-m", "wenet_lhotse.wenet_train", "--config",
+                          "x.yaml", "--train_data", "a.list", "--cv_data", "b.list"],
+                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+                             [root, str(wenet_root)])), cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 1
+    assert [line for line in res.stderr.splitlines() if line.startswith("error")] == [
+        "error: --device cuda (WeNet default), but CUDA is not available here: on a "
+        "CPU-only machine add --device cpu --ddp.dist_backend gloo"], res.stderr[-2000:]
+    assert "Traceback" not in res.stderr
