@@ -93,10 +93,14 @@ def test_import_broken_list_strict_and_skip(broken_list, tmp_path):
 
 def test_export_to_raw_and_shards(sharded, tmp_path):
     run("import", sharded.shards_list, "--shar", tmp_path / "shar")
-    run("export", tmp_path / "shar", "-o", tmp_path / "out" / "data.list")
+    res = run("export", tmp_path / "shar", "-o", tmp_path / "out" / "data.list")
     lines = [json.loads(x) for x in (tmp_path / "out" / "data.list").read_text().splitlines()]
     assert [x["key"] for x in lines] == sharded.keys
     assert all(Path(x["wav"]).is_file() for x in lines)
+    # the Shar audio is FLAC: the export says that it wrote FLAC files (issue 32)
+    adir = (tmp_path / "out" / "data_audio").absolute()
+    assert all(x["wav"].endswith(".flac") for x in lines)
+    assert f"audio files in {adir}: {len(lines)} FLAC (FLAC: lossless" in res.output
     run("export", tmp_path / "shar", "--shards", tmp_path / "sh", "--shard-size", 4)
     tars = (tmp_path / "sh" / "shards.list").read_text().splitlines()
     assert len(tars) == 3 and all(Path(t).is_file() for t in tars)

@@ -7,7 +7,7 @@
   2``, ``validate -j 2``) at several moments, and an immediate rerun of the import is
   not refused by the output lock.
 * SIGTERM to a CLI command mid-job, to a run through the launcher
-  (``wenet_launch.run_patched``) with DataLoader workers and a pool, and to a small
+  (``dropin.launch.run_patched``) with DataLoader workers and a pool, and to a small
   ``python -m pytest`` run whose test holds a pool: each ends with all its processes
   within seconds.
 
@@ -243,7 +243,7 @@ _LAUNCHED = textwrap.dedent("""
 
 @pytest.mark.slow
 def test_sigterm_ends_a_launcher_run_with_its_children(corpus, tmp_path):
-    """A training-like script run by ``wenet_launch`` (DataLoader workers, a pool job
+    """A training-like script run by ``dropin.launch`` (DataLoader workers, a pool job
     blocked in a read): SIGTERM ends it and every process it started within seconds
     (DataLoader workers too: torch checks its parent only every 5 s between batches)."""
     os.mkfifo(tmp_path / "fifo")

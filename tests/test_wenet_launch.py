@@ -107,8 +107,8 @@ def test_help_and_missing_module_without_stand_ins_on_the_path(wenet_root, tmp_p
     assert res.returncode == 1
     assert res.stderr.strip().splitlines() == [
         "error: WeNet (wenet/dataset/processor.py:23) needs 'librosa', which is not "
-        "installed: pip install librosa (or pip install \"wenet-lhotse[wenet]\" for all of "
-        "WeNet's dependencies)"]
+        "installed: pip install librosa (or, in the wenet-lhotse clone, pip install -e "
+        "\".[wenet]\" for all of WeNet's dependencies)"]
 
 
 @pytest.fixture(scope="module")
@@ -214,3 +214,50 @@ def test_a_package_that_does_not_load_is_named(tmp_path, monkeypatch):
     with pytest.raises(ImportError, match=r"^WeNet is not importable \(No module named "
                        r"'wenet.bin'; 'wenet' is not a package\): put a WeNet checkout"):
         import_wenet_module("wenet.bin.train")
+
+
+@pytest.mark.slow
+def test_first_hour_mistakes_are_one_line_naming_the_fix(wenet_root, tiny):
+    """Mistakes of a WeNet user's first hour (issue 32), each one line per rank under
+    torchrun, before any training: deepspeed without its config; shards for training
+    and a raw cv list under one --data_type; and (one process) a missing symbol table
+    named by its yaml key."""
+    import yaml
+
+    root, corpus, ok, _ = tiny
+    res = _run([*_torchrun(2), *_train_args(ok, corpus.data_list, root / "exp_ds",
+                                            "--train_engine", "deepspeed")],
+               _env(wenet_root), root)
+    assert res.returncode != 0
+    assert sorted(_our_lines(res.stderr)) == [
+        f"error: rank {r}: --train_engine deepspeed needs --deepspeed_config FILE "
+        "(DeepSpeed's json, which WeNet asserts is given); or train with --train_engine "
+        "torch_ddp" for r in (0, 1)], res.stderr[-3000:]
+    # (torchrun prints its own ChildFailedError traceback; none of ours or WeNet's)
+    assert "AssertionError" not in res.stderr and "wenet_lhotse/" not in res.stderr
+    (root / "exp_dt").mkdir(exist_ok=True)
+    args = _train_args(ok, corpus.shards_list, root / "exp_dt")
+    args[args.index("--data_type") + 1] = "shard"
+    args[args.index("--cv_data") + 1] = str(corpus.data_list)
+    res = _run([*_torchrun(2), *args], _env(wenet_root), root)
+    assert res.returncode != 0
+    lines = sorted(_our_lines(res.stderr))
+    assert [line.split(":", 1)[0] for line in lines] == ["error", "error"], res.stderr[-3000:]
+    for r, line in enumerate(lines):
+        assert line.startswith(f"error: rank {r}: {corpus.data_list}:1: --cv_data has a raw "
+                               "data.list line (JSON), but --data_type is shard: this list "
+                               "fits --data_type raw"), line
+        assert f"lhotse_conf.cv_sources: [{{path: {corpus.data_list}, type: raw}}]" in line
+    assert "wenet_lhotse/" not in res.stderr and "wenet/bin/train.py" not in res.stderr
+    assert not (root / "exp_dt" / "init.pt").exists()
+    conf = yaml.safe_load(ok.read_text())
+    conf["tokenizer_conf"]["symbol_table_path"] = "data/no_units.txt"
+    bad = root / "no_units.yaml"
+    bad.write_text(yaml.safe_dump(conf))
+    (root / "exp_u").mkdir(exist_ok=True)
+    res = _run([sys.executable, "-m", "wenet_lhotse.dropin.train",
+                *_train_args(bad, corpus.data_list, root / "exp_u")], _single(wenet_root), root)
+    assert res.returncode == 1
+    assert _our_lines(res.stderr) == [
+        "error: No such file or directory: data/no_units.txt "
+        f"(tokenizer_conf.symbol_table_path in {bad})"], res.stderr[-3000:]

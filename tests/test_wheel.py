@@ -242,7 +242,7 @@ def test_wenet_train_from_the_wheel_two_ranks_without_stand_ins(venv, train_data
     env = _venv_env(venv, PYTHONPATH=str(wenet_root))
     res = _run(_train_cmd(venv, config, corpus, model_dir, 2, env), env=env, cwd=model_dir,
                timeout=900)
-    _ok(res, "wenet_train from the wheel (2 gloo ranks)")
+    _ok(res, "dropin.train from the wheel (2 gloo ranks)")
     assert (model_dir / "epoch_0.pt").is_file(), sorted(p.name for p in model_dir.iterdir())
     assert not (model_dir / "epoch_1.pt").exists()
     assert "Traceback" not in res.stderr

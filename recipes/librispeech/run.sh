@@ -5,6 +5,8 @@
 # Stages 5-6 (WeNet's train.py, recognize.py) on CPU, a tiny model (docs/recipes.md):
 #   bash run.sh --stage 5 --stop_stage 6 --wenet_dir ~/wenet --device cpu \
 #     --dist_backend gloo --train_config conf/train_conformer_bpe_tiny.yaml --dir exp/tiny
+# Needs, in the wenet-lhotse clone: pip install -e ".[wenet,plot,bpe]" (bpe: stage 2's
+# SentencePiece units; plot: stage 3's stats --plot; wenet: stages 5-6).
 set -euo pipefail
 cd "$(dirname "$0")"
 

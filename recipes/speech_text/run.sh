@@ -3,6 +3,7 @@
 # corpus for speech, its transcripts plus shuffled variants as a text-only source, the
 # demo's CTC model plus a small text decoder. CPU, no downloads, a couple of minutes.
 #   bash recipes/speech_text/run.sh [--epochs 2] [--num_utts 60]
+# Needs: pip install -e . in the wenet-lhotse clone (no extra).
 set -euo pipefail
 cd "$(dirname "$0")"
 epochs=2

@@ -12,6 +12,7 @@ from wenet_lhotse.cli import (  # noqa: F401
     index_cmd,
     kaldi_cmd,
     parquet_cmd,
+    plot_cmd,
 )
 from wenet_lhotse.cli.main import main
 

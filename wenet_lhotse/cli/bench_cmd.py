@@ -104,7 +104,10 @@ def bench(config, data, data_type, units, num_batches, num_workers, prefetch, se
     if not batches:
         raise click.ClickException("the loader produced no batches")
     audio = frames * shift
-    click.echo(f"batches:            {batches}")
+    short = "" if batches >= num_batches else (
+        f" (of -n {num_batches}: one epoch of this data has only {batches} batches; the "
+        "bench reads one epoch)")
+    click.echo(f"batches:            {batches}{short}")
     click.echo(f"utterances:         {cuts} (mean batch size {cuts / batches:.1f})")
     click.echo(f"audio:              {audio:.1f} s")
     click.echo(f"wall time:          {wall:.2f} s (first batch after {first:.2f} s)")

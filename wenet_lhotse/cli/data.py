@@ -27,7 +27,7 @@ class InputPath(click.Path):
 
 CLUSTER_HELP = ("Run the work on a Dask cluster: the scheduler's address (tcp://HOST:8786). "
                 "Workers must see the same input/output paths (shared filesystem or "
-                "s3://). Needs pip install 'wenet-lhotse[cluster]'.")
+                "s3://). Needs the cluster extra: pip install -e '.[cluster]' in the clone.")
 
 
 def _default_jobs() -> int:
@@ -212,6 +212,26 @@ def _import_kind_to_cuts(kind, data_list, out, wav_root, policy) -> None:
     click.echo(f"cuts: {out} ({n} utterances, {len(policy.skip_report)} skipped)")
 
 
+def _say_audio_formats(lst, audio_dir) -> None:
+    """One line on the audio files the export wrote, by format: audio held in memory
+    (Shar, shards) is written losslessly, as FLAC where it is 16/24-bit PCM (not WAV)."""
+    import json
+    from collections import Counter
+    from pathlib import Path
+
+    from wenet_lhotse.convert.export import default_audio_dir
+
+    adir = (Path(audio_dir) if audio_dir else default_audio_dir(lst)).absolute()
+    with open(lst, encoding="utf-8") as f:
+        paths = [Path(json.loads(line)["wav"]) for line in f if line.strip()]
+    exts = Counter(p.suffix[1:].upper() for p in paths if p.parent == adir)
+    if exts:
+        what = ", ".join(f"{n} {ext}" for ext, n in sorted(exts.items()))
+        flac = (" (FLAC: lossless, the same samples as the source in less space; WeNet "
+                "reads it as it reads WAV)") if "FLAC" in exts else ""
+        click.echo(f"audio files in {adir}: {what}{flac}")
+
+
 @main.command("export")
 @click.argument("source", metavar="CUTS_OR_SHAR", type=InputPath(exists=True))
 @click.option("-o", "--out", type=click.Path(dir_okay=False), default=None,
@@ -263,6 +283,7 @@ def export_cmd(source, out, shards_dir, shard_size, jobs, audio_dir, cluster, al
                                   policy=read_policy(allow_pipe=allow_pipe), num_workers=jobs,
                                   cluster=cluster)
             click.echo(f"raw list: {lst}")
+            _say_audio_formats(lst, audio_dir)
     except (WenetDataError, ValueError, ClusterError) as err:
         raise _fail(err) from None
 

@@ -48,7 +48,8 @@ def _dask_client(address: str, timeout: float):
     try:
         from distributed import Client
     except ImportError:
-        raise ClusterError("--cluster needs Dask: pip install 'wenet-lhotse[cluster]'") from None
+        raise ClusterError("--cluster needs Dask: pip install 'dask[distributed]' (or, "
+                           "in the wenet-lhotse clone: pip install -e '.[cluster]')") from None
     try:
         return Client(address, timeout=timeout, set_as_default=False)
     except (OSError, TimeoutError) as err:

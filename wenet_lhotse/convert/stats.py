@@ -159,7 +159,7 @@ def plot_stats(stats: CorpusStats, out_png: Pathlike, bins: int = 50) -> Path:
         from matplotlib.figure import Figure
     except ImportError as err:
         raise ImportError("plotting needs matplotlib: pip install matplotlib "
-                          "(or pip install 'wenet-lhotse[plot]')") from err
+                          "(or, in the wenet-lhotse clone: pip install -e '.[plot]')") from err
     fig = Figure(figsize=(10, 4))
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, 2)

@@ -13,6 +13,8 @@ Everything WeNet-facing lives here, above the loader; nothing below imports it.
   ``recognize.py`` reading through :func:`Dataset`.
 * :mod:`.calibrate` (``wenet-lhotse calibrate``): per-bucket batch sizes fitted to the
   accelerator by training steps of the yaml's WeNet model.
+* :mod:`.plot` (``wenet-lhotse plot EXP_DIR``): a WeNet run's tensorboard logs and
+  ``train.log`` drawn to a PNG.
 * :mod:`.launch` runs a WeNet script as ``__main__`` after patching it, with one-line
   errors; :mod:`.shims` stands in for what WeNet imports but never calls here
   (torchaudio, deepspeed), only while WeNet imports.

@@ -31,6 +31,7 @@ import logging
 import os
 from typing import Any, Dict, List, Mapping, MutableMapping, Optional, Sequence, Tuple, Union
 
+from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.loader.build import build_dataloader
 from wenet_lhotse.loader.config_check import check_wenet_configs
 from wenet_lhotse.loader.distributed import world_info
@@ -79,6 +80,8 @@ def wenet_sources(data: DataArg, data_type: str, arg: str = "--train_data") -> L
             raise ValueError(f"{arg} {path}: {get_kind(kind).wenet_list_refusal}")
     lhotse_kinds = [k for k in kinds if not get_kind(k).wenet]
     if not lhotse_kinds:
+        for p in paths:
+            check_data_type(p, data_type, arg)
         return [SourceSpec(path=paths if len(paths) > 1 else paths[0], type=data_type)]
     if len(lhotse_kinds) != len(kinds) or len(set(kinds)) > 1:
         raise ValueError(f"{arg}: {paths} mixes kinds ({', '.join(kinds)}); give one kind, "
@@ -86,6 +89,39 @@ def wenet_sources(data: DataArg, data_type: str, arg: str = "--train_data") -> L
     if get_kind(kinds[0]).single_path:  # e.g. Shar: one directory each, mixed by Lhotse
         return [SourceSpec(path=p, type=kinds[0]) for p in paths]
     return [SourceSpec(path=paths if len(paths) > 1 else paths[0], type=kinds[0])]
+
+
+def first_line_data_type(path: str) -> Optional[str]:
+    """``raw`` or ``shard``: what a local list's first non-empty line looks like (a JSON
+    object is a raw ``data.list`` line, a ``.tar``/``.tgz`` path or URL a shard list's);
+    ``None`` when it cannot tell (not a local file, or another line)."""
+    if "://" in path or not os.path.isfile(path):
+        return None
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    line = next((x.strip() for x in head.splitlines() if x.strip()), b"")
+    if line.startswith(b"{"):
+        return "raw"
+    if line.split(b"?")[0].rstrip(b"/").endswith((b".tar", b".tar.gz", b".tgz")):
+        return "shard"
+    return None
+
+
+def check_data_type(path: str, data_type: str, arg: str) -> None:
+    """Stop at start-up, in one line, when a list's first line is of the other
+    ``--data_type``: WeNet applies the one ``--data_type`` to ``--train_data`` and
+    ``--cv_data`` and would read every raw line as a tar path (a warning per line, a
+    whole epoch, then a ``ZeroDivisionError`` in cv), or every tar path as JSON."""
+    fits = first_line_data_type(path)
+    if fits is None or fits == data_type:
+        return
+    what = "a raw data.list line (JSON)" if fits == "raw" else "a tar shard path"
+    raise WenetDataError(
+        f"{arg} has {what}, but --data_type is {data_type}: this list fits --data_type "
+        f"{fits} (WeNet reads --train_data and --cv_data with the one --data_type; to keep "
+        f"{data_type} for the other list, give this one as dataset_conf.lhotse_conf."
+        f"{'cv_sources' if arg == '--cv_data' else 'sources'}: [{{path: {path}, type: "
+        f"{fits}}}])", source=path, line=1, kind="data_type")
 
 
 def wenet_lhotse_conf(dataset_conf: Mapping[str, Any]) -> LhotseConf:
@@ -171,11 +207,14 @@ def init_dataset_and_dataloader(args: Any, configs: MutableMapping[str, Any], to
     data_type = getattr(args, "data_type", "raw") or "raw"
     train_sources = lconf.sources or wenet_sources(args.train_data, data_type)
     cv_sources = lconf.cv_sources or wenet_sources(args.cv_data, data_type, "--cv_data")
-    for key, arg, value in (("sources", "--train_data", lconf.sources),
+    for key, arg, given in (("sources", "--train_data", lconf.sources),
                             ("cv_sources", "--cv_data", lconf.cv_sources)):
-        if value and getattr(args, arg[2:], None):  # said once, not silently ignored
-            logger.info("dataset_conf.lhotse_conf.%s replaces %s %s", key, arg,
-                        getattr(args, arg[2:]))
+        value = getattr(args, arg[2:], None)
+        if given and value and world_info()[1] == 0:
+            logger.info("dataset_conf.lhotse_conf.%s replaces %s (%s is not read): %s",
+                        key, arg, value if isinstance(value, str) else " ".join(value),
+                        ", ".join(str(s.get("path", s)) if isinstance(s, dict) else str(s)
+                                  for s in given))
     kw = _loader_kw(args, seed)
     train_dataset, train_loader = build_dataloader(
         train_sources, tokenizer, train_conf, "train",

@@ -28,13 +28,15 @@ The contract (used by :mod:`wenet_lhotse.dropin.train` and :mod:`wenet_lhotse.dr
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
+import io
 import os
 import runpy
 import sys
 import traceback
-from typing import Any, Callable, List, NoReturn, Optional
+from typing import Any, Callable, Iterator, List, NoReturn, Optional
 
 from wenet_lhotse.dropin.shims import MissingDependency, stand_ins
 from wenet_lhotse.errors import WenetDataError, is_worker_death
@@ -84,7 +86,8 @@ def missing_module_message(err: BaseException) -> str:
     top = name.split(".")[0]
     pip = PIP_NAMES.get(top, top)
     return (f"WeNet{where} needs {top!r}, which is not installed: pip install {pip} "
-            "(or pip install \"wenet-lhotse[wenet]\" for all of WeNet's dependencies)")
+            "(or, in the wenet-lhotse clone, pip install -e \".[wenet]\" for all of WeNet's "
+            "dependencies)")
 
 
 def _rank_prefix() -> str:
@@ -118,12 +121,37 @@ def import_wenet_module(name: str) -> Any:
     """``importlib.import_module(name)`` for a WeNet module, the missing-package stand-ins
     in place while it imports; an ImportError with :func:`missing_module_message`."""
     try:
-        with stand_ins() as installed:
+        with stand_ins() as installed, _popen_read_to_end():
             module = importlib.import_module(name)
     except (ImportError, OSError) as e:  # OSError: a binary package that does not load
         raise ImportError(missing_module_message(e)) from e
     _STOOD_IN.extend(x for x in installed if x not in _STOOD_IN)
     return module
+
+
+@contextlib.contextmanager
+def _popen_read_to_end() -> Iterator[None]:
+    """While WeNet imports, ``os.popen(cmd)`` (read mode) runs ``cmd`` to its end and
+    returns its output as a closed-over string buffer. WeNet's ``dataset/processor.py``
+    reads ``os.popen("lscpu | grep 'Vendor ID'")`` at import and never closes it: the
+    pipe stayed open to the end of every run, which printed ``ResourceWarning: unclosed
+    file <_io.TextIOWrapper name=3 ...>`` per process at exit."""
+    popen = os.popen
+
+    def read_to_end(cmd: str, mode: str = "r", buffering: int = -1) -> Any:
+        if mode != "r":
+            return popen(cmd, mode, buffering)
+        import subprocess
+
+        done = subprocess.run(cmd, shell=True, stdout=subprocess.PIPE, text=True,
+                              check=False)
+        return io.StringIO(done.stdout)
+
+    os.popen = read_to_end
+    try:
+        yield
+    finally:
+        os.popen = popen
 
 
 #: what :func:`import_wenet_module` stood in, in this process
@@ -168,7 +196,8 @@ def run_patched(patch: Callable[[], None], module: str, argv: Optional[List[str]
         runpy.run_module(module, run_name="__main__", alter_sys=True)
     except USER_ERRORS as e:
         fail(str(e) if not isinstance(e, FileNotFoundError) else
-             f"{e.strerror or 'No such file or directory'}: {e.filename}")
+             f"{e.strerror or 'No such file or directory'}: {e.filename}"
+             f"{yaml_key_hint(e.filename, sys.argv)}")
     except ImportError as e:  # a module WeNet imports inside a function
         fail(missing_module_message(e))
     except RuntimeError as e:
@@ -194,6 +223,38 @@ def _quiet_worker_death(previous: Callable[[Any], None], args: Any) -> None:
         _DEATHS.append(args.exc_value)
         return
     previous(args)
+
+
+def yaml_key_hint(filename: Any, argv: List[str]) -> str:
+    """`` (tokenizer_conf.symbol_table_path in conf/train.yaml)`` when the missing file is
+    a value of the ``--config`` yaml (WeNet opens its units, CMVN and BPE files by the
+    yaml's paths, relative to the working directory), else ''."""
+    config = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--config"), None)
+    config = config or next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")),
+                            None)
+    if not config or filename is None:
+        return ""
+    try:
+        import yaml
+
+        with open(config, encoding="utf-8") as f:
+            conf = yaml.safe_load(f)
+    except Exception:  # noqa: BLE001 - a hint only: the error itself is the line
+        return ""
+
+    def walk(node: Any, path: str) -> Optional[str]:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                found = walk(v, f"{path}.{k}" if path else str(k))
+                if found:
+                    return found
+        elif isinstance(node, str) and node and os.path.normpath(node) == \
+                os.path.normpath(os.fspath(filename)):
+            return path
+        return None
+
+    key = walk(conf, "")
+    return f" ({key} in {config})" if key else ""
 
 
 def worker_death_message(err: BaseException) -> str:

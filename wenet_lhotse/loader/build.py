@@ -383,9 +383,16 @@ def build_dataloader(
                       num_workers, prefetch_factor, loader_kw, indexes, read_once)
     # (issue 22) text / speech-only sources or mix_by: batch -> one sampler per source
     if mixes_by_batch(specs, lconf.mix_by):
-        return dataset, build_mixed_loader(plan, dataset, tokenizer, map_reader)
+        return dataset, _progress(build_mixed_loader(plan, dataset, tokenizer, map_reader),
+                                  lconf)
     mode = resolve_mode(lconf.mode, specs, split, [i in indexes for i in range(len(specs))])
     if mode != "map":
         plan.indexes = {}
     build = build_map_loader if mode == "map" else build_streamed_loader
-    return dataset, build(plan, dataset)
+    return dataset, _progress(build(plan, dataset), lconf)
+
+
+def _progress(loader: Any, lconf: Any) -> Any:
+    """``loader`` with ``lhotse_conf.progress_every`` (see :mod:`~.progress`)."""
+    loader.progress_every = lconf.progress_every
+    return loader

@@ -32,6 +32,7 @@ from wenet_lhotse.errors import (
 )
 from wenet_lhotse.loader.distributed import EqualStepsIterator, world_info
 from wenet_lhotse.loader.ledger import BatchCounts, EpochLedger, ReadOnce, log_ledger
+from wenet_lhotse.loader.progress import with_progress
 from wenet_lhotse.loader.sampler import ResumableBucketingSampler
 from wenet_lhotse.loader.state_check import StateError, check_loader_state
 from wenet_lhotse.loader.streamed import (
@@ -53,6 +54,8 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
     mode = ""
     #: the split the builder made it for (``train``, ``cv``, ``infer``): in the ledger line
     split = "train"
+    #: a progress line every N training batches (``lhotse_conf.progress_every``; :mod:`~.progress`)
+    progress_every = 0
 
     def __init__(self, dataset: Any, *, skip_report: Optional[SkipReport] = None,
                  batch_transform: Optional[Callable[[Any], Any]] = None,
@@ -134,7 +137,7 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
         ws, rank = self._world()
         self._ledger = EpochLedger(self.epoch, rank, ws, self.mode, self.split)
         self._batch_skips = 0
-        return self._count(self._batches(inner))
+        return with_progress(self, self._count(self._batches(inner)))
 
     def epoch_ledger(self) -> Optional[EpochLedger]:
         """The ledger of the last finished epoch on this rank (``None`` before one ends):

@@ -60,6 +60,7 @@ declared once, on :class:`LhotseConf`'s fields; an unknown key or a bad value is
                                # before WeNet's langid, which ignores it
       cv_dither: wenet         # wenet: the yaml's dither in cv, new noise every pass |
                                # fixed: the same noise every pass | off: no dither in cv
+      progress_every: 100      # training: a progress line (ETA) every N batches; 0: off
       mix_by: cut              # cut: CutSet.mux before one sampler | batch: draw the source
                                # of each batch (automatic with text / speech-only sources)
       max_tokens_in_batch: null  # text batches: padded tokens per batch (text sources)
@@ -167,6 +168,7 @@ class LhotseConf:
     bucket_max_tokens_2d: Optional[int] = key(None, optional(_SIZE))
     min_tps: Optional[float] = key(None, optional(number(minimum=0)))
     max_tps: Any = key(None, optional(_seconds_or_list))
+    progress_every: int = key(100, _COUNT)  # a progress line every N train batches (0: off)
 
     @classmethod
     def from_dict(cls, conf: Optional[Mapping[str, Any]]) -> LhotseConf:

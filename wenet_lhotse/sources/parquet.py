@@ -76,8 +76,8 @@ def _pyarrow():
         import pyarrow.ipc  # noqa: F401
         import pyarrow.parquet  # noqa: F401
     except ImportError:
-        raise ImportError("Parquet / Arrow sources need pyarrow: pip install "
-                          "'wenet-lhotse[arrow]'") from None
+        raise ImportError("Parquet / Arrow sources need pyarrow: pip install pyarrow "
+                          "(or, in the wenet-lhotse clone: pip install -e '.[arrow]')") from None
     return pyarrow
 
 

@@ -230,7 +230,8 @@ def _load_sentencepiece(model: Union[Pathlike, bytes]) -> Any:
     except ImportError as err:
         raise ImportError(
             "BpeTokenizer needs the 'sentencepiece' package: "
-            "pip install sentencepiece  (or: pip install 'wenet-lhotse[bpe]')") from err
+            "pip install sentencepiece (or, in the wenet-lhotse clone: "
+            "pip install -e '.[bpe]')") from err
     sp = spm.SentencePieceProcessor()
     if isinstance(model, bytes):
         sp.load_from_serialized_proto(model)

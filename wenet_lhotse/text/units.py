@@ -83,7 +83,8 @@ def train_bpe_units(text: Pathlike, model_prefix: Pathlike, output: Pathlike,
     try:
         import sentencepiece as spm
     except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError("BPE units need sentencepiece: pip install 'wenet-lhotse[bpe]'") from e
+        raise ImportError("BPE units need sentencepiece: pip install sentencepiece (or, "
+                          "in the wenet-lhotse clone: pip install -e '.[bpe]')") from e
     lines = [t.upper() for t in _transcripts(text)]
     Path(model_prefix).parent.mkdir(parents=True, exist_ok=True)
     spm.SentencePieceTrainer.train(
