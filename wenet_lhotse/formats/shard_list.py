@@ -11,7 +11,7 @@ from typing import List, Optional, Sequence, Union
 from lhotse.utils import Pathlike
 
 from wenet_lhotse.errors import WenetDataError
-from wenet_lhotse.io.access import PIPE_REFUSED, open_regular
+from wenet_lhotse.io.access import open_regular
 from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.io.remote import is_remote
 from wenet_lhotse.io.streams import as_path_list, is_local, is_pipe, local_path, open_input
@@ -70,9 +70,12 @@ def _entry(raw: bytes, path: str, lineno: int, policy: ReadPolicy) -> Optional[S
         policy.handle(WenetDataError("line is not valid UTF-8", path, line=lineno,
                                      kind="encoding"))
         return None
-    if is_pipe(name) and not policy.allow_pipe:
-        policy.handle(WenetDataError(PIPE_REFUSED, path, line=lineno, kind="refused"))
-        return None
+    if is_pipe(name):
+        try:
+            policy.check_pipe(path, line=lineno)
+        except WenetDataError as err:  # one bad line: raised or skipped, as the policy says
+            policy.handle(err)
+            return None
     why = policy.url_problem(name)
     if why is not None:
         policy.handle(WenetDataError(why, path, line=lineno, kind="refused"))

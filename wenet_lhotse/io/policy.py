@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, FrozenSet, Optional
 
 from wenet_lhotse.errors import SkipReport, WenetDataError
-from wenet_lhotse.io.access import lend_url_protocols, url_problem
+from wenet_lhotse.io.access import PIPE_REFUSED, lend_url_protocols, url_problem
 from wenet_lhotse.io.lines import bounded_lines, max_line_bytes
 from wenet_lhotse.io.read_limits import ReadLimits
 
@@ -71,6 +71,21 @@ class ReadPolicy:
         """A copy with ``changes`` (the skip report is shared unless replaced)."""
         return dataclasses.replace(self, **changes)
 
+    def check_pipe(self, source: str, *, line: Optional[int] = None, what: str = "") -> None:
+        """The ONE decision whether the data may run a shell command (a ``pipe:`` input,
+        a ``command`` audio source): nothing when the policy opts in, else a one-line
+        :class:`WenetDataError` (kind ``"refused"``) naming ``source`` (and ``line``),
+        ``what`` the data asked for before :data:`~wenet_lhotse.io.access.PIPE_REFUSED`.
+        Raised, not handled: the caller decides whether the refusal is one skipped item
+        (:meth:`handle`) or stops the read."""
+        if not self.allow_pipe:
+            msg = f"{what}: {PIPE_REFUSED}" if what else PIPE_REFUSED
+            raise WenetDataError(msg, source, line=line, kind="refused")
+
+    def without_pipe(self) -> ReadPolicy:
+        """A copy that refuses every command from the data (the skip report shared)."""
+        return self.replace(allow_pipe=False)
+
     def read_limits(self) -> ReadLimits:
         """``limits``, else :class:`ReadLimits` from the environment (read now)."""
         return self.limits if self.limits is not None else ReadLimits()
@@ -113,11 +128,11 @@ def _view(name: str) -> Any:
 
 
 class PolicyHolder:
-    """A reader that keeps its :class:`ReadPolicy` in ``self.policy``; ``strict``,
-    ``skip_report`` and ``allow_pipe`` read the policy's (change the policy to change
-    them: :meth:`ReadPolicy.replace`)."""
+    """A reader that keeps its :class:`ReadPolicy` in ``self.policy``; ``strict`` and
+    ``skip_report`` read the policy's (change the policy to change them:
+    :meth:`ReadPolicy.replace`); whether commands run is asked of the policy
+    (:meth:`ReadPolicy.check_pipe`)."""
 
     policy: ReadPolicy
     strict: bool = _view("strict")
     skip_report: SkipReport = _view("skip_report")
-    allow_pipe: bool = _view("allow_pipe")

@@ -9,7 +9,8 @@ streamed from anywhere), one of:
   through ``wget -O -``; we stream in-process, check the HTTP status, and resume a
   dropped connection with a range request: :mod:`wenet_lhotse.io.http_reader`);
 * ``pipe:CMD``: the standard output of a shell command (``pipe:aws s3 cp s3://b/x.tar -``),
-  only with ``allow_pipe=True`` (a command from data is never run otherwise).
+  only with the read policy's pipe opt-in (a command from data is never run otherwise:
+  :meth:`~wenet_lhotse.io.policy.ReadPolicy.check_pipe`).
   A command that exits with a non-zero status after its output was read to the
   end is an error naming the command and the tail of its stderr;
 * ``s3://`` and any other fsspec URL: :mod:`wenet_lhotse.io.remote` (transient
@@ -44,7 +45,7 @@ from typing import BinaryIO, Iterable, Iterator, List, Optional, Tuple, Union
 from lhotse.utils import Pathlike
 
 from wenet_lhotse.errors import WenetDataError
-from wenet_lhotse.io.access import PIPE_REFUSED, open_regular
+from wenet_lhotse.io.access import open_regular
 from wenet_lhotse.io.http_reader import HttpReader
 from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.io.pool import commit
@@ -149,7 +150,7 @@ def open_input(name: str, timeout: Optional[float] = None, *,
     the policy does not allow one of kind ``"refused"`` (nothing is run).
 
     :param timeout: HTTP stall timeout (seconds); overrides ``limits.stall_s``.
-    :param policy: ``allow_pipe``, network time limits and extra URL protocols
+    :param policy: the pipe opt-in, network time limits and extra URL protocols
         (default: :class:`~wenet_lhotse.io.policy.ReadPolicy`'s, from the environment).
     """
     name = str(name)
@@ -158,8 +159,7 @@ def open_input(name: str, timeout: Optional[float] = None, *,
     if is_remote(name):
         return open_remote(name, policy=policy)
     if is_pipe(name):
-        if not policy.allow_pipe:
-            raise WenetDataError(PIPE_REFUSED, name, kind="refused")
+        policy.check_pipe(name)
         return io.BufferedReader(_PipeReader(name), buffer_size=_CHUNK)
     if is_url(name):
         if timeout is not None:

@@ -12,7 +12,7 @@ refuses, as bad input:
 * a non-finite or negative ``start``/``duration`` of the cut or a supervision (JSON's
   ``NaN``/``Infinity``), or a cut holding no sample at its rate (kind ``"bad_segment"``);
 * an audio source of type ``"command"`` (Lhotse runs it through a shell when loading)
-  unless ``allow_pipe`` (kind ``"refused"``);
+  unless the read policy opts in to commands (kind ``"refused"``);
 * a cut id met earlier in the same input (kind ``"duplicate"``; the first copy is
   kept; :class:`LazyCheckedManifest`, with a :class:`~wenet_lhotse.formats.keyset.KeySet`);
 * a manifest cut short (a truncated gzip stream; kind ``"truncated"``): the error says
@@ -43,7 +43,6 @@ from lhotse.utils import Pathlike, compute_num_samples
 from wenet_lhotse.errors import WenetDataError, reraise_worker_death
 from wenet_lhotse.formats.checks import TOO_DEEP, key_problem, text_problem
 from wenet_lhotse.formats.keyset import KeySet
-from wenet_lhotse.io.access import PIPE_REFUSED
 from wenet_lhotse.io.lines import bounded_lines
 from wenet_lhotse.io.policy import PolicyHolder, ReadPolicy
 from wenet_lhotse.io.remote import is_remote
@@ -103,7 +102,7 @@ def _time_problem(cut: Cut) -> Optional[str]:
     return _span_problem((cut.start, cut.duration), [(s.start, s.duration) for s in sups])
 
 
-def _load_checked(line: Any, path: str, lineno: int, allow_pipe: bool) -> Any:
+def _load_checked(line: Any, path: str, lineno: int, policy: ReadPolicy) -> Any:
     """The line's JSON object, with the checks that need no Lhotse object."""
     try:
         obj = _loads(line)
@@ -113,12 +112,12 @@ def _load_checked(line: Any, path: str, lineno: int, allow_pipe: bool) -> Any:
     except RecursionError:  # json on '[[[[...' (orjson refuses it, json recurses)
         raise WenetDataError(TOO_DEEP, path, line=lineno, kind="json") from None
     try:
-        return _checked_object(obj, line, path, lineno, allow_pipe)
+        return _checked_object(obj, line, path, lineno, policy)
     except RecursionError:  # walking an object nested just under json's limit
         raise WenetDataError(TOO_DEEP, path, line=lineno, kind="json") from None
 
 
-def _checked_object(obj: Any, line: Any, path: str, lineno: int, allow_pipe: bool) -> Any:
+def _checked_object(obj: Any, line: Any, path: str, lineno: int, policy: ReadPolicy) -> Any:
 
     def holds(marker: str) -> bool:  # a cheap look at the line before walking the object
         return marker in line if isinstance(line, str) else marker.encode() in line
@@ -127,10 +126,14 @@ def _checked_object(obj: Any, line: Any, path: str, lineno: int, allow_pipe: boo
         why = text_problem(obj)
         if why is not None:
             raise WenetDataError(why, path, line=lineno, kind="encoding")
-    if not allow_pipe and holds('"command"') and _has_command_source(obj):
-        raise WenetDataError(f"an audio source of type 'command': {PIPE_REFUSED}", path,
-                             line=lineno, kind="refused")
+    if holds('"command"') and _has_command_source(obj):
+        policy.check_pipe(path, line=lineno, what="an audio source of type 'command'")
     return obj
+
+
+# The default of the parsers below: refuses commands (only its check_pipe is used, so one
+# shared instance serves every call without a policy).
+_REFUSING = ReadPolicy()
 
 
 def _to_cut(obj: Any, path: str, lineno: int, extra_custom: Optional[dict] = None) -> Cut:
@@ -155,12 +158,14 @@ def _to_cut(obj: Any, path: str, lineno: int, extra_custom: Optional[dict] = Non
     return cut
 
 
-def parse_manifest_line(line: Any, path: str, lineno: int, allow_pipe: bool = False,
+def parse_manifest_line(line: Any, path: str, lineno: int, policy: Optional[ReadPolicy] = None,
                         extra_custom: Optional[dict] = None) -> Cut:
     """One manifest line (str or UTF-8 bytes) -> its cut, ``extra_custom`` merged into
     its ``custom`` (a reader's keys, e.g. ``shar_tar``); :class:`WenetDataError` naming
-    ``path:lineno``."""
-    return _to_cut(_load_checked(line, path, lineno, allow_pipe), path, lineno, extra_custom)
+    ``path:lineno``. ``policy`` decides whether a ``command`` audio source may stand
+    (:meth:`~wenet_lhotse.io.policy.ReadPolicy.check_pipe`; default: refused)."""
+    return _to_cut(_load_checked(line, path, lineno, policy or _REFUSING), path, lineno,
+                   extra_custom)
 
 
 def _fields(cls: Any, drop: Sequence[str] = (), extra: Sequence[str] = ()
@@ -198,13 +203,13 @@ def _plain_mono(obj: Any) -> bool:
             and all(_keys_ok(sup, _SUPERVISION) for sup in sups))
 
 
-def parse_manifest_meta(line: Any, path: str, lineno: int, allow_pipe: bool = False,
+def parse_manifest_meta(line: Any, path: str, lineno: int, policy: Optional[ReadPolicy] = None,
                         extra_custom: Optional[dict] = None) -> Any:
     """Like :func:`parse_manifest_line` (the same checks, the same errors), but a plain
     ``MonoCut`` comes back as a :class:`~wenet_lhotse.sources.meta_cut.MetaCut` (its
     Lhotse objects built on demand); any other line as its cut, with ``extra_custom``
     merged into ``custom`` either way."""
-    obj = _load_checked(line, path, lineno, allow_pipe)
+    obj = _load_checked(line, path, lineno, policy or _REFUSING)
     if not _plain_mono(obj):
         return _to_cut(obj, path, lineno, extra_custom)
     why = key_problem(obj["id"])
@@ -235,7 +240,6 @@ def iter_manifest(path: str, metadata_only: bool = False,
     allowed or not, network limits, URL protocols;
     its ``strict`` is the caller's business (every error is yielded)."""
     policy = (policy or ReadPolicy())
-    allow = policy.allow_pipe
     parse = parse_manifest_meta if metadata_only else parse_manifest_line
     no = 0
     with open_input(path, policy=policy) as raw:  # a local file or an object-store URL
@@ -255,7 +259,7 @@ def iter_manifest(path: str, metadata_only: bool = False,
                 if not line.strip():
                     continue
                 try:
-                    yield parse(line, path, no, allow), no
+                    yield parse(line, path, no, policy), no
                 except WenetDataError as err:
                     yield err, no
             for err in long:  # the last line was too long

@@ -240,7 +240,7 @@ class JsonlReader(PolicyHolder, PositionedReader):
                         seen.note_line(line)  # skipped lines are not decoded nor parsed
                         continue
                     try:
-                        cut = parse(line, path, n, self.policy.allow_pipe, extra_custom=extra)
+                        cut = parse(line, path, n, self.policy, extra_custom=extra)
                         seen.check(cut.id, path, n)
                     except (WenetDataError, UnicodeDecodeError) as err:
                         self._skip(err if isinstance(err, WenetDataError)
@@ -305,7 +305,7 @@ class JsonlReader(PolicyHolder, PositionedReader):
         # the checked path again: a line read back on restore may have changed since
         line, tar = raw[:2]
         source, lineno = raw[2:] if len(raw) == 4 else (STATE_SOURCE, None)
-        return parse_manifest_line(line, source, lineno, self.policy.allow_pipe,
+        return parse_manifest_line(line, source, lineno, self.policy,
                                    extra_custom={"shar_tar": tar} if tar is not None else None)
 
     def state(self) -> Dict[str, Any]:

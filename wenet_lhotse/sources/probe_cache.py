@@ -34,7 +34,8 @@ sidecar records the key, the manifest's size and SHA-256 and its number of cuts;
 manifest that does not match (cut short, edited, or planted beside the list under
 its predictable name) is rebuilt, with a warning. Its lines are then read through
 the same checked path as any manifest
-(:class:`~wenet_lhotse.sources.manifest.LazyCheckedManifest`, no ``allow_pipe``): a
+(:class:`~wenet_lhotse.sources.manifest.LazyCheckedManifest`, commands refused
+whatever the read policy's pipe opt-in): a
 cut a raw line cannot produce (an audio source of type ``command``) is refused like
 everywhere else.
 """
@@ -85,12 +86,12 @@ class ProbeResult:
     def cuts(self, metadata_only: bool = False, *,
              policy: Optional[ReadPolicy] = None) -> LazyCheckedManifest:
         """The cached cuts, read with every manifest's checks, bad ones raised or
-        skipped as ``policy`` says; never
-        ``allow_pipe``: a raw line cannot make a ``command`` source, so a cache holding
-        one was forged."""
+        skipped as ``policy`` says; commands always refused
+        (:meth:`~wenet_lhotse.io.policy.ReadPolicy.without_pipe`): a raw line cannot
+        make a ``command`` source, so a cache holding one was forged."""
         policy = (policy or ReadPolicy())
         return LazyCheckedManifest([self.manifest], metadata_only=metadata_only,
-                                   policy=policy.replace(allow_pipe=False))
+                                   policy=policy.without_pipe())
 
 
 def list_key(paths: Sequence[str], wav_root: str) -> str:

@@ -17,7 +17,6 @@ from lhotse import CutSet
 
 from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.formats.split import reader_share
-from wenet_lhotse.io.access import PIPE_REFUSED
 from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.io.remote import is_remote
 from wenet_lhotse.sources.kinds.base import InputKind, PositionedReaders
@@ -52,8 +51,8 @@ class SharKind(InputKind):
              split_for_dataloading: bool = False,
              fields: Optional[Dict[str, List[str]]] = None,
              shar_shards: Optional[Sequence[int]] = None, **_: Any) -> CutSet:
-        if fields is not None and not policy.allow_pipe:
-            _refuse_pipe_fields(fields)
+        if fields is not None:
+            _check_pipe_fields(fields, policy)
         if fields is None and len(paths) != 1:
             raise ValueError(f"{paths}: a Shar source takes one directory")
         if fields is None and is_remote(paths[0]):  # Lhotse globs in_dir locally only
@@ -172,12 +171,11 @@ def _chosen_shards(fields: Dict[str, List[str]], shards: Sequence[int],
     return CutSet.from_shar(fields=chosen)
 
 
-def _refuse_pipe_fields(fields: Dict[str, List[str]]) -> None:
+def _check_pipe_fields(fields: Dict[str, List[str]], policy: ReadPolicy) -> None:
     for name, urls in fields.items():
         for i, url in enumerate(urls):
             if str(url).startswith("pipe:"):
-                raise WenetDataError(PIPE_REFUSED, f"Shar fields[{name!r}][{i}] {url}",
-                                     kind="refused")
+                policy.check_pipe(f"Shar fields[{name!r}][{i}] {url}")
 
 
 KIND = SharKind()
