@@ -133,7 +133,6 @@ def wenet_to_shar(
         raise ValueError("shard_size applies to raw lists; a shard list keeps one Shar shard "
                          "per input tar (re-shard with export_shards if needed)")
     policy = policy or ReadPolicy()
-    strict, report, allow_pipe = policy.strict, policy.skip_report, policy.allow_pipe
     remote = is_remote(str(out_dir))
     out: Union[Path, str] = str(out_dir).rstrip("/") if remote else Path(out_dir)
     lock = contextlib.ExitStack()
@@ -143,19 +142,21 @@ def wenet_to_shar(
         # Leftovers of an interrupted run are never complete shards: start clean.
         shutil.rmtree(partial_dir(out), ignore_errors=True)
     with lock:
-        return _convert(out, lists, data_type, shard_size, num_jobs, audio_format, strict,
-                        report, wav_root, progress, cluster, allow_pipe, remote)
+        return _convert(out, lists, data_type, shard_size, num_jobs, audio_format, policy,
+                        wav_root, progress, cluster, remote)
 
 
 def _convert(out: Union[Path, str], lists: List[Pathlike], data_type: str,
-             shard_size: Optional[int], num_jobs: int, audio_format: str, strict: bool,
-             report: SkipReport, wav_root: Optional[Pathlike], progress: bool,
-             cluster: Optional[str], allow_pipe: bool, remote: bool) -> SharConversion:
-    """:func:`wenet_to_shar` once its output directory is ready (and locked)."""
+             shard_size: Optional[int], num_jobs: int, audio_format: str,
+             policy: ReadPolicy, wav_root: Optional[Pathlike], progress: bool,
+             cluster: Optional[str], remote: bool) -> SharConversion:
+    """:func:`wenet_to_shar` once its output directory is ready (and locked). Skips
+    go to ``policy``'s report: the parent's directly, each job's through its result."""
+    strict, report = policy.strict, policy.skip_report
     result = SharConversion(out_dir=out, skip_report=report)
     start = time.perf_counter()
-    jobs, total = iter_jobs(lists, data_type, shard_size, strict, report, wav_root,
-                             probe_workers=num_jobs, cluster=cluster, allow_pipe=allow_pipe)
+    jobs, total = iter_jobs(lists, data_type, shard_size, policy, wav_root,
+                            probe_workers=num_jobs, cluster=cluster)
     options = [data_type, audio_format, shard_size]  # part of every shard's fingerprint
     # Raw lists are checked for repeated keys as they are read, tars one at a time by
     # their job: across tars, here, with the keys of the shards kept from a former run.
@@ -209,8 +210,10 @@ def _convert(out: Union[Path, str], lists: List[Pathlike], data_type: str,
                 by_index[job.index] = job
             yield job
 
+    # Each job records into its own report (write_shard), merged by done(): the parent's
+    # report does not travel to the workers.
     write = functools.partial(write_shard, out_dir=str(out), audio_format=audio_format,
-                              strict=strict, allow_pipe=allow_pipe)
+                              policy=policy.replace(skip_report=SkipReport()))
     try:
         # bounded: the input is streamed, not loaded; the bar moves as shards complete
         for _, res in map_tasks(write, todo(), num_jobs=num_jobs, cluster=cluster,

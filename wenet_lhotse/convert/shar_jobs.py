@@ -91,11 +91,14 @@ class ShardResult:
     with_skips: bool = False
 
 
-def write_shard(job: ShardJob, out_dir: str, audio_format: str, strict: bool,
-                 allow_pipe: bool = False) -> ShardResult:
-    """Write one output shard (runs in a pool worker). Atomic: nothing appears in
-    ``out_dir`` until the whole shard is written; what was skipped is recorded in it."""
-    report = SkipReport()
+def write_shard(job: ShardJob, out_dir: str, audio_format: str,
+                policy: ReadPolicy) -> ShardResult:
+    """Write one output shard (runs in a pool worker), reading its input as ``policy``
+    says. Atomic: nothing appears in ``out_dir`` until the whole shard is written; what
+    was skipped is recorded in it and in the result's report, the job's own (the parent
+    merges it), never ``policy``'s."""
+    policy = policy.replace(skip_report=SkipReport())
+    report = policy.skip_report
     remote = is_remote(out_dir)
     if remote:  # written locally on the worker, then uploaded
         tmp = Path(tempfile.mkdtemp(prefix=f"wenet-lhotse-shard-{job.index:06d}-"))
@@ -104,7 +107,6 @@ def write_shard(job: ShardJob, out_dir: str, audio_format: str, strict: bool,
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     if job.tar is not None:
-        policy = ReadPolicy(strict=strict, skip_report=report, allow_pipe=allow_pipe)
         cuts: Iterable[Cut] = read_one_tar(job.tar, policy=policy)
     else:
         cuts = job.cuts or []
@@ -144,7 +146,7 @@ def write_shard(job: ShardJob, out_dir: str, audio_format: str, strict: bool,
                         err = WenetDataError(
                             f"cannot convert utterance {cut.id!r}: {short_error(err)}", **where,
                             kind="bad_audio" if not isinstance(err, ValueError) else "invalid")
-                    report.handle(err, strict)
+                    policy.handle(err)
                     continue
                 ids.append(cut.id)
         cuts_tmp, tar_tmp = shard_paths(tmp, job.index)
@@ -187,16 +189,14 @@ def _raw_jobs(items: Iterable[Tuple[Union[Cut, SkippedItem], str, int]],
         yield job
 
 
-def _shard_list_jobs(data_lists: Sequence[Pathlike], strict: bool, skip_report: SkipReport,
-                     allow_pipe: bool) -> List[ShardJob]:
+def _shard_list_jobs(data_lists: Sequence[Pathlike], policy: ReadPolicy) -> List[ShardJob]:
     """One job per non-empty line of the shard list(s); a line that is bad (e.g. a
     refused ``pipe:``) keeps its place as an empty shard recording why."""
     jobs: List[ShardJob] = []
     for lst in data_lists:
         bad = SkipReport()
-        policy = ReadPolicy(strict=strict, skip_report=bad, allow_pipe=allow_pipe)
-        entries = read_shard_entries([str(lst)], policy=policy)
-        skip_report.extend(bad.items)
+        entries = read_shard_entries([str(lst)], policy=policy.replace(skip_report=bad))
+        policy.skip_report.extend(bad.items)
         at_line = {e.line: ShardJob(0, tar=e) for e in entries}
         at_line.update({item.line: ShardJob(0, skipped=[item]) for item in bad})
         for line in sorted(at_line):
@@ -209,38 +209,32 @@ def iter_jobs(
     data_lists: Sequence[Pathlike],
     data_type: str,
     shard_size: Optional[int],
-    strict: bool,
-    skip_report: SkipReport,
+    policy: ReadPolicy,
     wav_root: Optional[Pathlike],
     probe_workers: int,
     cluster: Optional[str] = None,
-    allow_pipe: bool = False,
 ) -> Tuple[Iterator[ShardJob], Optional[int]]:
-    """Jobs for every output shard, and their number when known upfront."""
+    """Jobs for every output shard, and their number when known upfront; bad input
+    raised or recorded in ``policy``'s skip report."""
     if get_kind(data_type).streamed:  # a list of tars: one Shar shard per tar
-        jobs = _shard_list_jobs(data_lists, strict, skip_report, allow_pipe)
+        jobs = _shard_list_jobs(data_lists, policy)
         return iter(jobs), len(jobs)
     if not get_kind(data_type).wenet:
-        return _kind_jobs(data_lists, data_type, shard_size or 1000, strict, skip_report,
-                          allow_pipe, wav_root), None
+        return _kind_jobs(data_lists, data_type, shard_size or 1000, policy, wav_root), None
     from wenet_lhotse.convert.raw import iter_raw_cuts_with_lines
 
     items = iter_raw_cuts_with_lines([str(p) for p in data_lists], wav_root=wav_root,
-                                     policy=ReadPolicy(strict=strict, skip_report=skip_report),
+                                     policy=policy,
                                      num_workers=probe_workers, cluster=cluster,
                                      yield_skips=True)
     return _raw_jobs(items, shard_size or 1000), None
 
 
-def _kind_jobs(data_lists: Sequence[Pathlike], data_type: str, size: int, strict: bool,
-               skip_report: SkipReport, allow_pipe: bool,
+def _kind_jobs(data_lists: Sequence[Pathlike], data_type: str, size: int, policy: ReadPolicy,
                wav_root: Optional[Pathlike]) -> Iterator[ShardJob]:
     """Any other kind (Parquet, a cuts manifest, ...): shard ``i`` holds its cuts
     ``[i * size, (i + 1) * size)``, read lazily in the caller (bad items raise or are
-    recorded in ``skip_report`` as the kind's reader does)."""
-    from wenet_lhotse.io.policy import ReadPolicy
-
-    policy = ReadPolicy(strict=strict, skip_report=skip_report, allow_pipe=allow_pipe)
+    recorded in ``policy``'s skip report as the kind's reader does)."""
     index = 0
     for path in map(str, data_lists):
         cuts = get_kind(data_type).open([path], policy, wav_root=wav_root)
