@@ -6,8 +6,7 @@ import time
 
 import click
 
-from wenet_lhotse.cli.data import allow_pipe_option
-from wenet_lhotse.cli.main import main, show_progress
+from wenet_lhotse.cli.main import main, policy_options, show_progress
 
 #: ``dataset_conf`` used without CONFIG: WeNet's aishell recipe (train.yaml) settings.
 AISHELL_DATASET_CONF = {
@@ -40,8 +39,8 @@ AISHELL_DATASET_CONF = {
 @click.option("--num-workers", default=2, show_default=True, help="DataLoader workers.")
 @click.option("--prefetch", default=2, show_default=True, help="Batches prefetched per worker.")
 @click.option("--seed", default=777, show_default=True)
-@allow_pipe_option
-def bench(config, data, data_type, units, num_batches, num_workers, prefetch, seed, allow_pipe):
+@policy_options()
+def bench(config, data, data_type, units, num_batches, num_workers, prefetch, seed, policy):
     """Run CONFIG's training loader (WeNet yaml: dataset_conf, tokenizer_conf) for N
     batches and print throughput (audio seconds per wall second; audio seconds are
     feature frames x frame shift), time to first batch, batch count, mean batch
@@ -52,6 +51,7 @@ def bench(config, data, data_type, units, num_batches, num_workers, prefetch, se
     from wenet_lhotse.loader.build import build_dataloader
     from wenet_lhotse.loader.config import frame_shift_ms
     from wenet_lhotse.loader.config_check import load_wenet_yaml
+    from wenet_lhotse.loader.lhotse_conf import LhotseConf
     from wenet_lhotse.sources.detect import DATA_TYPES
 
     if config is not None:
@@ -60,8 +60,9 @@ def bench(config, data, data_type, units, num_batches, num_workers, prefetch, se
         configs = {"dataset_conf": AISHELL_DATASET_CONF}
     dataset_conf = dict(configs.get("dataset_conf") or {})
     lconf = dataset_conf.get("lhotse_conf") or {}
-    if allow_pipe:
-        lconf = dataset_conf["lhotse_conf"] = {**lconf, "allow_pipe": True}
+    granted = LhotseConf.with_opt_ins(lconf, policy)  # --allow-pipe reaches the loader
+    if granted != lconf:
+        lconf = dataset_conf["lhotse_conf"] = granted
     if data is not None:
         sources = [{"path": data, "type": DATA_TYPES[data_type]}]
     elif lconf.get("sources"):

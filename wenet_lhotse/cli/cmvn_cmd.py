@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from wenet_lhotse.cli.data import InputPath, _print_skips, cluster_option, jobs_option
-from wenet_lhotse.cli.main import main, read_policy, refuse_output_is_input, show_progress
+from wenet_lhotse.cli.main import main, policy_options, refuse_output_is_input, show_progress
 
 #: The features without a yaml: WeNet's aishell and librispeech recipes' dataset_conf.
 RECIPE_FEATURES = {"resample_conf": {"resample_rate": 16000},
@@ -28,11 +28,12 @@ RECIPE_FEATURES = {"resample_conf": {"resample_rate": 16000},
 @click.option("--wav-root", type=click.Path(file_okay=False), default=None,
               help="Directory that relative 'wav' paths of a raw list resolve against "
                    "[default: the current directory, as WeNet does].")
-@click.option("--skip-errors", is_flag=True,
-              help="Skip unreadable utterances (each is logged and counted) instead of "
-                   "stopping at the first one.")
+@policy_options(skip_errors=("--skip-errors", "Skip unreadable utterances (each is logged "
+                                               "and counted) instead of stopping at the "
+                                               "first one."),
+                pipe=False)  # compute_cmvn takes no policy yet: no --allow-pipe to offer
 @cluster_option
-def cmvn_cmd(source, config_path, out, jobs, chunk_size, wav_root, skip_errors, cluster):
+def cmvn_cmd(source, config_path, out, jobs, chunk_size, wav_root, cluster, policy):
     """Compute WeNet's global CMVN statistics (what WeNet's tools/compute_cmvn_stats.py
     writes: mean_stat, var_stat, frame_num) over every utterance of INPUT.
 
@@ -56,7 +57,6 @@ def cmvn_cmd(source, config_path, out, jobs, chunk_size, wav_root, skip_errors, 
     else:
         dataset_conf = RECIPE_FEATURES
     config = CmvnConfig.from_wenet(dataset_conf)
-    policy = read_policy(skip_errors=skip_errors)
     report = policy.skip_report
     try:
         stats = compute_cmvn(source, config=config, num_jobs=max(1, jobs),

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import click
 
-from wenet_lhotse.cli.main import main, read_policy, refuse_output_is_input, show_progress
+from wenet_lhotse.cli.main import main, policy_options, refuse_output_is_input, show_progress
 
 
 class InputPath(click.Path):
@@ -44,14 +44,6 @@ def jobs_option(help: str, default: Any = _default_jobs) -> Callable:
 #: ``--cluster``: every command that can run its work on a Dask cluster takes it.
 cluster_option = click.option("--cluster", default=None, metavar="tcp://HOST:PORT",
                               help=CLUSTER_HELP)
-
-
-#: ``--allow-pipe``: every command that reads inputs takes it.
-allow_pipe_option = click.option(
-    "--allow-pipe", is_flag=True,
-    help="Run the shell commands of 'pipe:CMD' lines in shard lists (and 'command' audio "
-         "sources of manifests). Without it they are refused: data never runs a command "
-         "unless you allow it.")
 
 
 def _fail(err: Exception, hint: str = "") -> click.ClickException:
@@ -97,13 +89,11 @@ def _print_skips(report, limit: int = 20) -> None:
               help="Directory that relative 'wav' paths resolve against "
                    "[default: the current directory, as WeNet does].")
 @jobs_option("Worker processes (header probing for raw lists; one Shar shard per job).")
-@click.option("--skip-errors", is_flag=True,
-              help="Skip bad lines/members (each is logged and counted) instead of "
-                   "stopping at the first one.")
+@policy_options(skip_errors=("--skip-errors", "Skip bad lines/members (each is logged and "
+                                               "counted) instead of stopping at the first one."))
 @cluster_option
-@allow_pipe_option
 def import_cmd(data_list, out, data_type, shar_dir, shard_size, audio_format, wav_root, jobs,
-               skip_errors, cluster, allow_pipe):
+               cluster, policy):
     """Import a WeNet DATA_LIST into Lhotse.
 
     \b
@@ -134,7 +124,6 @@ def import_cmd(data_list, out, data_type, shar_dir, shard_size, audio_format, wa
             raise _fail(err) from None
     refuse_output_is_input(out, data_list)
     refuse_output_is_input(shar_dir, data_list, option="--shar")
-    policy = read_policy(skip_errors, allow_pipe)
     report = policy.skip_report
     kind = get_kind(data_type)
     refusal = kind.import_shar_refusal if shar_dir else kind.import_cuts_refusal
@@ -248,8 +237,8 @@ def _say_audio_formats(lst, audio_dir) -> None:
               help="Raw list only: where audio held in memory (Shar, shards) is written "
                    "[default: <list name>_audio/ next to the list].")
 @cluster_option
-@allow_pipe_option
-def export_cmd(source, out, shards_dir, shard_size, jobs, audio_dir, cluster, allow_pipe):
+@policy_options()
+def export_cmd(source, out, shards_dir, shard_size, jobs, audio_dir, cluster, policy):
     """Export Lhotse cuts back to WeNet format.
 
     CUTS_OR_SHAR is a cuts manifest (.jsonl.gz), a Shar directory, or a WeNet list.
@@ -272,7 +261,7 @@ def export_cmd(source, out, shards_dir, shard_size, jobs, audio_dir, cluster, al
 
             lst = export_shards(source, shards_dir, shard_size=shard_size, list_path=out,
                                 num_workers=jobs, progress=show_progress(), cluster=cluster,
-                                policy=read_policy(allow_pipe=allow_pipe))
+                                policy=policy)
             click.echo(f"shards: {shards_dir}, list: {lst}")
         else:
             if out is None:
@@ -280,7 +269,7 @@ def export_cmd(source, out, shards_dir, shard_size, jobs, audio_dir, cluster, al
             from wenet_lhotse.convert.export import export_raw_list
 
             lst = export_raw_list(source, out, audio_dir=audio_dir, progress=show_progress(),
-                                  policy=read_policy(allow_pipe=allow_pipe), num_workers=jobs,
+                                  policy=policy, num_workers=jobs,
                                   cluster=cluster)
             click.echo(f"raw list: {lst}")
             _say_audio_formats(lst, audio_dir)
@@ -295,8 +284,8 @@ def export_cmd(source, out, shards_dir, shard_size, jobs, audio_dir, cluster, al
 @jobs_option("Processes decoding audio in parallel (one tar or Shar shard per task; a "
              "list or manifest: one utterance per task).", default=1)
 @cluster_option
-@allow_pipe_option
-def validate_cmd(path, max_report, jobs, cluster, allow_pipe):
+@policy_options()
+def validate_cmd(path, max_report, jobs, cluster, policy):
     """Read PATH completely, decoding every utterance's audio, and report each problem
     with its file and line (lists, manifests) or tar and member (shards, Shar).
 
@@ -313,7 +302,7 @@ def validate_cmd(path, max_report, jobs, cluster, allow_pipe):
 
     try:
         res = validate(path, progress=show_progress(), num_jobs=jobs, cluster=cluster,
-                       policy=read_policy(allow_pipe=allow_pipe))
+                       policy=policy)
     except ClusterError as err:
         raise click.ClickException(str(err)) from None
     items = list(res.problems)
@@ -338,8 +327,8 @@ def validate_cmd(path, max_report, jobs, cluster, allow_pipe):
 @jobs_option("Processes reading tars (shard lists) or probing headers (raw lists).",
              default=1)
 @cluster_option
-@allow_pipe_option
-def stats_cmd(path, plot, as_json, jobs, cluster, allow_pipe):
+@policy_options(strict=False)  # statistics of what is readable: bad items skipped
+def stats_cmd(path, plot, as_json, jobs, cluster, policy):
     """Describe PATH: utterances, hours, speakers, and the distribution
     (min/mean/percentiles/max) of duration (seconds) and text length (characters).
 
@@ -357,7 +346,7 @@ def stats_cmd(path, plot, as_json, jobs, cluster, allow_pipe):
     try:
         st = corpus_stats(path, progress=not as_json and show_progress(), num_jobs=jobs,
                           cluster=cluster,
-                          policy=read_policy(skip_errors=True, allow_pipe=allow_pipe))
+                          policy=policy)
     except ClusterError as err:
         raise click.ClickException(str(err)) from None
     click.echo(json.dumps(st.summary(), indent=2) if as_json else st.format())

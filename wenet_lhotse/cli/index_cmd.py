@@ -8,11 +8,10 @@ import click
 from wenet_lhotse.cli.data import (
     InputPath,
     _fail,
-    allow_pipe_option,
     cluster_option,
     jobs_option,
 )
-from wenet_lhotse.cli.main import main, read_policy, refuse_output_is_input
+from wenet_lhotse.cli.main import main, policy_options, refuse_output_is_input
 
 
 @main.command("index")
@@ -27,8 +26,8 @@ from wenet_lhotse.cli.main import main, read_policy, refuse_output_is_input
               help="Read every tar again (default: only tars new or changed since the "
                    "last run).")
 @cluster_option
-@allow_pipe_option
-def index_cmd(path, jobs, cache_dir, out, full, cluster, allow_pipe):
+@policy_options()
+def index_cmd(path, jobs, cache_dir, out, full, cluster, policy):
     """Index PATH so that training samples it exactly (every utterance once per epoch,
     equal steps on every rank) and reads audio by offset for emitted batches only.
 
@@ -49,7 +48,7 @@ def index_cmd(path, jobs, cache_dir, out, full, cluster, allow_pipe):
     refuse_output_is_input(cache_dir, path, option="--cache-dir")
     try:
         click.echo(index_input(str(path), cache_dir=cache_dir, out=out, num_jobs=jobs,
-                               cluster=cluster, policy=read_policy(allow_pipe=allow_pipe),
+                               cluster=cluster, policy=policy,
                                progress=True,
                                full=full))
     except (WenetDataError, ValueError, ClusterError) as err:

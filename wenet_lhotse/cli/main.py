@@ -7,12 +7,13 @@ never with a traceback (``-vv`` prints it too, to show where an error came from)
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
 import threading
 import traceback
-from typing import Any
+from typing import Any, Callable, Optional, Tuple
 
 import click
 
@@ -78,15 +79,43 @@ def refuse_output_is_input(out, *inputs, option: str = "-o") -> None:
         raise click.UsageError(str(err)) from None
 
 
-def read_policy(skip_errors: bool = False, allow_pipe: bool = False) -> Any:
-    """The command's ONE :class:`~wenet_lhotse.io.policy.ReadPolicy`, from its flags:
-    ``--skip-errors`` / ``--fault-tolerant`` (skip bad items, named and counted in its
-    ``skip_report``, instead of stopping at the first, as WeNet does) and
-    ``--allow-pipe`` (run the shell commands the data names). URL protocols, the
-    member cap and network limits come from the environment."""
-    from wenet_lhotse.io.policy import ReadPolicy
+#: ``--allow-pipe``: every command that reads inputs takes it (:func:`policy_options`).
+ALLOW_PIPE_HELP = ("Run the shell commands of 'pipe:CMD' lines in shard lists (and 'command' "
+                   "audio sources of manifests). Without it they are refused: data never runs "
+                   "a command unless you allow it.")
 
-    return ReadPolicy(strict=not skip_errors, allow_pipe=bool(allow_pipe))
+
+def policy_options(skip_errors: Optional[Tuple[str, str]] = None, *, strict: bool = True,
+                   pipe: bool = True) -> Callable[[Callable], Callable]:
+    """The ONE way a command gets its :class:`~wenet_lhotse.io.policy.ReadPolicy`: a
+    decorator adding ``--allow-pipe`` (``pipe``: run the shell commands the data names)
+    and, with ``skip_errors=(flag, help)``, a flag such as ``--skip-errors`` or
+    ``--fault-tolerant`` (skip bad items, named and counted in the policy's
+    ``skip_report``, instead of stopping at the first, as WeNet does; ``strict=False``:
+    the command always skips). The command receives a ready ``policy`` argument
+    instead of the flags. URL protocols, the member cap and network limits come from
+    the environment."""
+    skip_name = skip_errors[0].lstrip("-").replace("-", "_") if skip_errors else None
+
+    def decorate(command: Callable) -> Callable:
+        @functools.wraps(command)
+        def with_policy(*args: Any, **kwargs: Any) -> Any:
+            from wenet_lhotse.io.policy import ReadPolicy
+
+            skip = bool(kwargs.pop(skip_name)) if skip_name else False
+            policy = ReadPolicy(strict=strict and not skip,
+                                allow_pipe=bool(kwargs.pop("allow_pipe", False)))
+            return command(*args, policy=policy, **kwargs)
+
+        if pipe:
+            with_policy = click.option("--allow-pipe", is_flag=True,
+                                       help=ALLOW_PIPE_HELP)(with_policy)
+        if skip_errors:
+            with_policy = click.option(skip_errors[0], is_flag=True,
+                                       help=skip_errors[1])(with_policy)
+        return with_policy
+
+    return decorate
 
 
 def show_progress() -> bool:

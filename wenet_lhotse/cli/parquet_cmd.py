@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from wenet_lhotse.cli.main import main, refuse_output_is_input
+from wenet_lhotse.cli.main import main, policy_options, refuse_output_is_input
 
 
 def _columns(audio: str, text: str, key: str):
@@ -25,17 +25,15 @@ def _columns(audio: str, text: str, key: str):
               help="Transcript column ('' for none: speech-only data).")
 @click.option("--id-column", default="id", show_default=True,
               help="Utterance id column (missing: <file stem>-<row>).")
-@click.option("--fault-tolerant", is_flag=True,
-              help="Skip bad rows (named and counted) instead of stopping at the first.")
-def parquet_import(inputs, out_dir, shard_size, audio_column, text_column, id_column,
-                   fault_tolerant):
+@policy_options(skip_errors=("--fault-tolerant", "Skip bad rows (named and counted) instead "
+                                                  "of stopping at the first."),
+                pipe=False)  # Parquet rows run no command
+def parquet_import(inputs, out_dir, shard_size, audio_column, text_column, id_column, policy):
     """Parquet files, directories of them, or a datasets save_to_disk directory ->
     WeNet tar shards: audio bytes as stored, named by their own format (wav, flac, ogg,
     opus, mp3, ...); texts byte for byte; every other column a member of its own."""
-    from wenet_lhotse.cli.main import read_policy
     from wenet_lhotse.convert.parquet import import_parquet
 
-    policy = read_policy(skip_errors=fault_tolerant)
     report = policy.skip_report
     refuse_output_is_input(out_dir, *inputs)
     path, n = import_parquet(list(inputs), out_dir, shard_size=shard_size,

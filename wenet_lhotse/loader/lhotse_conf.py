@@ -187,6 +187,23 @@ class LhotseConf:
                 raise WenetConfigError(f"lhotse_conf.{name}", bad)
         return cls(**conf)
 
+    @staticmethod
+    def with_opt_ins(conf: Optional[Mapping[str, Any]], policy: ReadPolicy) -> dict:
+        """A yaml ``lhotse_conf`` mapping (not validated here) with the opt-ins that
+        ``policy`` (e.g. a CLI command's flags) grants added: the inverse of
+        :meth:`read_policy` for what a flag may loosen (running the data's commands).
+        The yaml's own opt-ins are kept; nothing is taken away.
+
+        >>> LhotseConf.with_opt_ins({"seed": 1}, ReadPolicy(allow_pipe=True))
+        {'seed': 1, 'allow_pipe': True}
+        >>> LhotseConf.with_opt_ins({"seed": 1}, ReadPolicy())
+        {'seed': 1}
+        """
+        conf = dict(conf or {})
+        if policy.allow_pipe:
+            conf["allow_pipe"] = True
+        return conf
+
     def read_policy(self, skip_report: Optional[SkipReport] = None) -> ReadPolicy:
         """How this loader reads its data, in one object: ``fault_tolerant`` (skip and
         record into ``skip_report`` instead of raising), ``allow_pipe`` and
