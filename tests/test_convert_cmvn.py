@@ -15,6 +15,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from wenet_lhotse import ReadPolicy
 from wenet_lhotse.cli import main
 from wenet_lhotse.convert.cmvn import (
     CmvnConfig,
@@ -173,7 +174,8 @@ def test_bad_audio_names_the_file_or_is_skipped_and_counted(tmp_path):
     assert "broken.wav" in err[0]
     assert out.read_text() == "previous"  # nothing written on failure
     report = SkipReport()
-    stats = compute_cmvn(bad, conf, strict=False, skip_report=report, num_jobs=2, chunk_size=2)
+    stats = compute_cmvn(bad, conf, policy=ReadPolicy(strict=False, skip_report=report),
+                         num_jobs=2, chunk_size=2)
     assert stats.num_utts == 4 and len(report) == 1
     good = tmp_path / "good.list"
     good.write_text("\n".join(lines[:2] + lines[3:]) + "\n")

@@ -30,8 +30,7 @@ RECIPE_FEATURES = {"resample_conf": {"resample_rate": 16000},
                    "[default: the current directory, as WeNet does].")
 @policy_options(skip_errors=("--skip-errors", "Skip unreadable utterances (each is logged "
                                                "and counted) instead of stopping at the "
-                                               "first one."),
-                pipe=False)  # compute_cmvn takes no policy yet: no --allow-pipe to offer
+                                               "first one."))
 @cluster_option
 def cmvn_cmd(source, config_path, out, jobs, chunk_size, wav_root, cluster, policy):
     """Compute WeNet's global CMVN statistics (what WeNet's tools/compute_cmvn_stats.py
@@ -60,7 +59,7 @@ def cmvn_cmd(source, config_path, out, jobs, chunk_size, wav_root, cluster, poli
     report = policy.skip_report
     try:
         stats = compute_cmvn(source, config=config, num_jobs=max(1, jobs),
-                             chunk_size=chunk_size, strict=policy.strict, skip_report=report,
+                             chunk_size=chunk_size, policy=policy,
                              wav_root=wav_root, progress=show_progress(), cluster=cluster)
     except ClusterError as err:
         raise click.ClickException(str(err)) from None

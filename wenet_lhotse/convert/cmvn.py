@@ -22,7 +22,7 @@ Where it differs from WeNet's tool, and why:
   (WeNet's tool reads a Kaldi ``wav.scp``; ``compute_shard_cmvn_stats.py`` shards).
 * Sums are accumulated in float64 per utterance (WeNet: float32 per batch of 20).
 * Bad items raise :class:`WenetDataError` naming file and line / tar and member, or with
-  ``strict=False`` are skipped and counted (WeNet's tool stops with a traceback).
+  a fault-tolerant policy are skipped and counted (WeNet's tool stops with a traceback).
 
 The work is split into :class:`CmvnChunk` objects (the kind's work units: a slice of
 cuts, one tar, one Shar shard), each turned into a :class:`ChunkResult` by the
@@ -164,15 +164,17 @@ def cut_features(cut: Any, config: CmvnConfig) -> np.ndarray:
     return config.extractor.compute([samples], sr, dither=0.0)[0].numpy()
 
 
-def chunk_stats(chunk: CmvnChunk, config: CmvnConfig, strict: bool = True) -> ChunkResult:
+def chunk_stats(chunk: CmvnChunk, config: CmvnConfig,
+                policy: Optional[ReadPolicy] = None) -> ChunkResult:
     """The statistics of one chunk (picklable; runs in a worker process).
 
     A cut whose audio cannot be read or featurised raises :class:`WenetDataError`
-    naming its audio file (or tar and member); with ``strict=False`` it is skipped and
-    returned in ``ChunkResult.skipped`` instead."""
+    naming its audio file (or tar and member); with a fault-tolerant ``policy`` it is
+    skipped and returned in ``ChunkResult.skipped`` instead (the chunk records into a
+    report of its own, which the caller merges)."""
     stats = CmvnStats()
-    policy = ReadPolicy(strict=strict, skip_report=SkipReport(log=False))
-    report = policy.skip_report
+    policy = (policy or ReadPolicy()).replace(skip_report=SkipReport(log=False))
+    report, strict = policy.skip_report, policy.strict
     for item in get_kind(chunk.kind).read_unit(chunk, policy, audio=True):
         cut = item.cut
         try:
@@ -192,27 +194,26 @@ def iter_chunks(
     path: Pathlike,
     *,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
-    strict: bool = True,
-    skip_report: Optional[SkipReport] = None,
+    policy: Optional[ReadPolicy] = None,
     wav_root: Optional[Pathlike] = None,
 ) -> Tuple[Iterator[CmvnChunk], Optional[int]]:
     """``(chunks, number of chunks or None when not known up front)`` for ``path``: the
     work units of its kind (told apart by content; :mod:`wenet_lhotse.sources.units`)."""
     from wenet_lhotse.sources import detect_input_kind
 
-    policy = ReadPolicy(strict=strict, skip_report=skip_report)
+    policy = policy or ReadPolicy()
     return get_kind(detect_input_kind(path)).work_units(
         str(path), policy, audio=True, chunk_size=chunk_size, wav_root=wav_root)
 
 
-def _chunk_task(chunk: CmvnChunk, config: CmvnConfig, strict: bool) -> ChunkResult:
+def _chunk_task(chunk: CmvnChunk, config: CmvnConfig, policy: ReadPolicy) -> ChunkResult:
     """:func:`chunk_stats` as a task. One torch thread: the pool (or cluster) is the
     parallelism, per-utterance fbank gains nothing from threads, and a forked child must
     not enter the OpenMP pool its parent had started (it would hang)."""
     import torch
 
     torch.set_num_threads(1)
-    return chunk_stats(chunk, config, strict)
+    return chunk_stats(chunk, config, policy)
 
 
 def compute_cmvn(
@@ -222,8 +223,7 @@ def compute_cmvn(
     config: Optional[CmvnConfig] = None,
     num_jobs: int = 1,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
-    strict: bool = True,
-    skip_report: Optional[SkipReport] = None,
+    policy: Optional[ReadPolicy] = None,
     wav_root: Optional[Pathlike] = None,
     progress: bool = False,
     cluster: Optional[str] = None,
@@ -235,8 +235,9 @@ def compute_cmvn(
     :param num_jobs: worker processes (1: in this process). Chunks are submitted as the
         input is read, at most ``2 * num_jobs`` at a time.
     :param chunk_size: cuts per chunk for raw lists and cuts manifests.
-    :param strict: raise on the first bad item; else skip it and record it in
-        ``skip_report``.
+    :param policy: how inputs are read: strict (WeNet's tool: the first bad item
+        raises) or skip-and-count into its ``skip_report``; URL protocols, limits, the
+        pipe opt-in.
     :param progress: a tqdm bar (unit: utterances).
     :param cluster: a Dask scheduler address: chunks run on its workers (which must see
         the input paths); the statistics are merged here.
@@ -245,9 +246,9 @@ def compute_cmvn(
     from tqdm.auto import tqdm
 
     config = config or CmvnConfig.from_wenet(dataset_conf)
-    report = skip_report if skip_report is not None else SkipReport()
-    chunks, _ = iter_chunks(path, chunk_size=chunk_size, strict=strict, skip_report=report,
-                            wav_root=wav_root)
+    policy = policy or ReadPolicy()
+    report = policy.skip_report
+    chunks, _ = iter_chunks(path, chunk_size=chunk_size, policy=policy, wav_root=wav_root)
     total = CmvnStats()
     bar = tqdm(unit="utt", desc="cmvn", disable=not progress)
 
@@ -261,7 +262,9 @@ def compute_cmvn(
         bar.set_postfix(frames=total.frame_num, skipped=len(report))
 
     threads = torch.get_num_threads()
-    task = functools.partial(_chunk_task, config=config, strict=strict)
+    # each chunk records into its own report (merged here): the parent's stays here
+    task = functools.partial(_chunk_task, config=config,
+                             policy=policy.replace(skip_report=None))
     try:
         # bounded: the input is streamed, not loaded; merged as chunks complete
         for _, res in map_tasks(task, chunks, num_jobs=num_jobs, cluster=cluster,
