@@ -71,8 +71,8 @@ def test_writer_streams_rows_and_matches_a_reread(tmp_path):
     tars = [TarRows(url=f"/d/{t}.tar", size=10 + t, digest="d", keys=[f"k{t}a", f"k{t}b"],
                     fmts=["wav", "flac" if t else "wav"], offsets=[512, 2048],
                     sizes=[100, 200 + t], num_samples=[1600, 3200], rates=[16000, 8000],
-                    channels=[1, 2], texts=["你好", f"t{t}"], extras=["", '{"lang": "zh"}'],
-                    bad=[("cut short", "truncated", None)] if t == 2 else [])
+                    channels=[1, 2], crcs=[7 + t, 2**32 - 1 - t], texts=["你好", f"t{t}"],
+                    extras=["", '{"lang": "zh"}'], bad=[("cut short", "truncated", None)] if t == 2 else [])
             for t in range(4)]
     tars.insert(1, TarRows(url="/d/empty.tar", bad=[("gone", "missing_file", None)]))
     with IndexWriter(path, ["l.list"]) as w:
@@ -94,8 +94,8 @@ def test_writer_error_leaves_the_old_index_and_no_temporary_files(tmp_path):
     with pytest.raises(RuntimeError):
         with IndexWriter(str(path)) as w:
             w.add(TarRows(url="/a.tar", keys=["k"], fmts=["wav"], offsets=[512], sizes=[4],
-                          num_samples=[2], rates=[16000], channels=[1], texts=["t"],
-                          extras=[""]))
+                          num_samples=[2], rates=[16000], channels=[1], crcs=[0],
+                          texts=["t"], extras=[""]))
             raise RuntimeError("interrupted")
     assert os.listdir(tmp_path) == ["x.index"] and path.read_bytes() == b"old"
 
@@ -110,7 +110,7 @@ def test_repeated_keys_are_dropped_on_disk_first_kept(tmp_path, monkeypatch):
         return TarRows(url=url, size=1, keys=keys, fmts=["wav"] * n,
                        offsets=[512 * (i + 1) for i in range(n)], sizes=[10 + i for i in range(n)],
                        num_samples=[5] * n, rates=[16000] * n, channels=[1] * n,
-                       texts=[f"文{k}" for k in keys], extras=[""] * n)
+                       crcs=[i for i in range(n)], texts=[f"文{k}" for k in keys], extras=[""] * n)
 
     tars = [rows("/a.tar", ["k1", "k2", "k3"]), rows("/b.tar", ["k4", "k2", "k5", "k1"]),
             rows("/c.tar", ["k6"]), rows("/d.tar", ["k5"])]

@@ -384,7 +384,11 @@ def test_cuts_equal_the_lhotse_construction(tmp_path):
             id=cut.id, recording_id=cut.id, start=0.0, duration=ref.duration,
             channel=ref.channel, text=m["txt"].decode().strip(),
             speaker=m["speaker"].decode().strip() if "speaker" in m else None,
-            language=m["lang"].decode().strip() if "lang" in m else None)
+            language=m["lang"].decode().strip() if "lang" in m else None,
+            # WeNet strips the text; the text as stored is kept beside it when it differs
+            # (Parquet round trips keep texts byte-equal)
+            custom={"txt_verbatim": m["txt"].decode()}
+            if m["txt"].decode() != m["txt"].decode().strip() else None)
         custom = {}
         for k, v in m.items():
             if k not in ("wav", "txt", "speaker", "lang"):
