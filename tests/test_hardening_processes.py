@@ -14,7 +14,7 @@ import pytest
 from adversarial import REPO, alive, children_of, kill, wait_until
 from lhotse import CutSet
 
-from wenet_lhotse import SkipReport, WenetDataError, read_shard_list
+from wenet_lhotse import ReadPolicy, SkipReport, WenetDataError, read_shard_list
 from wenet_lhotse.corpus import generate_corpus
 
 
@@ -152,8 +152,8 @@ def test_trickling_server_hits_the_member_deadline(corpus8, tmp_path, http_serve
     base = http_serve(corpus8.root / "shards", mode="trickle", interval=0.2)
     lst = url_list(corpus8, base, tmp_path)
     report = SkipReport()
-    box = _read_in_thread(lst, strict=False, skip_report=report,
-                          limits=ReadLimits(member_deadline_s=1.0))
+    box = _read_in_thread(lst, policy=ReadPolicy(
+        strict=False, skip_report=report, limits=ReadLimits(member_deadline_s=1.0)))
     assert box["cuts"] == []
     assert report.counts() == {"timeout": 4}
     item = report.items[0]
