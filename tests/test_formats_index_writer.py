@@ -72,7 +72,8 @@ def test_writer_streams_rows_and_matches_a_reread(tmp_path):
                     fmts=["wav", "flac" if t else "wav"], offsets=[512, 2048],
                     sizes=[100, 200 + t], num_samples=[1600, 3200], rates=[16000, 8000],
                     channels=[1, 2], crcs=[7 + t, 2**32 - 1 - t], texts=["你好", f"t{t}"],
-                    extras=["", '{"lang": "zh"}'], bad=[("cut short", "truncated", None)] if t == 2 else [])
+                    extras=["", '{"lang": "zh"}'],
+                    bad=[("cut short", "truncated", None)] if t == 2 else [])
             for t in range(4)]
     tars.insert(1, TarRows(url="/d/empty.tar", bad=[("gone", "missing_file", None)]))
     with IndexWriter(path, ["l.list"]) as w:
