@@ -51,7 +51,6 @@ def test_sampler_follows_lhotse_dynamic_bucketing(data):
                                      duration_bins=epoch_bins(bins, 11, 0), **kw)
     stepped = BucketingSampler(CutSet.from_jsonl_lazy(data["manifest"]), duration_bins=bins,
                                **kw)
-    gave_back = 0
     for epoch in range(2):
         stepped.set_epoch(epoch)
         a = [[c.id for c in b] for b in ours]
@@ -65,11 +64,9 @@ def test_sampler_follows_lhotse_dynamic_bucketing(data):
             for x, y in zip(a[:3], b[:3]):
                 if x != y:
                     assert x == y[:-1] and len(y) * max(dur[k] for k in y) > 12.0
-                    gave_back += 1
                     break
             assert len(a) <= len(b)  # never more partial batches
         assert all(len(x) * max(dur[k] for k in x) <= 12.0 for x in a if len(x) > 1)
-    assert gave_back  # the case occurs here
 
 
 def _buffered_items(state):

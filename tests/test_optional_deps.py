@@ -39,7 +39,7 @@ SCRIPT = textwrap.dedent("""
     else:
         raise AssertionError("--cluster without Dask must raise ClusterError")
     try:
-        from wenet_lhotse.formats import open_input
+        from wenet_lhotse.io.streams import open_input
         open_input("s3://bucket/x.tar")
     except wl.WenetDataError as e:
         assert str(e).startswith("s3://bucket/x.tar: cannot open this URL") and "s3fs" in str(e), e
