@@ -73,8 +73,8 @@ def calibrate_cmd(config_path, bins_path, device, memory_fraction, memory_bytes,
                   rel_tol, max_batch, output):
     """For each 2D bucket, the largest batch that trains one step of the WeNet model
     (forward, backward, optimizer) within the memory budget: doubled, then bisected to
-    --rel-tol, as NeMo's OOMptimizer does. Prints (or writes) the lhotse_conf snippet
-    with bucket_bins_2d and bucket_batch_sizes_2d."""
+    --rel-tol (an out-of-memory search over real steps). Prints (or writes) the
+    lhotse_conf snippet with bucket_bins_2d and bucket_batch_sizes_2d."""
     import torch
     from tqdm import tqdm
 

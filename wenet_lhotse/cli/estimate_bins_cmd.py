@@ -48,7 +48,7 @@ _COUNT = click.IntRange(min=1)
               help="Cuts read for the estimate (the first ones).")
 @click.option("--sigma", type=float, default=4.0, show_default=True,
               help="Tokens-per-second outliers (z-score above this, per duration bucket) "
-                   "are left out of the token edges (NeMo's --token_outlier_threshold).")
+                   "are left out of the token edges.")
 @click.option("--strict", is_flag=True,
               help="Expect lhotse_conf.bucket_strict_2d: true (for the expected figures).")
 def estimate_bins(input_path, units, bpe_model, num_buckets, num_token_buckets,

@@ -53,10 +53,11 @@ def parquet_export(input_path, out):
     from wenet_lhotse.formats.shard_list import read_shard_entries
     from wenet_lhotse.io.outputs import OutputGuard
     from wenet_lhotse.sources.open import open_cuts
+    from wenet_lhotse.sources.registry import get_kind
 
     refuse_output_is_input(out, input_path)
     cuts, kind = open_cuts(input_path)  # any detected kind, Parquet included
-    if kind == "shard":  # nor one of the tars it lists
+    if get_kind(kind).streamed:  # a list of tars: nor one of the tars it lists
         refuse_output_is_input(out, *[e.url for e in read_shard_entries(input_path)])
     n = export_parquet(OutputGuard(out).cuts(cuts), out)  # nor one of the audio files
     click.echo(f"wrote {n} rows to {out}")

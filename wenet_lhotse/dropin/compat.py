@@ -107,6 +107,10 @@ def first_line_data_type(path: str) -> Optional[str]:
     return None
 
 
+#: what a list's first line is, by the ``--data_type`` it fits
+_FIRST_LINE = {"raw": "a raw data.list line (JSON)", "shard": "a tar shard path"}
+
+
 def check_data_type(path: str, data_type: str, arg: str) -> None:
     """Stop at start-up, in one line, when a list's first line is of the other
     ``--data_type``: WeNet applies the one ``--data_type`` to ``--train_data`` and
@@ -115,7 +119,7 @@ def check_data_type(path: str, data_type: str, arg: str) -> None:
     fits = first_line_data_type(path)
     if fits is None or fits == data_type:
         return
-    what = "a raw data.list line (JSON)" if fits == "raw" else "a tar shard path"
+    what = _FIRST_LINE[fits]
     raise WenetDataError(
         f"{arg} has {what}, but --data_type is {data_type}: this list fits --data_type "
         f"{fits} (WeNet reads --train_data and --cv_data with the one --data_type; to keep "
