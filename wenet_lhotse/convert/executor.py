@@ -82,6 +82,10 @@ class LiveSlots:
     def __call__(self) -> int:
         now = time.monotonic()
         client = getattr(self.executor, "_client", None)
+        if getattr(client, "status", "running") in ("closing", "closed"):
+            # the client gave up reconnecting: the futures it held are released without a
+            # word to the executor's futures, which would then wait forever
+            raise CancelledError("the Dask client closed: its scheduler was lost")
         if now - self._asked >= self.interval and getattr(client, "status", "") == "running":
             self._asked = now
             try:

@@ -82,11 +82,17 @@ def map_bounded(fn: Callable[[T], R], items: Iterable[T],
                 pending[fut] = item
                 while pending and full(len(pending)):
                     yield from _completed(pending, poll)
-        while queue:
-            fut, done = queue.popleft()
-            yield done, fut.result()
+        while queue:  # the rest; a callable ``num_workers`` is asked while waiting (a
+            # cluster's check may raise: its scheduler went away)
+            if wait([queue[0][0]], timeout=poll).done:
+                fut, done = queue.popleft()
+                yield done, fut.result()
+            else:
+                slots()
         while pending:
-            yield from _completed(pending, None)
+            yield from _completed(pending, poll)
+            if pending:
+                slots()
         failed = False
     finally:
         for fut in [f for f, _ in queue] + list(pending):
