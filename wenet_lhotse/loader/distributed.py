@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -177,7 +177,8 @@ class DataWaitMeter:
     ``meter.fraction`` = wait / (wait + work); ``meter.summary()`` for logs.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.clock = clock  # seconds
         self.wait = 0.0  # seconds
         self.total = 0.0  # seconds, from the first next() call to the last return
         self.batches = 0
@@ -186,14 +187,14 @@ class DataWaitMeter:
     def wrap(self, iterable) -> Iterator:
         it = iter(iterable)
         while True:
-            t = time.perf_counter()
+            t = self.clock()
             if self._t0 is None:
                 self._t0 = t
             try:
                 batch = next(it)
             except StopIteration:
                 return
-            now = time.perf_counter()
+            now = self.clock()
             self.wait += now - t
             self.total = now - self._t0
             self.batches += 1

@@ -21,7 +21,7 @@ What the loader knows of the epoch's length, by mode:
 
 Audio hours are the batches' feature frames (``feats_lengths``) times the 10 ms frame
 shift of WeNet's features (after speed perturbation); data wait is the time the training
-loop spent inside the loader's ``next()`` (see also :class:`~.distributed.DataWaitMeter`).
+loop spent inside the loader's ``next()``, measured by :class:`~.distributed.DataWaitMeter`.
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ import logging
 import math
 import time
 from typing import Any, Callable, Iterator, Optional, Tuple
+
+from wenet_lhotse.loader.distributed import DataWaitMeter
 
 logger = logging.getLogger(__name__)
 
@@ -88,22 +90,24 @@ class EpochProgress:
         self.loader = loader
         self.every = every
         self.clock = clock
-        self.batches = self.utts = 0
-        self.audio_s = self.wait_s = 0.0
+        self.meter = DataWaitMeter(clock)  # batches taken, seconds waited inside next()
+        self.utts = 0
+        self.audio_s = 0.0
         self._plan: Optional[Tuple[Optional[int], Optional[int]]] = None
+
+    @property
+    def batches(self) -> int:
+        return self.meter.batches
+
+    @property
+    def wait_s(self) -> float:
+        return self.meter.wait
 
     def wrap(self, it: Iterator[Any]) -> Iterator[Any]:
         """``it``, timed and counted; logs the progress line as batches are taken."""
         start = last = self.clock()
-        while True:
-            t = self.clock()
-            try:
-                batch = next(it)
-            except StopIteration:
-                return
+        for batch in self.meter.wrap(it):
             now = self.clock()
-            self.wait_s += now - t
-            self.batches += 1
             self._add(batch)
             if self.batches == 1 or self.batches % self.every == 0 or \
                     now - last >= MAX_SILENCE_S:
