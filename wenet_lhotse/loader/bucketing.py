@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from typing import Any, Deque, Iterator, List, Optional, Tuple
+from typing import Any, Deque, Dict, Iterator, List, Optional, Tuple
 
 import torch
 from lhotse import CutSet
@@ -45,6 +45,7 @@ from lhotse.dataset.sampling.dynamic_bucketing import (
 )
 
 from wenet_lhotse.loader.bins import epoch_bins
+from wenet_lhotse.loader.mux import tuplify
 
 
 def chunk_sorted(cuts: List[Cut], constraint: SamplingConstraint) -> List[List[Cut]]:
@@ -226,7 +227,67 @@ def undo_bucket_ops(queues: List[List[Cut]], ops: List[Tuple]) -> None:
             queues[:] = [list(q) for q in op[1]]
 
 
-class BucketingSampler(DynamicBucketingSampler):
+class SteppedEpochs:
+    """The epoch set-up of a ``DynamicBucketingSampler`` over a :class:`SteppedBucketer`,
+    one implementation for both samplers (:class:`BucketingSampler`, per reader, and
+    :class:`~.sampler.ResumableBucketingSampler`, map-style): the epoch's RNG and
+    diagnostics, the constraint told the epoch, the epoch's bucket edges and the bucket
+    selection (the same on every rank, per DataLoader worker; unlike Lhotse's, a new
+    sequence each epoch). Mixed into a ``DynamicBucketingSampler`` subclass."""
+
+    epoch: int
+    seed: Any
+    shuffle: bool
+    sync_buckets: bool
+    world_size: int
+    duration_bins: List[float]
+    constraint: Any
+    diagnostics: Any
+
+    def _begin_epoch(self) -> None:
+        """At the start of an epoch: its RNG (``seed + epoch``), fresh diagnostics, and
+        the epoch for a constraint with ``set_epoch`` (ours: lengths after perturbation)."""
+        self.rng = random.Random(resolve_seed(self.seed) + self.epoch)
+        self.diagnostics.reset_current_epoch()
+        self._constraint_epoch()
+
+    def _constraint_epoch(self) -> None:
+        if self.constraint is not None and hasattr(self.constraint, "set_epoch"):
+            self.constraint.set_epoch(self.epoch)
+
+    def _epoch_bins(self) -> List[float]:
+        """This epoch's bucket edges, also given to a constraint with ``use_bins`` (ours
+        bound batches by them): shuffled, the edges move each epoch so that batches vary
+        (:func:`~.bins.epoch_bins`)."""
+        bins = (epoch_bins(self.duration_bins, resolve_seed(self.seed), self.epoch)
+                if self.shuffle else list(self.duration_bins))
+        if self.constraint is not None and hasattr(self.constraint, "use_bins"):
+            self.constraint.use_bins(bins)
+        return bins
+
+    def _stepped_bucketer(self, cls: Any, cuts: Any, bins: List[float],
+                          saved_selection: Optional[Dict[str, Any]] = None) -> Any:
+        """``cls`` (a :class:`SteppedBucketer`) over ``cuts`` with this sampler's settings,
+        its bucket selection fresh for the epoch or restored from ``saved_selection``."""
+        bucket_rng = None
+        if self.sync_buckets:
+            info = torch.utils.data.get_worker_info()
+            bucket_rng = random.Random(1234 + 7919 * self.epoch
+                                       + (info.id if info is not None else 0))
+        state = BucketSelectionState(bucket_rng=bucket_rng,
+                                     num_buckets=len(self.duration_bins) + 1,
+                                     world_size=self.world_size)
+        if saved_selection is not None:
+            state.restore({k: tuplify(v) if k == "_bucket_rng" else v
+                           for k, v in saved_selection.items()})
+        return cls(cuts, state, duration_bins=bins, world_size=self.world_size,
+                   max_duration=self.max_duration, max_cuts=self.max_cuts,
+                   constraint=self.constraint, buffer_size=self.buffer_size,
+                   quadratic_duration=self.quadratic_duration, shuffle=self.shuffle,
+                   rng=self.rng, bucket_rng=bucket_rng, diagnostics=self.diagnostics)
+
+
+class BucketingSampler(SteppedEpochs, DynamicBucketingSampler):
     """Lhotse's ``DynamicBucketingSampler`` (one ``CutSet``) over a
     :class:`SteppedBucketer`: same arguments (``constraint=`` included), every cut used
     once, bucket remainders merged. A constraint with ``set_epoch`` (ours) gets the
@@ -245,33 +306,11 @@ class BucketingSampler(DynamicBucketingSampler):
     def __iter__(self) -> BucketingSampler:
         if self._just_restored_state:
             return self
-        self.rng = random.Random(resolve_seed(self.seed) + self.epoch)
-        bucket_rng = None
-        if self.sync_buckets:  # as Lhotse: same bucket sequence on every rank, per worker
-            # (and, unlike Lhotse's, a new sequence each epoch)
-            info = torch.utils.data.get_worker_info()
-            bucket_rng = random.Random(1234 + 7919 * self.epoch
-                                       + (info.id if info is not None else 0))
-        self.diagnostics.reset_current_epoch()
-        if hasattr(self.constraint, "set_epoch"):
-            self.constraint.set_epoch(self.epoch)
+        self._begin_epoch()
         source = self._source()  # may set duration_bins (see WarmStartSampler)
-        # shuffled: edges moved each epoch, so that batches vary (see bins.epoch_bins)
-        bins = (epoch_bins(self.duration_bins, resolve_seed(self.seed), self.epoch)
-                if self.shuffle else list(self.duration_bins))
-        if hasattr(self.constraint, "use_bins"):  # ours: bound batches by these edges
-            self.constraint.use_bins(bins)
-        state = BucketSelectionState(bucket_rng=bucket_rng,
-                                     num_buckets=len(self.duration_bins) + 1,
-                                     world_size=self.world_size)
         cuts = iter(Filter(iterator=source, predicate=self._filter_fn,
                            diagnostics=self.diagnostics))
-        self._bucketer = self.bucketer_class(
-            cuts, state, duration_bins=bins, world_size=self.world_size,
-            max_duration=self.max_duration, max_cuts=self.max_cuts, constraint=self.constraint,
-            buffer_size=self.buffer_size, quadratic_duration=self.quadratic_duration,
-            shuffle=self.shuffle, rng=self.rng, bucket_rng=bucket_rng,
-            diagnostics=self.diagnostics)
+        self._bucketer = self._stepped_bucketer(self.bucketer_class, cuts, self._epoch_bins())
         self._bucketer._collect_cuts_in_buckets(self.buffer_size)
         return self
 

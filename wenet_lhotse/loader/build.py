@@ -62,10 +62,10 @@ from wenet_lhotse.loader.dataloader import LhotseDataLoader, MapDataLoader, Stre
 from wenet_lhotse.loader.distributed import gloo_group, plan_partition, world_info
 from wenet_lhotse.loader.in_order import in_order_batcher, plan_in_order, wants_in_order
 from wenet_lhotse.loader.ledger import ReadOnce
+from wenet_lhotse.loader.map_core import speech_batching, speech_sampler
 from wenet_lhotse.loader.map_items import EpochTaggedSampler, LoaderDataset, PlannedSampler
 from wenet_lhotse.loader.mixed import build_mixed_loader, mixes_by_batch
 from wenet_lhotse.loader.mux import PositionedStream, ResumableMux
-from wenet_lhotse.loader.sampler import ResumableBucketingSampler
 from wenet_lhotse.loader.source_readers import audio_attacher, map_reader, source_metadata
 from wenet_lhotse.loader.streamed import INITIAL_FILL, StreamedEpochDataset
 from wenet_lhotse.loader.wenet_dataset import CutTransform, make_wenet_dataset
@@ -147,30 +147,17 @@ def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
     ``iter()`` (or ``len()``), see :class:`~.dataloader.PlannedSampler`."""
     cfg, lconf, split = plan.cfg, plan.cfg.lhotse, plan.split
     specs, seed, ws, rk = plan.specs, plan.seed, plan.world_size, plan.rank
-    num_workers, prefetch_factor = plan.num_workers, plan.prefetch_factor
+    num_workers = plan.num_workers
     two_d = loader_constraint_2d(lconf, plan.transforms[0].tokenizer)  # (issues 22, 31)
     # the 2D tokens-per-second filter (training only), counted with filter_conf's
     transforms = tps_transforms(plan.transforms, two_d, cfg.rules.training)
 
     def mux_and_constraint() -> Tuple[ResumableMux, List[float], Any]:
         # train: the sampler holds metadata and builds only its rank's emitted cuts
-        with plan.reading_once():  # a source held in memory is read here, once
-            streams = [PositionedStream(map_reader(s, cfg, seed, plan.policy,
-                                                    light=cfg.rules.training,
-                                                    index=plan.indexes.get(i)), tf)
-                       for i, (s, tf) in enumerate(zip(specs, transforms))]
-        mux = ResumableMux(streams, plan.weights, seed=seed, stop_early=lconf.mux_stop_early)
-        mux.start(0)
-        lengths = split_lengths(cfg, split, seed)
-        bins, max_duration, formula = bins_and_budget(
-            mux, cfg, lconf.num_cuts_for_bins_estimate, specs, lengths)
-        constraint = batch_constraint(cfg.batching, cfg.dataset_conf, split=split, seed=seed,
-                                      max_duration=max_duration,
-                                      quadratic_duration=lconf.quadratic_duration,
-                                      lengths=lengths)
-        if two_d is not None:
-            bins, constraint = two_d[0], two_d[1]  # type: ignore[assignment]
-            formula = f"2D buckets {len(bins)} (duration x tokens), fixed sizes"
+        mux, bins, constraint, formula = speech_batching(
+            plan, specs, transforms, seed, split=split, light=cfg.rules.training,
+            two_d=two_d, indexes=plan.indexes, weights=plan.weights,
+            stop_early=lconf.mux_stop_early)
         logger.info("%s batches: %s, %d buckets, %s", split, formula, len(bins) + 1, "map")
         return mux, bins, constraint
 
@@ -205,14 +192,11 @@ def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
         loader_sampler: Any = PlannedSampler(in_order_plan)
     elif cfg.rules.training:
         mux, bins, constraint = mux_and_constraint()
-        depth = max(lconf.snapshot_depth,
-                    num_workers * (prefetch_factor or 2) + 4 if num_workers else 4)
-        sampler = ResumableBucketingSampler(
-            mux, duration_bins=bins, constraint=constraint, shuffle=cfg.shuffle,
+        sampler = speech_sampler(
+            plan, mux, bins, constraint, seed,
             buffer_size=window_buffer_size(plan.indexes, lconf.read_window_mb,
                                            cfg.buffer_size),
-            world_size=ws, rank=rk, seed=seed,
-            snapshot_depth=depth, wenet_workers=max(num_workers, 1))  # WeNet's step count
+            wenet_workers=max(num_workers, 1))  # WeNet's step count
         loader_sampler = EpochTaggedSampler(sampler)
     else:
         for spec in specs:  # a wrong path fails now, not when the first cv pass starts
@@ -383,8 +367,7 @@ def build_dataloader(
                       num_workers, prefetch_factor, loader_kw, indexes, read_once)
     # (issue 22) text / speech-only sources or mix_by: batch -> one sampler per source
     if mixes_by_batch(specs, lconf.mix_by):
-        return dataset, _progress(build_mixed_loader(plan, dataset, tokenizer, map_reader),
-                                  lconf)
+        return dataset, _progress(build_mixed_loader(plan, dataset, tokenizer), lconf)
     mode = resolve_mode(lconf.mode, specs, split, [i in indexes for i in range(len(specs))])
     if mode != "map":
         plan.indexes = {}

@@ -18,16 +18,14 @@ Batches are dicts of one ``kind`` each (:class:`~wenet_lhotse.dataset.text_batch
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Dict, List
+from typing import Any, Dict, List
 
 from wenet_lhotse.dataset.text_batch import KindDataset
 from wenet_lhotse.loader.batch_mux import BatchMuxSampler
-from wenet_lhotse.loader.bins import bins_and_budget, split_lengths
 from wenet_lhotse.loader.constraint2d import loader_constraint_2d
-from wenet_lhotse.loader.constraints import batch_constraint
 from wenet_lhotse.loader.dataloader import MapDataLoader
+from wenet_lhotse.loader.map_core import snapshot_depth, speech_batching, speech_sampler
 from wenet_lhotse.loader.map_items import EpochTaggedSampler, LoaderDataset
-from wenet_lhotse.loader.mux import PositionedStream, ResumableMux
 from wenet_lhotse.loader.sampler import ResumableBucketingSampler
 from wenet_lhotse.loader.source_readers import audio_attacher
 from wenet_lhotse.loader.text_sampler import TextBatchSampler
@@ -48,32 +46,18 @@ def mixes_by_batch(specs: List[SourceSpec], mix_by: str) -> bool:
                                     or s.repeat for s in specs)
 
 
-def _speech_sampler(plan: Any, spec: SourceSpec, transform: Any, seed: int, depth: int,
-                    map_reader: Callable[..., Any], index: Any = None
-                    ) -> ResumableBucketingSampler:
-    cfg, lconf = plan.cfg, plan.cfg.lhotse
-    with plan.reading_once():  # a source held in memory is read here, once
-        reader = map_reader(spec, cfg, seed, plan.policy, light=True, index=index)
-    mux = ResumableMux([PositionedStream(reader, transform)], [1.0], seed=seed)
-    mux.start(0)
-    lengths = split_lengths(cfg, "train", seed)
-    bins, max_duration, formula = bins_and_budget(mux, cfg, lconf.num_cuts_for_bins_estimate,
-                                                  [spec], lengths)
-    constraint = batch_constraint(cfg.batching, cfg.dataset_conf, split="train", seed=seed,
-                                  max_duration=max_duration,
-                                  quadratic_duration=lconf.quadratic_duration, lengths=lengths)
+def _speech_sampler(plan: Any, spec: SourceSpec, transform: Any, seed: int,
+                    index: Any = None) -> ResumableBucketingSampler:
+    lconf = plan.cfg.lhotse
     two_d = loader_constraint_2d(lconf, getattr(transform, "tokenizer", None))
-    if two_d is not None:  # 2D buckets (issue 31); their tps filter: map mode mixing by cut
-        if two_d[2] is not None:
-            raise ValueError("lhotse_conf.min_tps / max_tps filter cuts in map-style loading "
-                             "that mixes by cut, not with mix_by: batch")
-        bins, constraint = two_d[0], two_d[1]  # type: ignore[assignment]
-        formula = f"2D buckets {len(bins)} (duration x tokens)"
+    if two_d is not None and two_d[2] is not None:  # 2D buckets' tps filter (issue 31)
+        raise ValueError("lhotse_conf.min_tps / max_tps filter cuts in map-style loading "
+                         "that mixes by cut, not with mix_by: batch")
+    mux, bins, constraint, formula = speech_batching(
+        plan, [spec], [transform], seed, split="train", light=True, two_d=two_d,
+        indexes={0: index} if index is not None else None)
     logger.info("source %s: %s, %d buckets", spec.name, formula, len(bins) + 1)
-    return ResumableBucketingSampler(mux, duration_bins=bins, constraint=constraint,
-                                     shuffle=cfg.shuffle, buffer_size=cfg.buffer_size,
-                                     world_size=plan.world_size, rank=plan.rank, seed=seed,
-                                     snapshot_depth=depth)
+    return speech_sampler(plan, mux, bins, constraint, seed, buffer_size=plan.cfg.buffer_size)
 
 
 def _text_sampler(plan: Any, spec: SourceSpec, tokenizer: Any, seed: int) -> TextBatchSampler:
@@ -92,17 +76,14 @@ def _text_sampler(plan: Any, spec: SourceSpec, tokenizer: Any, seed: int) -> Tex
     return sampler
 
 
-def build_mixed_loader(plan: Any, dataset: Any, tokenizer: Any,
-                       map_reader: Callable[..., Any]) -> MapDataLoader:
+def build_mixed_loader(plan: Any, dataset: Any, tokenizer: Any) -> MapDataLoader:
     """The mixed-by-batch training loader for ``plan`` (a :class:`~.build.LoaderPlan`);
-    ``map_reader(spec, cfg, seed, policy, light=)`` opens a speech source as a
-    positioned reader (the builder's, as map mode does)."""
+    each speech source gets the map core's sampler (:mod:`.map_core`)."""
     if plan.split != "train":
         raise ValueError("text sources, speech-only sources and mix_by: batch are for "
                          "training; give cv sources with speech and transcripts")
     lconf = plan.cfg.lhotse
-    depth = max(lconf.snapshot_depth, plan.num_workers * (plan.prefetch_factor or 2) + 4
-                if plan.num_workers else 4)
+    depth = snapshot_depth(plan)
     samplers: List[Any] = []
     for i, (spec, tf) in enumerate(zip(plan.specs, plan.transforms)):
         seed = plan.seed + SEED_STRIDE * i
@@ -111,8 +92,7 @@ def build_mixed_loader(plan: Any, dataset: Any, tokenizer: Any,
             continue
         if not spec.transcripts:  # tag its cuts: the dataset leaves their targets empty
             tf = CutTransform(tf.tokenizer, tf.filter_conf, {**tf.tags, "kind": "speech"})
-        samplers.append(_speech_sampler(plan, spec, tf, seed, depth, map_reader,
-                                        plan.indexes.get(i)))
+        samplers.append(_speech_sampler(plan, spec, tf, seed, plan.indexes.get(i)))
     sampler = BatchMuxSampler(samplers, plan.weights, names=[s.name for s in plan.specs],
                               repeat=[s.repeat for s in plan.specs], seed=plan.seed,
                               steps_per_epoch=lconf.steps_per_epoch, history=depth)

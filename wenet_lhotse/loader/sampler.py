@@ -47,21 +47,18 @@ from collections import deque
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
 import numpy as np
-import torch
 from lhotse import CutSet
 from lhotse.cut import Cut
-from lhotse.dataset.dataloading import resolve_seed
 from lhotse.dataset.sampling.base import SamplingConstraint, attach_dataloading_info
 from lhotse.dataset.sampling.dynamic_bucketing import (
-    BucketSelectionState,
     DynamicBucketingSampler,
 )
 from lhotse.lazy import Dillable
 
-from wenet_lhotse.loader.bins import epoch_bins
-from wenet_lhotse.loader.bucketing import undo_bucket_ops
+from wenet_lhotse.loader.bucketing import SteppedEpochs, undo_bucket_ops
 from wenet_lhotse.loader.buffer_state import PositionedBucketer, pack_lines
 from wenet_lhotse.loader.distributed import plan_last_two_rounds, plan_partition
+from wenet_lhotse.loader.epochs import EpochAdvance
 from wenet_lhotse.loader.mux import ResumableMux, tuplify
 from wenet_lhotse.loader.state_check import check_sampler_state
 from wenet_lhotse.sources.meta_cut import MetaCut
@@ -80,7 +77,7 @@ class _MuxCuts(Dillable):
         raise RuntimeError("iterate the ResumableBucketingSampler, not its input")
 
 
-class ResumableBucketingSampler(DynamicBucketingSampler):
+class ResumableBucketingSampler(EpochAdvance, SteppedEpochs, DynamicBucketingSampler):
     """``DynamicBucketingSampler`` over a :class:`ResumableMux`, for map-style loading.
 
     Differences from Lhotse's class, all deliberate:
@@ -133,11 +130,10 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
         self.mux = mux
         #: static batches: WeNet's step count with this many DataLoader workers per rank
         self.wenet_workers = wenet_workers
-        self._bins = list(self.duration_bins)  # this epoch's (see _constraint_epoch)
+        self._bins = list(self.duration_bins)  # this epoch's (see SteppedEpochs._epoch_bins)
         self.snapshot_depth = snapshot_depth
         self._bucketer: Optional[PositionedBucketer] = None
-        self._started = False
-        self._explicit_epoch = False
+        self._init_epochs(0)  # the rule of loader.epochs: each iter() the next epoch
         self._epoch_done = False
         self._emitted = 0
         self._snapshots: Deque[Tuple[int, Tuple]] = deque(maxlen=snapshot_depth + 1)
@@ -146,52 +142,21 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
     # -- epochs
 
     def set_epoch(self, epoch: int) -> None:
-        super().set_epoch(epoch)
-        self._explicit_epoch = True
-
-    def _constraint_epoch(self) -> None:
-        self._bins = (epoch_bins(self.duration_bins, resolve_seed(self.seed), self.epoch)
-                      if self.shuffle else list(self.duration_bins))
-        if self.constraint is not None and hasattr(self.constraint, "set_epoch"):
-            self.constraint.set_epoch(self.epoch)
-        if self.constraint is not None and hasattr(self.constraint, "use_bins"):
-            self.constraint.use_bins(self._bins)
+        EpochAdvance.set_epoch(self, epoch)
+        self.diagnostics.set_epoch(epoch)
 
     def _new_bucketer(self, sel_state: Optional[Dict] = None) -> PositionedBucketer:
-        bucket_rng = None
-        if self.sync_buckets:  # the same on every rank; a new sequence each epoch
-            seed = 1234 + 7919 * self.epoch
-            info = torch.utils.data.get_worker_info()
-            if info is not None:
-                seed += info.id
-            bucket_rng = random.Random(seed)
-        state = BucketSelectionState(bucket_rng=bucket_rng, num_buckets=len(self.duration_bins) + 1,
-                                     world_size=self.world_size)
-        if sel_state is not None:
-            state.restore({k: tuplify(v) if k == "_bucket_rng" else v
-                           for k, v in sel_state.items()})
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             # Lhotse's buffer-size heuristic (a mean over the bins) is noise here.
             warnings.simplefilter("ignore")
-            return PositionedBucketer(
-                self.mux, state, duration_bins=self._bins,
-                world_size=self.world_size, max_duration=self.max_duration,
-                max_cuts=self.max_cuts, constraint=self.constraint, drop_last=False,
-                buffer_size=self.buffer_size, quadratic_duration=self.quadratic_duration,
-                shuffle=self.shuffle, rng=self.rng, bucket_rng=bucket_rng,
-                diagnostics=self.diagnostics)
+            return self._stepped_bucketer(PositionedBucketer, self.mux, self._bins, sel_state)
 
     def __iter__(self) -> ResumableBucketingSampler:
-        if self._just_restored_state:
-            return self
-        if self._explicit_epoch:
-            self._explicit_epoch = False
-        elif self._started:
-            super().set_epoch(self.epoch + 1)
-        self._started = True
-        self.rng = random.Random(resolve_seed(self.seed) + self.epoch)
-        self.diagnostics.reset_current_epoch()
-        self._constraint_epoch()
+        if not self._start_iter():
+            return self  # a restored state: this iter() resumes it
+        self.diagnostics.set_epoch(self.epoch)
+        self._begin_epoch()
+        self._bins = self._epoch_bins()
         self.mux.start(self.epoch)
         self._bucketer = self._new_bucketer()
         self._bucketer._collect_cuts_in_buckets(self.buffer_size)
@@ -346,17 +311,15 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
             raise ValueError(f"sampler seed mismatch: saved {sd.get('seed')}, now {self.seed}")
         kept = check_sampler_state(sd, len(self.mux.streams))  # one-line StateError
         self.shuffle = sd["shuffle"]
-        self.epoch = sd["epoch"]
-        self.diagnostics.set_epoch(self.epoch)
-        self._started = True
         snap = sd["snapshot"]
+        # a state at the start of an epoch: the next iter() begins it; else it resumes
+        self._restored_at(sd["epoch"], resume=snap is not None)
+        self.diagnostics.set_epoch(self.epoch)
         if snap is None:
-            # Start of an epoch: the next iter() begins it.
-            self._explicit_epoch = True
-            self._just_restored_state = False
             self._bucketer = None
             return
         self._constraint_epoch()
+        self._bins = self._epoch_bins()
         if self.constraint is not None and hasattr(self.constraint, "load_shared_state"):
             self.constraint.load_shared_state(snap.get("constraint"))
         self.rng = random.Random()
@@ -405,5 +368,4 @@ class ResumableBucketingSampler(DynamicBucketingSampler):
         self._emitted = sd["consumed"]
         self._snapshots.clear()
         self._snapshots.append((self._emitted, self._bucketer.snapshot()))
-        self._just_restored_state = True
 

@@ -46,6 +46,7 @@ from wenet_lhotse.errors import (
 from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.loader.bins import WorkerEdges, log_edges
 from wenet_lhotse.loader.bucketing import BucketingSampler, SteppedBucketer
+from wenet_lhotse.loader.epochs import EpochAdvance
 from wenet_lhotse.loader.ledger import BatchCounts, batch_size_of
 from wenet_lhotse.sources import SourceSpec, mux_sources, open_source
 from wenet_lhotse.sources.registry import get_kind
@@ -165,12 +166,12 @@ class LeftOver(NamedTuple):
     cuts: int
 
 
-class StreamedEpochDataset(torch.utils.data.IterableDataset):
+class StreamedEpochDataset(EpochAdvance, torch.utils.data.IterableDataset):
     """Lhotse's iterable mode, one epoch per ``iter()``: opens the sources with this
     (rank, worker)'s share of the tars shuffled for the epoch, runs a
     :class:`~.bucketing.BucketingSampler` (``world_size=1``) over them and yields
     ``WorkerBatch(worker id, dataset[batch])``. The epoch counter lives in each worker's
-    copy and advances on every ``iter()`` (persistent workers each get exactly one
+    copy and follows the rule of :mod:`.epochs` (persistent workers each get exactly one
     ``iter()`` per epoch)."""
 
     #: set by the loader: the shared-memory ring batches travel through (see transport)
@@ -195,8 +196,7 @@ class StreamedEpochDataset(torch.utils.data.IterableDataset):
         self.policy = (policy or ReadPolicy()).replace(
             skip_report=self.skip_report)
         self.strict = self.policy.strict
-        self.epoch = -1
-        self._next_epoch: Optional[int] = None
+        self._init_epochs(0)
         self._edges_logged = False
         #: run once before the first epoch (in the training process, before the workers
         #: start): returns more sampler arguments (see :meth:`prepare`)
@@ -208,9 +208,6 @@ class StreamedEpochDataset(torch.utils.data.IterableDataset):
         #: rest of the epoch's cuts without decoding them
         self._count_only: Any = None
         self._filtered_sent = 0  # this worker's filtered count already forwarded
-
-    def set_epoch(self, epoch: int) -> None:
-        self._next_epoch = epoch
 
     def defer(self, prepare: Callable[[], Dict[str, Any]]) -> None:
         """Let :meth:`prepare` add the sampler arguments ``prepare()`` returns (work that
@@ -270,10 +267,7 @@ class StreamedEpochDataset(torch.utils.data.IterableDataset):
                            stop_early=self.stop_early)
 
     def __iter__(self) -> Iterator[Any]:
-        if self._next_epoch is not None:
-            self.epoch, self._next_epoch = self._next_epoch, None
-        else:
-            self.epoch += 1
+        self._start_iter()
         if hasattr(self.dataset, "set_epoch"):
             self.dataset.set_epoch(self.epoch)
         info = torch.utils.data.get_worker_info()
