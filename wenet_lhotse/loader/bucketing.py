@@ -22,7 +22,7 @@ exceed (Lhotse's ``DurationBatcher`` does, when a longer cut comes last: +10% ov
 :class:`BucketingSampler` is Lhotse's ``DynamicBucketingSampler`` over it, for one
 process reading its own cuts (streamed training, cv plans). The map-style training
 sampler (:class:`~wenet_lhotse.loader.sampler.ResumableBucketingSampler`) builds on
-the same bucketer.
+the same bucketer and the same epoch set-up (:class:`SteppedEpochs`).
 """
 
 from __future__ import annotations

@@ -29,16 +29,13 @@ duration budget), and each ``iter()`` of the returned loader starts the next epo
 from __future__ import annotations
 
 import logging
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from lhotse import CutSet
-
 from wenet_lhotse.dataset.splits import split_rules
+from wenet_lhotse.dataset.text_batch import KindDataset
 from wenet_lhotse.errors import SkipReport
 from wenet_lhotse.features.device import DeviceFeatures
-from wenet_lhotse.formats.split import reader_share
 from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.io.pool import EndWithParent
 from wenet_lhotse.loader.bins import (
@@ -49,7 +46,6 @@ from wenet_lhotse.loader.bins import (
     needs_sample,
     split_lengths,
 )
-from wenet_lhotse.loader.bucketing import BucketingSampler
 from wenet_lhotse.loader.config import LoaderConfig
 from wenet_lhotse.loader.config_check import check_dataset_conf, check_special_tokens
 from wenet_lhotse.loader.constraint2d import (
@@ -59,21 +55,19 @@ from wenet_lhotse.loader.constraint2d import (
 )
 from wenet_lhotse.loader.constraints import batch_constraint
 from wenet_lhotse.loader.dataloader import LhotseDataLoader, MapDataLoader, StreamedDataLoader
-from wenet_lhotse.loader.distributed import gloo_group, plan_partition, world_info
-from wenet_lhotse.loader.in_order import in_order_batcher, plan_in_order, wants_in_order
+from wenet_lhotse.loader.distributed import gloo_group, world_info
+from wenet_lhotse.loader.in_order import wants_in_order
 from wenet_lhotse.loader.ledger import ReadOnce
-from wenet_lhotse.loader.map_core import speech_batching, speech_sampler
-from wenet_lhotse.loader.map_items import EpochTaggedSampler, LoaderDataset, PlannedSampler
-from wenet_lhotse.loader.mixed import build_mixed_loader, mixes_by_batch
-from wenet_lhotse.loader.mux import PositionedStream, ResumableMux
-from wenet_lhotse.loader.source_readers import audio_attacher, map_reader, source_metadata
+from wenet_lhotse.loader.map_core import in_list_order, shuffled_buckets, whole_set
+from wenet_lhotse.loader.map_items import EpochTaggedSampler, LoaderDataset
+from wenet_lhotse.loader.mixed import mixed_batches, mixes_by_batch
+from wenet_lhotse.loader.source_readers import audio_attacher, source_metadata
 from wenet_lhotse.loader.streamed import INITIAL_FILL, StreamedEpochDataset
 from wenet_lhotse.loader.wenet_dataset import CutTransform, make_wenet_dataset
 from wenet_lhotse.sources import SourceSpec, mux_sources, parse_sources
 from wenet_lhotse.sources.groups import flatten_sources
 from wenet_lhotse.sources.indexed_shards import shard_indexes
 from wenet_lhotse.sources.registry import get_kind
-from wenet_lhotse.sources.window_order import window_buffer_size
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +118,8 @@ class LoaderPlan:
     indexes: Dict[int, Any] = field(default_factory=dict)
     #: the skips of metadata read once (re-counted each later epoch; see :mod:`.ledger`)
     read_once: Optional[ReadOnce] = None
+    #: the tokenizer ``build_dataloader`` was given (text sources are read with it)
+    tokenizer: Any = None
 
     def reading_once(self) -> Any:
         """Context: what is read within is read once and reused every epoch."""
@@ -142,68 +138,29 @@ class LoaderPlan:
 
 
 def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
-    """Map-style loading: sources as positioned readers, mux and sampler in this process.
-    A cv/infer loader reads nothing until used: its batches are planned at its first
-    ``iter()`` (or ``len()``), see :class:`~.dataloader.PlannedSampler`."""
+    """Map-style loading: one :class:`~.map_items.EpochTaggedSampler` in this process
+    over the plan of its batches (:mod:`.map_core`): shuffled buckets (training), WeNet's
+    list order, the whole cv/infer set once, or mixing by batch. A cv/infer loader reads
+    nothing until used: its batches are planned at its first ``iter()`` (or ``len()``)."""
     cfg, lconf, split = plan.cfg, plan.cfg.lhotse, plan.split
-    specs, seed, ws, rk = plan.specs, plan.seed, plan.world_size, plan.rank
-    num_workers = plan.num_workers
-    two_d = loader_constraint_2d(lconf, plan.transforms[0].tokenizer)  # (issues 22, 31)
-    # the 2D tokens-per-second filter (training only), counted with filter_conf's
-    transforms = tps_transforms(plan.transforms, two_d, cfg.rules.training)
-
-    def mux_and_constraint() -> Tuple[ResumableMux, List[float], Any]:
-        # train: the sampler holds metadata and builds only its rank's emitted cuts
-        mux, bins, constraint, formula = speech_batching(
-            plan, specs, transforms, seed, split=split, light=cfg.rules.training,
-            two_d=two_d, indexes=plan.indexes, weights=plan.weights,
-            stop_early=lconf.mux_stop_early)
-        logger.info("%s batches: %s, %d buckets, %s", split, formula, len(bins) + 1, "map")
-        return mux, bins, constraint
-
-    def planned() -> List[CutSet]:
-        with plan.reading_once(), warnings.catch_warnings():
-            mux, bins, constraint = mux_and_constraint()
-            mux.start(0)
-            warnings.simplefilter("ignore")  # an eager CutSet is fine for a one-off plan
-            batches = list(BucketingSampler(
-                CutSet.from_cuts(list(mux)), constraint=constraint, duration_bins=bins,
-                shuffle=False, world_size=1, rank=0, buffer_size=cfg.buffer_size))
-        if lconf.cv_partition:
-            batches = reader_share(plan_partition(batches, ws), rk, ws)
-        return batches
-
-    attach = audio_attacher(specs, plan.policy, indexed=bool(plan.indexes))
-    dataset_for_loader = LoaderDataset(dataset, attach)
-    in_order = wants_in_order(cfg.dataset_conf, split, len(specs), cfg.shuffle,
-                              cfg.list_shuffle, cfg.batching.by)
-    if in_order:  # WeNet's deterministic order: its batches, planned once per rank
-        def in_order_plan() -> List[CutSet]:
-            with plan.reading_once():
-                reader = map_reader(specs[0], cfg, seed, plan.policy,
-                                     index=plan.indexes.get(0))
-                cuts, _ = PositionedStream(reader).open(0)
-                return plan_in_order(cuts, plan.transforms[0], in_order_batcher(cfg, seed),
-                                     ws, rk, num_workers)
-
-        logger.info("train batches: %s, in list order (shuffle, sort and list_shuffle "
-                    "off), split across ranks and workers as WeNet's",
-                    cfg.batching.batch_conf["batch_type"])
-        loader_sampler: Any = PlannedSampler(in_order_plan)
-    elif cfg.rules.training:
-        mux, bins, constraint = mux_and_constraint()
-        sampler = speech_sampler(
-            plan, mux, bins, constraint, seed,
-            buffer_size=window_buffer_size(plan.indexes, lconf.read_window_mb,
-                                           cfg.buffer_size),
-            wenet_workers=max(num_workers, 1))  # WeNet's step count
-        loader_sampler = EpochTaggedSampler(sampler)
+    attach = audio_attacher(plan.specs, plan.policy, indexed=bool(plan.indexes))
+    transforms: Sequence[CutTransform] = ()  # whose filtered counts the ledger reads here
+    if mixes_by_batch(plan.specs, lconf.mix_by):  # (issue 22) one sampler per source
+        batches: Any = mixed_batches(plan)
+        dataset, attach = KindDataset(dataset, attach), None
     else:
-        for spec in specs:  # a wrong path fails now, not when the first cv pass starts
-            spec.check_local_paths()
-        loader_sampler = PlannedSampler(planned, transforms=transforms)
-    return MapDataLoader(dataset_for_loader, sampler=loader_sampler, skip_report=plan.skip_report,
-                         local_transforms=transforms,  # the ledger's filtered count
+        two_d = loader_constraint_2d(lconf, plan.transforms[0].tokenizer)  # (issues 22, 31)
+        # the 2D tokens-per-second filter (training only), counted with filter_conf's
+        transforms = tps_transforms(plan.transforms, two_d, cfg.rules.training)
+        if wants_in_order(cfg.dataset_conf, split, len(plan.specs), cfg.shuffle,
+                          cfg.list_shuffle, cfg.batching.by):
+            batches = in_list_order(plan)
+        elif cfg.rules.training:
+            batches = shuffled_buckets(plan, transforms, two_d)
+        else:
+            batches = whole_set(plan, transforms, two_d)
+    return MapDataLoader(LoaderDataset(dataset, attach), sampler=EpochTaggedSampler(batches),
+                         skip_report=plan.skip_report, local_transforms=transforms,
                          partitioned=split == "train" or lconf.cv_partition, **plan.loader_kw)
 
 
@@ -364,11 +321,10 @@ def build_dataloader(
         indexes = (shard_indexes(specs, lconf, split=split, policy=policy)
                    if lconf.mode != "streamed" else {})
     plan = LoaderPlan(specs, transforms, cfg, split, seed, ws, rk, policy,
-                      num_workers, prefetch_factor, loader_kw, indexes, read_once)
-    # (issue 22) text / speech-only sources or mix_by: batch -> one sampler per source
-    if mixes_by_batch(specs, lconf.mix_by):
-        return dataset, _progress(build_mixed_loader(plan, dataset, tokenizer), lconf)
-    mode = resolve_mode(lconf.mode, specs, split, [i in indexes for i in range(len(specs))])
+                      num_workers, prefetch_factor, loader_kw, indexes, read_once, tokenizer)
+    # (issue 22) text / speech-only sources or mix_by: batch -> map-style, by batch
+    mode = ("map" if mixes_by_batch(specs, lconf.mix_by) else
+            resolve_mode(lconf.mode, specs, split, [i in indexes for i in range(len(specs))]))
     if mode != "map":
         plan.indexes = {}
     build = build_map_loader if mode == "map" else build_streamed_loader

@@ -154,7 +154,7 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
         self._ledger = None
         skipped = len(self.skip_report) - self._skips_at_start
         filtered = self._local_filtered() - self._filtered_at_start
-        planned = getattr(self.sampler, "plan_filtered", None)
+        planned = getattr(getattr(self.sampler, "sampler", None), "plan_filtered", None)
         if planned is not None:  # a cv plan: filtered once, when planned; every pass
             filtered = planned
         if self.mode == "map" and led.rank != 0 and self.partitioned:

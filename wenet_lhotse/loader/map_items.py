@@ -1,7 +1,8 @@
-"""What map-style loading hands its DataLoader: the samplers (:class:`EpochTaggedSampler`
-over the train sampler, :class:`PlannedSampler` for a fixed cv/infer plan) and the
-dataset the workers run (:class:`LoaderDataset`: Shar audio attached, ``dataset[cuts]``,
-the batch returned as a :class:`~.streamed.WorkerBatch` with its ledger counts)."""
+"""What map-style loading hands its DataLoader: the sampler (:class:`EpochTaggedSampler`
+over a plan: shuffled buckets, or :class:`FixedBatches` for WeNet's list order and
+cv/infer) and the dataset the workers run (:class:`LoaderDataset`: Shar audio attached,
+``dataset[cuts]``, the batch returned as a :class:`~.streamed.WorkerBatch` with its
+ledger counts)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import torch
 from lhotse import CutSet
 
 from wenet_lhotse.errors import WenetDataError, WorkerFailed, carry_skips
+from wenet_lhotse.loader.epochs import EpochAdvance
 from wenet_lhotse.loader.ledger import BatchCounts, batch_size_of
-from wenet_lhotse.loader.sampler import ResumableBucketingSampler
 from wenet_lhotse.loader.streamed import WorkerBatch
 from wenet_lhotse.loader.transport import BatchRing
 
@@ -66,9 +67,21 @@ class LoaderDataset(torch.utils.data.Dataset):
 
 
 class EpochTaggedSampler(torch.utils.data.Sampler):
-    """Yields ``(epoch, batch)`` from a :class:`ResumableBucketingSampler`."""
+    """The one sampler of map-style loading: yields ``(epoch, batch)``, the batches of
+    ``sampler``, the plan that decides them (:mod:`.map_core`) --
 
-    def __init__(self, sampler: ResumableBucketingSampler) -> None:
+    * shuffled buckets: a :class:`~.sampler.ResumableBucketingSampler` (training), or a
+      :class:`~.batch_mux.BatchMuxSampler` over one such sampler per source (mixing by
+      batch);
+    * the same batches every epoch, :class:`FixedBatches`: WeNet's list order
+      (:mod:`.in_order`), or the whole cv/infer set planned once.
+
+    Each is an iterable whose ``iter()`` starts its next epoch (the rule of
+    :mod:`.epochs`) and whose ``epoch`` says which. :class:`LoaderDataset` forwards
+    the epoch to the dataset's ``set_epoch`` (augmentation seeds, cv dither).
+    """
+
+    def __init__(self, sampler: Any) -> None:
         self.sampler = sampler
         self._fresh: Optional[Iterator[CutSet]] = None  # an epoch not yet drawn from
 
@@ -91,26 +104,32 @@ class EpochTaggedSampler(torch.utils.data.Sampler):
                 return
             yield self.sampler.epoch, batch
 
+    def __len__(self) -> int:
+        """Batches per epoch, for a plan that knows them (:class:`FixedBatches`);
+        ``TypeError`` for shuffled buckets (as ``len()`` of Lhotse's samplers)."""
+        return len(self.sampler)
 
-class PlannedSampler(torch.utils.data.Sampler):
-    """Yields a fixed list of CutSet batches (the cv plan for this rank) on every ``iter()``,
-    each as ``(pass, batch)``: :class:`LoaderDataset` forwards the pass number to the
-    dataset's ``set_epoch``, so that cv dither draws new noise each pass, as WeNet's.
+
+class FixedBatches(EpochAdvance):
+    """The same CutSet batches every epoch (a fixed plan for this rank): WeNet's list
+    order, or a cv/infer set planned once. ``epoch`` counts the passes (cv dither draws
+    new noise each pass, as WeNet's).
 
     :param batches: the batches, or a function that plans them: called at the first
         ``iter()`` or ``len()`` (a cv loader reads nothing before it is used; WeNet's
         reads its list when first iterated too).
+    :param transforms: whose ``filtered`` counts grow while the plan is made
+        (:attr:`plan_filtered`).
     """
 
     def __init__(self, batches: Union[Sequence[CutSet], Callable[[], Sequence[CutSet]]],
                  transforms: Sequence[Any] = ()) -> None:
-        self._transforms = transforms  # their ``filtered`` counts while the plan is made
+        self._transforms = transforms
         self._plan = batches if callable(batches) else None
         self._batches: Optional[List[CutSet]] = None if callable(batches) else list(batches)
-        self.passes = 0
         #: cuts the filters removed when the plan was made (the ledger's, every pass)
         self.plan_filtered: Optional[int] = None
-        self._fresh: Optional[int] = None  # the pass of an iterator not yet drawn from
+        self._init_epochs(0)
 
     @property
     def batches(self) -> List[CutSet]:
@@ -122,17 +141,12 @@ class PlannedSampler(torch.utils.data.Sampler):
             self._plan = None
         return self._batches
 
-    def __iter__(self) -> Iterator[Tuple[int, CutSet]]:
-        # torch's DataLoader iterator calls iter(sampler) twice when it starts its workers
-        # (in __init__ and in _reset), drawing from the second only: one pass, not two
-        if self._fresh is None:
-            self._fresh, self.passes = self.passes, self.passes + 1
-        return self._pass(self._fresh)
+    def __iter__(self) -> Iterator[CutSet]:
+        self._start_iter()
+        return self._each()  # planned at the first batch drawn (or len())
 
-    def _pass(self, n: int) -> Iterator[Tuple[int, CutSet]]:
-        self._fresh = None
-        for b in self.batches:
-            yield n, b
+    def _each(self) -> Iterator[CutSet]:
+        yield from self.batches
 
     def __len__(self) -> int:
         return len(self.batches)

@@ -11,8 +11,8 @@ resumable sampler -- speech: a
 -- and :class:`~.batch_mux.BatchMuxSampler` draws the source of each batch by weight.
 Batches are dicts of one ``kind`` each (:class:`~wenet_lhotse.dataset.text_batch.KindDataset`).
 
-``loader.sampler.counts`` holds the batches drawn from each source in the current epoch
-(``loader.sampler.names`` their names); :func:`source_shares` turns them into shares.
+``loader.sampler.sampler.counts`` holds the batches drawn from each source in the current
+epoch (``.names`` their names); :func:`source_shares` turns them into shares.
 """
 
 from __future__ import annotations
@@ -20,14 +20,10 @@ from __future__ import annotations
 import logging
 from typing import Any, Dict, List
 
-from wenet_lhotse.dataset.text_batch import KindDataset
 from wenet_lhotse.loader.batch_mux import BatchMuxSampler
 from wenet_lhotse.loader.constraint2d import loader_constraint_2d
-from wenet_lhotse.loader.dataloader import MapDataLoader
 from wenet_lhotse.loader.map_core import snapshot_depth, speech_batching, speech_sampler
-from wenet_lhotse.loader.map_items import EpochTaggedSampler, LoaderDataset
 from wenet_lhotse.loader.sampler import ResumableBucketingSampler
-from wenet_lhotse.loader.source_readers import audio_attacher
 from wenet_lhotse.loader.text_sampler import TextBatchSampler
 from wenet_lhotse.loader.wenet_dataset import CutTransform
 from wenet_lhotse.sources.registry import get_kind
@@ -76,30 +72,27 @@ def _text_sampler(plan: Any, spec: SourceSpec, tokenizer: Any, seed: int) -> Tex
     return sampler
 
 
-def build_mixed_loader(plan: Any, dataset: Any, tokenizer: Any) -> MapDataLoader:
-    """The mixed-by-batch training loader for ``plan`` (a :class:`~.build.LoaderPlan`);
-    each speech source gets the map core's sampler (:mod:`.map_core`)."""
+def mixed_batches(plan: Any) -> BatchMuxSampler:
+    """The mixed-by-batch plan of training batches for ``plan`` (a
+    :class:`~.build.LoaderPlan`): each speech source gets the map core's sampler
+    (:func:`~.map_core.speech_sampler`), each text source a :class:`TextBatchSampler`,
+    and :class:`BatchMuxSampler` draws the source of each batch by weight."""
     if plan.split != "train":
         raise ValueError("text sources, speech-only sources and mix_by: batch are for "
                          "training; give cv sources with speech and transcripts")
-    lconf = plan.cfg.lhotse
-    depth = snapshot_depth(plan)
     samplers: List[Any] = []
     for i, (spec, tf) in enumerate(zip(plan.specs, plan.transforms)):
         seed = plan.seed + SEED_STRIDE * i
         if get_kind(spec.type).text_only:
-            samplers.append(_text_sampler(plan, spec, tokenizer, seed))
+            samplers.append(_text_sampler(plan, spec, plan.tokenizer, seed))
             continue
         if not spec.transcripts:  # tag its cuts: the dataset leaves their targets empty
             tf = CutTransform(tf.tokenizer, tf.filter_conf, {**tf.tags, "kind": "speech"})
         samplers.append(_speech_sampler(plan, spec, tf, seed, plan.indexes.get(i)))
-    sampler = BatchMuxSampler(samplers, plan.weights, names=[s.name for s in plan.specs],
-                              repeat=[s.repeat for s in plan.specs], seed=plan.seed,
-                              steps_per_epoch=lconf.steps_per_epoch, history=depth)
-    attach = audio_attacher(plan.specs, plan.policy, indexed=bool(plan.indexes))
-    return MapDataLoader(LoaderDataset(KindDataset(dataset, attach)),
-                         sampler=EpochTaggedSampler(sampler), skip_report=plan.skip_report,
-                         **plan.loader_kw)
+    return BatchMuxSampler(samplers, plan.weights, names=[s.name for s in plan.specs],
+                           repeat=[s.repeat for s in plan.specs], seed=plan.seed,
+                           steps_per_epoch=plan.cfg.lhotse.steps_per_epoch,
+                           history=snapshot_depth(plan))
 
 
 def source_shares(sampler: BatchMuxSampler) -> Dict[str, float]:
