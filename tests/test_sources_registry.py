@@ -14,7 +14,7 @@ import pytest
 import wenet_lhotse
 from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.sources import KINDS, SOURCE_TYPES, SourceSpec, detect_input_kind
-from wenet_lhotse.sources.detect import STREAMED_KINDS, WENET_KINDS
+from wenet_lhotse.sources.detect import TAR_LIST_KINDS, WENET_KINDS
 from wenet_lhotse.sources.registry import KIND_MODULES, detect, get_kind, kinds
 
 ROOT = Path(wenet_lhotse.__file__).parent
@@ -64,7 +64,7 @@ def test_the_old_tables_are_the_registry_by_flag():
     assert tuple(KIND_MODULES) == tuple(k.name for k in kinds())
     assert KINDS == {k.name: k.description for k in kinds() if k.detected}
     assert list(KINDS)[:4] == ["raw", "shard", "cuts", "shar"]
-    assert WENET_KINDS == ("raw", "shard") and STREAMED_KINDS == ("shard",)
+    assert WENET_KINDS == ("raw", "shard") and TAR_LIST_KINDS == ("shard",)
     assert SOURCE_TYPES == (*KINDS, "auto", "text")
     assert get_kind("shar").late_audio and get_kind("shard").indexable
     assert get_kind("text").text_only and not get_kind("text").detected

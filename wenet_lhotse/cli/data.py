@@ -135,7 +135,7 @@ def import_cmd(data_list, out, data_type, shar_dir, shard_size, audio_format, wa
         if not kind.wenet and shar_dir is None:
             _import_kind_to_cuts(kind, data_list, out, wav_root, policy)
             return
-        tars = kind.streamed  # a list of tars: imported as Shar only
+        tars = kind.lists_tars  # a list of tars: imported as Shar only
         if tars or shar_dir is not None:
             if shar_dir is None:
                 raise click.UsageError(

@@ -57,7 +57,7 @@ def parquet_export(input_path, out):
 
     refuse_output_is_input(out, input_path)
     cuts, kind = open_cuts(input_path)  # any detected kind, Parquet included
-    if get_kind(kind).streamed:  # a list of tars: nor one of the tars it lists
+    if get_kind(kind).lists_tars:  # a list of tars: nor one of the tars it lists
         refuse_output_is_input(out, *[e.url for e in read_shard_entries(input_path)])
     n = export_parquet(OutputGuard(out).cuts(cuts), out)  # nor one of the audio files
     click.echo(f"wrote {n} rows to {out}")

@@ -129,7 +129,7 @@ def wenet_to_shar(
     if refusal or get_kind(data_type).text_only:
         raise ValueError(f"{lists[0]}: a {data_type} input: "
                          f"{refusal or 'text only, no audio to write'}")
-    if get_kind(data_type).streamed and shard_size is not None:
+    if get_kind(data_type).lists_tars and shard_size is not None:
         raise ValueError("shard_size applies to raw lists; a shard list keeps one Shar shard "
                          "per input tar (re-shard with export_shards if needed)")
     policy = policy or ReadPolicy()
@@ -162,7 +162,7 @@ def _convert(out: Union[Path, str], lists: List[Pathlike], data_type: str,
     # their job: across tars, here, with the keys of the shards kept from a former run.
     seen: Optional[KeySet] = None
     kept: Optional[set] = None
-    if get_kind(data_type).streamed:
+    if get_kind(data_type).lists_tars:
         seen, kept, job_list = KeySet(), set(), list(jobs)
         for job in job_list:
             job.input_id = job.fingerprint(options)

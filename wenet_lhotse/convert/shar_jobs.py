@@ -216,7 +216,7 @@ def iter_jobs(
 ) -> Tuple[Iterator[ShardJob], Optional[int]]:
     """Jobs for every output shard, and their number when known upfront; bad input
     raised or recorded in ``policy``'s skip report."""
-    if get_kind(data_type).streamed:  # a list of tars: one Shar shard per tar
+    if get_kind(data_type).lists_tars:  # a list of tars: one Shar shard per tar
         jobs = _shard_list_jobs(data_lists, policy)
         return iter(jobs), len(jobs)
     if not get_kind(data_type).wenet:

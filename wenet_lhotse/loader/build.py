@@ -84,7 +84,7 @@ def resolve_mode(mode: str, specs: Sequence[SourceSpec], split: str,
         # Tar shards stream unless indexed (then sampled by offset, like map mode);
         # cv/infer from shards stream too (each worker reads its own tars, so every cut
         # is seen once without holding the set's audio in memory).
-        mode = ("streamed" if any(s.streamed and not ix for s, ix in zip(specs, indexed))
+        mode = ("streamed" if any(s.streamed_by_default and not ix for s, ix in zip(specs, indexed))
                 and (training or streamable) else "map")
     if mode == "streamed" and not training and not streamable:
         mode = "map"  # the train conf's mode also reaches cv: plan a raw/cuts cv set

@@ -2,7 +2,7 @@
 from :mod:`wenet_lhotse.sources.registry` (where kinds are registered and detection's
 rules are described: from the content, never from the name alone).
 
-:data:`KINDS`, :data:`WENET_KINDS` and :data:`STREAMED_KINDS` are the registry's kinds
+:data:`KINDS`, :data:`WENET_KINDS` and :data:`TAR_LIST_KINDS` are the registry's kinds
 by flag, kept under their old names.
 """
 
@@ -23,8 +23,8 @@ WENET_KINDS = kind_names(wenet=True)
 #: ours) -> the source type of a ``lhotse_conf.sources`` entry.
 DATA_TYPES = {"raw": "raw", "shard": "shard", "lhotse": "cuts", "cuts": "cuts", "shar": "shar",
               "auto": "auto"}
-#: Kinds that can only be read as a stream of tars.
-STREAMED_KINDS = kind_names(streamed=True)
+#: Kinds whose sources list tar files (WeNet shards).
+TAR_LIST_KINDS = kind_names(lists_tars=True)
 
 
 def detect_input_kind(path: Pathlike, wenet_only: bool = False) -> str:

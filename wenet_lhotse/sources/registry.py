@@ -65,7 +65,7 @@ def get_kind(name: str) -> InputKind:
     """The kind called ``name``; ValueError naming the known kinds otherwise.
 
     >>> kind = get_kind("shard")
-    >>> kind.wenet, kind.streamed, kind.description
+    >>> kind.wenet, kind.lists_tars, kind.description
     (True, True, 'WeNet shard list (one tar path, URL or pipe: per line)')
     """
     kinds()

@@ -15,15 +15,13 @@ from typing import Any, Dict, List, Mapping, Optional, Union
 
 from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.io.remote import url_scheme
-from wenet_lhotse.sources.detect import KINDS, STREAMED_KINDS, detect_input_kind
+from wenet_lhotse.sources.detect import KINDS, detect_input_kind
 from wenet_lhotse.sources.kinds.base import check_columns
 from wenet_lhotse.sources.registry import fields_kind, get_kind, kind_names
 
 #: The detected kinds, ``auto``, then those only named in the yaml (``text``: sentences /
 #: text pairs, :mod:`wenet_lhotse.sources.text`, mixed by batch).
 SOURCE_TYPES = (*KINDS, "auto", *kind_names(detected=False))
-#: Source types read as a stream of tar files inside DataLoader workers.
-STREAMED_TYPES = STREAMED_KINDS
 
 
 @dataclass
@@ -106,10 +104,11 @@ class SourceSpec:
                 raise WenetDataError("no such file or directory", path, kind="missing_file")
 
     @property
-    def streamed(self) -> bool:
-        """True when the source can only be read as a stream of tars (WeNet shards, and
-        Shar given by URLs)."""
-        return get_kind(self.type).streamed or self.fields is not None
+    def streamed_by_default(self) -> bool:
+        """True when ``lhotse_conf.mode: auto`` streams the source: a list of tars (WeNet
+        shards; sampled by position instead once it has a shard index), or Shar given by
+        URLs (``fields``: never indexed)."""
+        return get_kind(self.type).lists_tars or self.fields is not None
 
     @classmethod
     def from_any(cls, obj: Union[SourceSpec, Mapping[str, Any], str, os.PathLike]) -> SourceSpec:

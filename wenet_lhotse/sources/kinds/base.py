@@ -14,7 +14,8 @@ Flags (class attributes, read by consumers):
 * ``detected``: :func:`~wenet_lhotse.sources.registry.detect` may return it (text and
   Parquet sources are only ever named in the yaml);
 * ``wenet``: one of WeNet's ``data_type`` values;
-* ``streamed``: only readable as a stream of tars (``auto`` mode streams it);
+* ``lists_tars``: a list of tar files (WeNet shards): ``auto`` mode streams it unless it
+  has a shard index, and the tools take it one tar at a time;
 * ``streamable``: the streamed loader can read it (:meth:`stream_kw`);
 * ``directory``: a directory / object-store prefix, not a file (:meth:`sniff_dir`);
 * ``single_path``: a source of this kind takes exactly one path;
@@ -88,7 +89,7 @@ class InputKind(UnitReader):
     description: ClassVar[str] = ""
     detected: ClassVar[bool] = True
     wenet: ClassVar[bool] = False
-    streamed: ClassVar[bool] = False
+    lists_tars: ClassVar[bool] = False
     streamable: ClassVar[bool] = False
     directory: ClassVar[bool] = False
     single_path: ClassVar[bool] = False

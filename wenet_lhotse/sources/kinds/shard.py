@@ -28,7 +28,7 @@ class ShardKind(InputKind):
     name = "shard"
     description = "WeNet shard list (one tar path, URL or pipe: per line)"
     wenet = True
-    streamed = True
+    lists_tars = True
     streamable = True
     indexable = True
     reader = staticmethod(read_shard_list)
