@@ -89,8 +89,9 @@ class MetaCut:
 
     def tagged(self, tags: Mapping[str, Any]) -> MetaCut:
         """A copy whose built cut gets ``tags`` in ``custom`` (existing keys win), as
-        :class:`~wenet_lhotse.sources.open.TagCuts` does to a real cut."""
-        other = MetaCut.__new__(MetaCut)
+        :class:`~wenet_lhotse.sources.open.TagCuts` does to a real cut. Of the same
+        class (a subclass adds no slots: it changes how the cut is built)."""
+        other = type(self).__new__(type(self))
         for name in MetaCut.__slots__:
             setattr(other, name, getattr(self, name))
         other._tags = {**(self._tags or {}), **tags}

@@ -325,13 +325,6 @@ class ParquetRowCut(MetaCut):
         self._tags = None
         self._where = (where[0], where[4])
 
-    def tagged(self, tags: Any) -> ParquetRowCut:
-        other = ParquetRowCut.__new__(ParquetRowCut)
-        for name in MetaCut.__slots__:
-            setattr(other, name, getattr(self, name))
-        other._tags = {**(self._tags or {}), **tags}
-        return other
-
     def materialize(self) -> Cut:
         file, kind, group, offset, index = self._line
         cols, policy = self._extra
