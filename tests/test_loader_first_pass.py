@@ -95,6 +95,21 @@ def test_first_epoch_streams_and_writes_the_index(corpus, tmp_path, workers):
     assert skipped == [1, 1, 1]  # the cut-short tar, counted in every epoch
     assert not fragments.exists()
     assert corpus["index"].read_bytes() == _reference(corpus, tmp_path)
+    restart = _loader(corpus, workers)  # a new run finds the index: epoch 0 through it
+    keys = [k for b in restart for k in b["keys"]]
+    led = restart.epoch_ledger()
+    assert (restart.mode, led.epoch, led.skipped) == ("map", 0, 1)
+    assert sorted(keys) == sorted(corpus["readable"])
+
+
+def test_refused_in_one_line_where_it_cannot_apply(corpus):
+    for lconf, words in (({"mode": "streamed"}, "mode 'auto'"),
+                         ({"shard_index": False}, "shard_index")):
+        conf = _conf(**lconf)
+        with pytest.raises(ValueError, match="lhotse_conf.index_first_pass") as err:
+            build_dataloader(str(corpus["list"]), CharTokenizer(corpus["units"]), conf,
+                             "train", dataset=Keys())
+        assert words in str(err.value) and "\n" not in str(err.value)
 
 
 def test_state_of_epoch_0_resumes_streamed_and_later_ones_through_the_index(corpus):

@@ -60,7 +60,7 @@ from wenet_lhotse.loader.constraint2d import (
 from wenet_lhotse.loader.constraints import batch_constraint
 from wenet_lhotse.loader.dataloader import LhotseDataLoader, MapDataLoader, StreamedDataLoader
 from wenet_lhotse.loader.distributed import gloo_group, plan_partition, world_info
-from wenet_lhotse.loader.first_pass import FirstPassLoader
+from wenet_lhotse.loader.first_pass import FirstPassLoader, first_pass_applies
 from wenet_lhotse.loader.in_order import in_order_batcher, plan_in_order, wants_in_order
 from wenet_lhotse.loader.ledger import ReadOnce
 from wenet_lhotse.loader.map_items import EpochTaggedSampler, LoaderDataset, PlannedSampler
@@ -387,7 +387,7 @@ def build_dataloader(
         return dataset, _progress(build_mixed_loader(plan, dataset, tokenizer, map_reader),
                                   lconf)
     mode = resolve_mode(lconf.mode, specs, split, [i in indexes for i in range(len(specs))])
-    if lconf.index_first_pass and cfg.rules.training:  # streamed once, then the index
+    if lconf.index_first_pass and cfg.rules.training and first_pass_applies(specs):
         loader = FirstPassLoader(plan, dataset, build_streamed_loader, build_map_loader,
                                  indexed=mode == "map")
         return dataset, _progress(loader, lconf)

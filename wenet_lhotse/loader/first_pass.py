@@ -30,7 +30,7 @@ Everything else (``ledgers``, ``skip_report``, ``epoch``...) is the current load
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
 
 from wenet_lhotse.formats.index_fragments import FirstPass
 from wenet_lhotse.formats.shard_list import read_shard_entries
@@ -40,6 +40,11 @@ from wenet_lhotse.sources.indexed_shards import shard_indexes
 from wenet_lhotse.sources.registry import get_kind
 
 logger = logging.getLogger(__name__)
+
+
+def first_pass_applies(specs: Sequence[Any]) -> bool:
+    """Whether ``index_first_pass`` has work to do: a source is a shard list."""
+    return any(get_kind(s.type).indexable for s in specs)
 
 
 def first_pass_lists(plan: Any) -> List[str]:
@@ -105,6 +110,7 @@ class FirstPassLoader:
             self._write_index()
             self._indexed = True
         plan = self._plan
+        before = len(plan.skip_report)
         plan.read_once = ReadOnce(plan.skip_report)  # the index's start-up checks
         plan.loader_kw = {**plan.loader_kw, "read_once": plan.read_once}
         with plan.reading_once():
@@ -114,9 +120,11 @@ class FirstPassLoader:
             raise RuntimeError("lhotse_conf.index_first_pass: the index written after the "
                                "first epoch was not found or is not valid")
         loader = self._build_map(plan, self._dataset)
-        # Its first epoch is a later epoch: it counts from here (not what estimating the
-        # bucket edges met) and counts the index's start-up skips again, as each later does.
-        loader._reported, loader._iterations = len(plan.skip_report), 1
+        if epoch == 0:  # as if built by build_dataloader now
+            loader._reported = before
+        else:  # a later epoch: the index's start-up skips again, not what estimating the
+            # bucket edges met (epoch 0's reads)
+            loader._reported, loader._iterations = len(plan.skip_report), 1
         if old is not None:
             loader.ledgers = list(old.ledgers)
         loader.bucketing_sampler.set_epoch(epoch)
