@@ -2,7 +2,8 @@
 CPU) job training 3 epochs on a shard list without an index, with
 ``lhotse_conf.index_first_pass``. Usage: ddp_first_pass.py LIST UNITS OUT_DIR.
 Writes OUT_DIR/rank<r>.json (per epoch: mode, keys trained, ledger; the keys of the
-first STEPS batches of epoch 1) and OUT_DIR/state<r>.pt (the loader state after those
+first STEPS batches of epoch 1; the fragments after epoch 0, before MISSING are removed
+to stand for tars not read to their end) and OUT_DIR/state<r>.pt (the loader state after those
 STEPS batches of epoch 1). No audio decoding: the dataset returns the batch's keys."""
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ import torch
 import torch.distributed as dist
 
 from wenet_lhotse import build_dataloader
+from wenet_lhotse.formats.index_fragments import FRAGMENTS
 from wenet_lhotse.text import CharTokenizer
 
 CONF = {"batch_conf": {"batch_type": "static", "batch_size": 3},
         "lhotse_conf": {"fault_tolerant": True, "num_buckets": 2, "equal_steps": False,
                         "index_first_pass": True}}
 STEPS = 2  # batches of epoch 1 before the state is saved
+MISSING = (2, 7)  # list lines whose fragments are removed after epoch 0
 
 
 class KeysOnly:
@@ -44,7 +47,16 @@ def main() -> None:
                 before_state = list(keys)
         epochs.append({"mode": loader.mode, "keys": keys,
                        "ledger": loader.epoch_ledger().as_dict()})
-    (out / f"rank{rank}.json").write_text(json.dumps({"epochs": epochs,
+        if epoch == 0:  # what the readers recorded; two tars as if not read to their end
+            dist.barrier()
+            fragments = Path(shards + ".index" + FRAGMENTS)
+            recorded = sorted(int(p.stem) for p in fragments.iterdir())
+            dist.barrier()
+            if rank == 0:
+                for line in MISSING:
+                    (fragments / f"{line}.json").unlink()
+            dist.barrier()
+    (out / f"rank{rank}.json").write_text(json.dumps({"epochs": epochs, "recorded": recorded,
                                                       "before_state": before_state}))
     dist.barrier()
     dist.destroy_process_group()

@@ -151,6 +151,9 @@ def test_two_ranks_two_workers_then_resume_on_three(corpus, tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    # every tar recorded by the rank and worker that streamed it (2 were then removed:
+    # the ranks indexed those two themselves, split between them)
+    assert [r["recorded"] for r in ranks] == [list(range(1, len(corpus["tars"]) + 1))] * 2
     for epoch in range(3):
         got = [r["epochs"][epoch] for r in ranks]
         assert [g["mode"] for g in got] == ["streamed" if epoch == 0 else "map"] * 2
