@@ -20,6 +20,7 @@ import dataclasses
 import json
 import os
 import shutil
+import tempfile
 import zlib
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
@@ -34,7 +35,7 @@ from wenet_lhotse.formats.shard_list import ShardEntry, read_shard_entries
 from wenet_lhotse.formats.shard_reader import LazyWenetShardIterator
 from wenet_lhotse.formats.tar_index import TarRows, _Fingerprinted, fingerprint, index_entry
 from wenet_lhotse.io.policy import ReadPolicy
-from wenet_lhotse.io.streams import atomic_output, is_local, is_pipe
+from wenet_lhotse.io.streams import is_local, is_pipe
 
 #: Directory of a list's fragments: its index path plus this.
 FRAGMENTS = ".first-pass"
@@ -58,11 +59,22 @@ class FirstPass:
                             f"{entry.line}.json")
 
     def write(self, entry: ShardEntry, rows: TarRows) -> None:
-        """Keep the rows of the tar listed as ``entry`` (atomic)."""
+        """Keep the rows of the tar listed as ``entry``: written to a temporary file,
+        renamed (atomic; not fsynced -- a fragment lost in a crash, or one that does
+        not parse, only means that tar is indexed again before epoch 1)."""
         if entry.list_file is None or entry.line is None:
             return
-        with atomic_output(self._fragment(entry), "w", encoding="utf-8") as f:
-            json.dump(dataclasses.asdict(rows), f, ensure_ascii=False)
+        path = self._fragment(entry)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump({fld.name: getattr(rows, fld.name) for fld in dataclasses.fields(rows)},
+                          f, ensure_ascii=False)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
 
     def read(self, entry: ShardEntry) -> Optional[TarRows]:
         """The rows recorded for ``entry`` (None: none, or not for this URL)."""
