@@ -1,6 +1,7 @@
 """Run by torchrun from tests/test_loader_first_pass.py: one rank of a real DDP (gloo,
 CPU) job training 3 epochs on a shard list without an index, with
-``lhotse_conf.index_first_pass``. Usage: ddp_first_pass.py LIST UNITS OUT_DIR.
+``lhotse_conf.index_first_pass``. Usage: ddp_first_pass.py LIST EQUAL_LIST UNITS OUT_DIR
+(EQUAL_LIST: the same tars, trained 2 epochs with equal steps).
 Writes OUT_DIR/rank<r>.json (per epoch: mode, keys trained, ledger; the keys of the
 first STEPS batches of epoch 1; the fragments after epoch 0, before MISSING are removed
 to stand for tars not read to their end) and OUT_DIR/state<r>.pt (the loader state after those
@@ -32,7 +33,7 @@ class KeysOnly:
 
 
 def main() -> None:
-    shards, units, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    shards, equal, units, out = sys.argv[1], sys.argv[2], sys.argv[3], Path(sys.argv[4])
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     _, loader = build_dataloader(shards, CharTokenizer(units), CONF, "train",
@@ -56,8 +57,19 @@ def main() -> None:
                 for line in MISSING:
                     (fragments / f"{line}.json").unlink()
             dist.barrier()
-    (out / f"rank{rank}.json").write_text(json.dumps({"epochs": epochs, "recorded": recorded,
-                                                      "before_state": before_state}))
+    # our API's default for loops without a join: equal steps (epoch 0's rest counted
+    # as left over, its tars still read to their end and recorded)
+    conf = {**CONF, "lhotse_conf": {**CONF["lhotse_conf"], "equal_steps": True}}
+    _, loader = build_dataloader(equal, CharTokenizer(units), conf, "train",
+                                 dataset=KeysOnly(), seed=5, num_workers=2)
+    equal_epochs = []
+    for _ in range(2):
+        keys = [k for batch in loader for k in batch["keys"]]
+        equal_epochs.append({"mode": loader.mode, "keys": keys,
+                             "ledger": loader.epoch_ledger().as_dict()})
+    (out / f"rank{rank}.json").write_text(json.dumps({
+        "epochs": epochs, "recorded": recorded, "before_state": before_state,
+        "equal": equal_epochs}))
     dist.barrier()
     dist.destroy_process_group()
 

@@ -143,10 +143,13 @@ def _free_port() -> int:
 def test_two_ranks_two_workers_then_resume_on_three(corpus, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
+    equal = tmp_path / "equal" / "shards.list"  # the same tars, its own index
+    equal.parent.mkdir()
+    equal.write_text(corpus["list"].read_text())
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
            f"--master_port={_free_port()}", "--master_addr=127.0.0.1",
-           str(HERE / "ddp_first_pass.py"), str(corpus["list"]), str(corpus["units"]),
-           str(out)]
+           str(HERE / "ddp_first_pass.py"), str(corpus["list"]), str(equal),
+           str(corpus["units"]), str(out)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -167,6 +170,16 @@ def test_two_ranks_two_workers_then_resume_on_three(corpus, tmp_path):
         if epoch:  # the indexed path: the same number of steps on every rank
             assert leds[0]["steps"] == leds[1]["steps"]
     assert corpus["index"].read_bytes() == _reference(corpus, tmp_path)
+    for epoch, mode in enumerate(("streamed", "map")):  # equal steps
+        got = [r["equal"][epoch] for r in ranks]
+        assert [g["mode"] for g in got] == [mode] * 2
+        keys = [k for g in got for k in g["keys"]]
+        leds = [g["ledger"] for g in got]
+        assert len(keys) == len(set(keys)) and set(keys) <= corpus["readable"]
+        assert leds[0]["steps"] == leds[1]["steps"]
+        assert sum(x["trained"] + x["left_over"] for x in leds) == len(corpus["readable"])
+        assert sum(x["skipped"] for x in leds) == 1, (epoch, leds)
+    assert Path(str(equal) + ".index").read_bytes() == _reference({"list": equal}, tmp_path)
     # a state saved after 2 batches of epoch 1 on 2 ranks resumes on 3 (the index exists)
     states = [torch.load(out / f"state{r}.pt") for r in range(2)]
     assert states[0] == states[1] and states[0]["mode"] == "map"
