@@ -110,20 +110,18 @@ class FirstPassLoader:
             self._write_index()
             self._indexed = True
         plan = self._plan
-        before = len(plan.skip_report)
-        plan.read_once = ReadOnce(plan.skip_report)  # the index's start-up checks
-        plan.loader_kw = {**plan.loader_kw, "read_once": plan.read_once}
-        with plan.reading_once():
-            plan.indexes = shard_indexes(plan.specs, plan.cfg.lhotse, plan.split,
-                                         policy=plan.policy)
-        if len(plan.indexes) != len(plan.specs):
-            raise RuntimeError("lhotse_conf.index_first_pass: the index written after the "
-                               "first epoch was not found or is not valid")
+        if len(plan.indexes) != len(plan.specs):  # not opened by build_dataloader
+            plan.read_once = ReadOnce(plan.skip_report)  # the index's start-up checks
+            plan.loader_kw = {**plan.loader_kw, "read_once": plan.read_once}
+            with plan.reading_once():
+                plan.indexes = shard_indexes(plan.specs, plan.cfg.lhotse, plan.split,
+                                             policy=plan.policy)
+            if len(plan.indexes) != len(plan.specs):
+                raise RuntimeError("lhotse_conf.index_first_pass: the index written after "
+                                   "the first epoch was not found or is not valid")
         loader = self._build_map(plan, self._dataset)
-        if epoch == 0:  # as if built by build_dataloader now
-            loader._reported = before
-        else:  # a later epoch: the index's start-up skips again, not what estimating the
-            # bucket edges met (epoch 0's reads)
+        if epoch:  # a later epoch: it counts the index's start-up skips again at its first
+            # iter(), not what estimating the bucket edges met (epoch 0's reads)
             loader._reported, loader._iterations = len(plan.skip_report), 1
         if old is not None:
             loader.ledgers = list(old.ledgers)
