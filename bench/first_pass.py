@@ -12,7 +12,10 @@ shards of 20 (local files, in the page cache after the first round); one process
    and WeNet's default (fbank features): the best CPU seconds of each (this process's
    ``time.process_time``: everything runs in it, and CPU time stays comparable on a
    shared machine where wall time does not) and their ratio;
-2. writing the index from the fragments (``FirstPass.assemble``: what happens at the
+2. the shard reader alone over every tar (what the recording adds to, without the
+   sampler, dataset and features), without and with recording, alternated: best CPU
+   seconds, ratio, and the difference per utterance;
+3. writing the index from the fragments (``FirstPass.assemble``: what happens at the
    start of epoch 1) vs ``index_shards`` (``wenet-lhotse index``, one process; every
    tar read again): best CPU seconds of each.
 
@@ -33,7 +36,7 @@ from lhotse import CutSet
 from wenet_lhotse import build_dataloader
 from wenet_lhotse.convert.index import index_shards
 from wenet_lhotse.corpus import generate_corpus
-from wenet_lhotse.formats import read_raw_list, write_wenet_shards
+from wenet_lhotse.formats import read_raw_list, read_shard_list, write_wenet_shards
 from wenet_lhotse.formats.index_fragments import FRAGMENTS, FirstPass
 from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.text import CharTokenizer
@@ -77,6 +80,15 @@ def main() -> None:
                     times[keys_only, record].append(
                         _epoch0(lst, str(corpus.units), record, keys_only))
         assert frags.is_dir()  # the last round recorded every tar
+        policy = ReadPolicy()
+        read = {False: [], True: []}  # the reader alone: the recording's own cost
+        for _ in range(args.rounds):
+            for record in (False, True):
+                t0 = time.process_time()
+                cuts = (FirstPass(str(root / "frag")).open(lst, policy=policy) if record
+                        else read_shard_list(lst, policy=policy))
+                assert sum(1 for _ in cuts) == args.utts
+                read[record].append(time.process_time() - t0)
         kept = root / "fragments"
         shutil.copytree(frags, kept)
         assemble, separate = [], []
@@ -92,6 +104,9 @@ def main() -> None:
         same = Path(lst + ".index").read_bytes() == (root / "separate.index").read_bytes()
     tars = -(-args.utts // 20)
     print(f"corpus: {args.utts} utterances of 1-6 s in {tars} tars; best of {args.rounds}")
+    off, on = min(read[False]), min(read[True])
+    print(f"the shard reader alone, every tar: {off:.3f} CPU s without recording, {on:.3f} "
+          f"with, ratio {on / off:.3f} ({(on - off) / args.utts * 1e3:.3f} ms per utterance)")
     for keys_only, name in ((True, "keys only"), (False, "fbank (WeNet's dataset)")):
         off, on = min(times[keys_only, False]), min(times[keys_only, True])
         print(f"streamed epoch 0, {name}: {off:.2f} CPU s without recording, {on:.2f} with, "

@@ -213,3 +213,24 @@ def test_tars_on_s3(corpus, s3, tmp_path):
             fragments = Path(str(corpus["index"]) + FRAGMENTS)
             assert len(list(fragments.glob("*.json"))) == len(urls)
     assert corpus["index"].read_bytes() == _reference(corpus, tmp_path)
+
+
+def test_indexed_resume_of_a_later_epoch_counts_the_skip_once(corpus, tmp_path):
+    """Without the first pass too: a state of epoch 1 loaded into a new indexed loader
+    (building it reads epoch 0's first cuts for the bucket edges, the cut-short tar's
+    skip among them) counts that skip once in epoch 1."""
+    index_shards(str(corpus["list"]))
+    conf = {**_conf(), "lhotse_conf": {**_conf()["lhotse_conf"], "index_first_pass": False}}
+
+    def loader():
+        return build_dataloader(str(corpus["list"]), CharTokenizer(corpus["units"]), conf,
+                                "train", dataset=Keys(), seed=5)[1]
+
+    first = loader()
+    assert sum(1 for _ in first) and first.epoch_ledger().skipped == 1
+    later = loader()
+    later.load_state_dict(first.state_dict())  # the start of epoch 1
+    keys = [k for b in later for k in b["keys"]]
+    led = later.epoch_ledger()
+    assert (later.mode, led.epoch, led.skipped) == ("map", 1, 1)
+    assert sorted(keys) == sorted(corpus["readable"])
