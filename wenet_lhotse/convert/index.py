@@ -32,11 +32,11 @@ from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.formats.index_writer import IndexWriter
 from wenet_lhotse.formats.shard_index import ShardIndex, index_path
 from wenet_lhotse.formats.shard_list import read_shard_entries
-from wenet_lhotse.formats.tar_index import TarRows, index_tar
+from wenet_lhotse.formats.tar_index import etag_digest, index_entry
 from wenet_lhotse.io.outputs import refuse_clobber
 from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.io.remote import is_remote
-from wenet_lhotse.io.streams import is_local, is_pipe, local_path
+from wenet_lhotse.io.streams import is_local, local_path
 
 logger = logging.getLogger(__name__)
 
@@ -60,29 +60,9 @@ class IndexSummary:
                 f"{self.bytes} bytes")
 
 
-def _etag(url: str) -> Optional[str]:
-    """The object's ETag (object storage), None when there is none."""
-    from wenet_lhotse.io.remote import _filesystem
-
-    fs, path = _filesystem(url)
-    try:
-        info = fs.info(path)
-    except Exception:
-        return None
-    tag = info.get("ETag") or info.get("etag")
-    return f"etag:{str(tag).strip(chr(34))}:{info.get('size')}" if tag else None
-
-
-def _index_one(job: Any) -> TarRows:
+def _index_job(job: Any) -> Any:
     _, entry, policy = job
-    if is_pipe(entry.url):
-        return TarRows(url=entry.url, bad=[("a pipe: has no offsets to read members by; "
-                                            "write the tar to storage to index it",
-                                            "not_indexable", None)])
-    rows = index_tar(entry, policy=policy)
-    if is_remote(entry.url) and not any(k in ("missing_file", "io") for _, k, _ in rows.bad):
-        rows.digest = _etag(entry.url) or rows.digest
-    return rows
+    return index_entry(entry, policy)
 
 
 def _unchanged(rec: Dict[str, Any]) -> bool:
@@ -97,7 +77,7 @@ def _unchanged(rec: Dict[str, Any]) -> bool:
         return (st.st_size == rec["size"] and st.st_mtime_ns == rec.get("mtime_ns")
                 and st.st_ctime_ns == rec.get("ctime_ns"))
     if is_remote(url) and str(rec.get("digest") or "").startswith("etag:"):
-        return _etag(url) == rec["digest"]
+        return etag_digest(url) == rec["digest"]
     return False
 
 
@@ -131,7 +111,7 @@ def index_shards(list_path: str, *, cache_dir: Optional[str] = None, out: Option
 
     # Rows go to the writer in list order as they come (bounded memory: map_tasks keeps
     # a bounded window of jobs in flight, ordered), kept tars taken from the old index.
-    results = map_tasks(_index_one, jobs, num_jobs=num_jobs, cluster=cluster, ordered=True)
+    results = map_tasks(_index_job, jobs, num_jobs=num_jobs, cluster=cluster, ordered=True)
     with tqdm(total=len(jobs), desc="index", unit="tar", disable=not progress) as bar, \
             IndexWriter(path, [str(list_path)]) as writer:
         for i in range(len(entries)):

@@ -34,7 +34,8 @@ from wenet_lhotse.formats.layout import AUDIO_SUFFIXES
 from wenet_lhotse.formats.shard_list import ShardEntry
 from wenet_lhotse.formats.shard_reader import LazyWenetShardIterator
 from wenet_lhotse.io.policy import ReadPolicy
-from wenet_lhotse.io.streams import is_local, local_path
+from wenet_lhotse.io.remote import is_remote
+from wenet_lhotse.io.streams import is_local, is_pipe, local_path
 
 #: Skip kinds after which the rest of a tar was not read.
 TAR_KINDS = ("truncated", "bad_tar", "missing_file", "io", "timeout", "bad_member")
@@ -68,6 +69,22 @@ class TarRows:
 
     def __len__(self) -> int:
         return len(self.keys)
+
+    def add(self, cut: Any, suffix: str, offset: int, size: int, crc: int) -> None:
+        """Append the row of ``cut`` (its audio member: ``suffix``, data ``offset`` and
+        ``size`` in bytes, CRC-32): the one row builder of the indexer and the streamed
+        first pass (:mod:`.index_fragments`)."""
+        rec = cut.recording
+        self.keys.append(cut.id)
+        self.fmts.append(suffix)
+        self.offsets.append(offset)
+        self.sizes.append(size)
+        self.crcs.append(crc)
+        self.num_samples.append(rec.num_samples)
+        self.rates.append(rec.sampling_rate)
+        self.channels.append(len(rec.sources[0].channels))
+        self.texts.append(cut.supervisions[0].text)
+        self.extras.append(_extra(cut))
 
 
 def digest_of(head: bytes, tail: bytes) -> str:
@@ -186,26 +203,48 @@ def index_tar(entry: Any, *,
                       policy=policy.replace(strict=False, skip_report=report))
     out = TarRows(url=entry.url)
     for cut, suffix, offset, size, crc in reader:
-        rec = cut.recording
-        out.keys.append(cut.id)
-        out.fmts.append(suffix)
-        out.offsets.append(offset)
-        out.sizes.append(size)
-        out.crcs.append(crc)
-        out.num_samples.append(rec.num_samples)
-        out.rates.append(rec.sampling_rate)
-        out.channels.append(len(rec.sources[0].channels))
-        out.texts.append(cut.supervisions[0].text)
-        out.extras.append(_extra(cut))
+        out.add(cut, suffix, offset, size, crc)
     out.bad = [(item.message, item.kind, item.member) for item in report]
-    stream = getattr(reader, "stream", None)
-    if is_local(entry.url):  # the file itself: right even where reading stopped early
+    fingerprint(out, getattr(reader, "stream", None))
+    return out
+
+
+def fingerprint(out: TarRows, stream: Any) -> None:
+    """Set the fingerprint of tar ``out`` (its rows and ``bad`` complete) after the one
+    read: a local tar's file, else the ``stream`` it was read through (a
+    :class:`_Fingerprinted`; unset where reading stopped early)."""
+    if is_local(out.url):  # the file itself: right even where reading stopped early
         try:
-            out.size, out.mtime_ns, out.digest = local_fingerprint(local_path(entry.url))
-            out.ctime_ns = os.stat(local_path(entry.url)).st_ctime_ns
+            out.size, out.mtime_ns, out.digest = local_fingerprint(local_path(out.url))
+            out.ctime_ns = os.stat(local_path(out.url)).st_ctime_ns
         except OSError:
             pass
     elif stream is not None and not any(kind in TAR_KINDS for _, kind, _ in out.bad):
         out.size = stream.size
         out.digest = digest_of(bytes(stream.head), bytes(stream.tail))
-    return out
+    if is_remote(out.url) and not any(k in ("missing_file", "io") for _, k, _ in out.bad):
+        out.digest = etag_digest(out.url) or out.digest
+
+
+def etag_digest(url: str) -> Optional[str]:
+    """The fingerprint of an object in object storage (its ETag and size), None when it
+    has no ETag."""
+    from wenet_lhotse.io.remote import _filesystem
+
+    fs, path = _filesystem(url)
+    try:
+        info = fs.info(path)
+    except Exception:
+        return None
+    tag = info.get("ETag") or info.get("etag")
+    return f"etag:{str(tag).strip(chr(34))}:{info.get('size')}" if tag else None
+
+
+def index_entry(entry: ShardEntry, policy: Optional[ReadPolicy] = None) -> TarRows:
+    """The index rows of one listed tar (:func:`index_tar`); a ``pipe:`` line has no
+    offsets and is one bad item (kind ``"not_indexable"``), read by nobody."""
+    if is_pipe(entry.url):
+        return TarRows(url=entry.url, bad=[("a pipe: has no offsets to read members by; "
+                                            "write the tar to storage to index it",
+                                            "not_indexable", None)])
+    return index_tar(entry, policy=policy)

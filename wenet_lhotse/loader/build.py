@@ -56,6 +56,7 @@ from wenet_lhotse.loader.constraint2d import (
 from wenet_lhotse.loader.constraints import batch_constraint
 from wenet_lhotse.loader.dataloader import LhotseDataLoader, MapDataLoader, StreamedDataLoader
 from wenet_lhotse.loader.distributed import gloo_group, world_info
+from wenet_lhotse.loader.first_pass import FirstPassLoader, first_pass_applies
 from wenet_lhotse.loader.in_order import wants_in_order
 from wenet_lhotse.loader.ledger import ReadOnce
 from wenet_lhotse.loader.map_core import in_list_order, shuffled_buckets, whole_set
@@ -323,8 +324,14 @@ def build_dataloader(
     plan = LoaderPlan(specs, transforms, cfg, split, seed, ws, rk, policy,
                       num_workers, prefetch_factor, loader_kw, indexes, read_once, tokenizer)
     # (issue 22) text / speech-only sources or mix_by: batch -> map-style, by batch
-    mode = ("map" if mixes_by_batch(specs, lconf.mix_by) else
+    mixed = mixes_by_batch(specs, lconf.mix_by)
+    mode = ("map" if mixed else
             resolve_mode(lconf.mode, specs, split, [i in indexes for i in range(len(specs))]))
+    if (lconf.index_first_pass and cfg.rules.training and not mixed
+            and first_pass_applies(specs)):
+        loader = FirstPassLoader(plan, dataset, build_streamed_loader, build_map_loader,
+                                 indexed=mode == "map")
+        return dataset, _progress(loader, lconf)
     if mode != "map":
         plan.indexes = {}
     build = build_map_loader if mode == "map" else build_streamed_loader

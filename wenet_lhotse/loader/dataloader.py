@@ -292,6 +292,9 @@ class MapDataLoader(LhotseDataLoader):
         self.consumed = int(sd["sampler"]["consumed"])
         self._finished = False
         self._restored = {"epoch": sampler.epoch, "consumed": self.consumed}
+        if sampler.epoch > 0 and not self._iterations:  # a later epoch: not what the build
+            # read for epoch 0 (bucket edges), its read-once skips again (see __iter__)
+            self._reported, self._iterations = len(self.skip_report), 1
 
 
 def streamed_elastic_refusal(saved: int, now: int) -> str:

@@ -46,6 +46,8 @@ declared once, on :class:`LhotseConf`'s fields; an unknown key or a bad value is
       shard_index: auto        # shard lists: sample through the index `wenet-lhotse index`
                                # wrote beside the list (auto: when there is one; true:
                                # required), or in this directory; false: always stream
+      index_first_pass: false  # shard lists without an index: the streamed first epoch
+                               # writes it, later epochs sample through it (first_pass)
       read_window_mb: null     # indexed shards: read the epoch in windows of tars of this
                                # many MiB, shuffled within each (sources.window_order);
                                # remote tars fetched whole, one window ahead
@@ -153,6 +155,7 @@ class LhotseConf:
     lang_from_data: bool = False
     probe_cache: Any = key(False, boolean_or_dir)
     shard_index: Any = key("auto", boolean_or_dir)
+    index_first_pass: bool = False  # the streamed first epoch writes the index (loader.first_pass)
     read_window_mb: Optional[float] = key(None, optional(_SECONDS))
     cv_dither: str = key("wenet", choice(*CV_DITHER))
     features_on: str = key("worker", choice(*FEATURES_ON))

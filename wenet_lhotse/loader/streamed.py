@@ -176,6 +176,9 @@ class StreamedEpochDataset(EpochAdvance, torch.utils.data.IterableDataset):
 
     #: set by the loader: the shared-memory ring batches travel through (see transport)
     ring: Any = None
+    #: set by :class:`~.first_pass.FirstPassLoader`: the shard lists' readers write the
+    #: index rows of each tar they read to its end (:mod:`~wenet_lhotse.formats.index_fragments`)
+    recorder: Any = None
 
     def __init__(self, dataset: Any, specs: Sequence[SourceSpec], transforms: Sequence[Any],
                  sampler_kw: Dict[str, Any], seed: int, shuffle: bool, stop_early: bool,
@@ -260,6 +263,8 @@ class StreamedEpochDataset(EpochAdvance, torch.utils.data.IterableDataset):
             kw = get_kind(spec.type).stream_kw(
                 spec, rank=self.rank, world_size=self.world_size, worker=worker,
                 num_workers=num_workers, shuffle=self.shuffle, seed=self.seed, epoch=epoch)
+            if self.recorder is not None:
+                kw["recorder"] = self.recorder
             cutsets.append(open_source(spec, policy=self.policy, shuffle_shards=self.shuffle,
                                        seed=self.seed, epoch=epoch, split_for_dataloading=True,
                                        transform=tf, **kw))

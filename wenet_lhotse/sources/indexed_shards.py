@@ -328,6 +328,10 @@ def shard_indexes(specs: Sequence[Any], lconf: Any, split: str = "train", *,
         elif (split == "train" and lconf.shard_index is not False
               and tuple(spec.paths) not in _HINTED):  # by paths: names repeat (shards.list)
             _HINTED.add(tuple(spec.paths))
+            if lconf.index_first_pass:
+                logger.info("source %s: no shard index yet; the first epoch streams its tars "
+                            "and writes it (lhotse_conf.index_first_pass)", spec.name)
+                continue
             how = ("its tars are loaded into memory" if lconf.mode == "map"
                    else "its tars are streamed")
             logger.warning("source %s: no shard index, so %s; for exact per-epoch sampling "

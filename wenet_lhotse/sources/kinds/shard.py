@@ -41,6 +41,11 @@ class ShardKind(InputKind):
              seed: int = 0, epoch: int = 0, split_for_dataloading: bool = False,
              wav_root: Any = None, with_audio: bool = True, fields: Any = None,
              shar_shards: Any = None, **split_kw: Any) -> CutSet:
+        recorder = split_kw.pop("recorder", None)  # a streamed first pass writes the index
+        if recorder is not None:
+            return recorder.open(paths, policy=policy, shuffle_shards=shuffle_shards,
+                                 seed=seed, epoch=epoch,
+                                 split_for_dataloading=split_for_dataloading, **split_kw)
         return read_shard_list(paths, shuffle_shards=shuffle_shards, seed=seed, epoch=epoch,
                                split_for_dataloading=split_for_dataloading, policy=policy,
                                **split_kw)
