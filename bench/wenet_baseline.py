@@ -30,9 +30,15 @@ persistent workers are alive; start-up -- imports, and langid's model, which WeN
 loads when its processor is imported -- is not counted on either side), the main
 process's share of it, padding (padded frames / all frames) and PSS of the tree.
 
+``--old-tree DIR`` adds an "ours (old tree)" row per data type and speed setting: the
+drop-in of another checkout of this repository (e.g. ``git worktree add DIR <commit>``),
+run by that tree's own copy of this script with only ``DIR`` on ``PYTHONPATH``, on the
+same corpus and ``dataset_conf``, alternated with the other rows, so that machine load
+falls on both trees alike; the ratios of this tree to the old one are printed.
+
 Run: ``python bench/wenet_baseline.py [--num-utts 800] [--rounds 2] [--workers 2]``;
-``--quick`` for a smoke run. Without WeNet's source the WeNet rows are skipped with the
-reason.
+``--quick`` for a smoke run; ``--no-wenet`` leaves WeNet's rows out. Without WeNet's
+source the WeNet rows are skipped with the reason.
 """
 
 from __future__ import annotations
@@ -148,15 +154,23 @@ def child(which: str, corpus: Path, data_type: str, workers: int, speed: bool,
 
 
 def run_child(which: str, corpus: Path, data_type: str, workers: int, speed: bool,
-              lconf: Optional[Dict[str, Any]]) -> Dict[str, float]:
+              lconf: Optional[Dict[str, Any]], old_tree: Optional[Path] = None
+              ) -> Dict[str, float]:
+    """One epoch in a fresh process. ``which == "old"``: ours from ``old_tree``, run by
+    that tree's copy of this script with only that tree on ``PYTHONPATH``."""
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    script = __file__
     if which == "wenet":
         from wenet_harness import wenet_env
 
         env = wenet_env(env)
+    elif which == "old":
+        assert old_tree is not None
+        env["PYTHONPATH"] = str(old_tree)
+        script, which = str(old_tree / "bench" / "wenet_baseline.py"), "ours"
     else:  # our side runs without the stand-ins on its path
         env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
-    cmd = [sys.executable, __file__, "--child", which, str(corpus), data_type, str(workers),
+    cmd = [sys.executable, script, "--child", which, str(corpus), data_type, str(workers),
            str(int(speed)), json.dumps(lconf or {})]
     out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if out.returncode != 0:
@@ -201,6 +215,10 @@ def main() -> None:
     ap.add_argument("--lhotse-conf", default="{}",
                     help="JSON lhotse_conf for an extra 'ours' row (e.g. "
                          "'{\"features_on\": \"device\"}')")
+    ap.add_argument("--old-tree", type=Path, default=None,
+                    help="another checkout of this repository: its drop-in as an extra row "
+                         "per data type and speed setting, with this tree's ratio to it")
+    ap.add_argument("--no-wenet", action="store_true", help="leave WeNet's rows out")
     ap.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -212,7 +230,7 @@ def main() -> None:
         args.num_utts, args.rounds = 60, 1
     from wenet_harness import sox_backend, wenet_missing
 
-    missing = wenet_missing()
+    missing = "--no-wenet" if args.no_wenet else wenet_missing()
     if missing:
         print(f"WeNet rows skipped: {missing}")
     extra = json.loads(args.lhotse_conf) or None
@@ -232,16 +250,25 @@ def main() -> None:
             for speed in (False, True):
                 rows.append(("wenet", data_type, speed, None))
                 rows.append(("ours", data_type, speed, None))
+                if args.old_tree:
+                    rows.append(("old", data_type, speed, None))
                 if extra:
                     rows.append(("ours", data_type, speed, extra))
         if missing:
             rows = [r for r in rows if r[0] != "wenet"]
         results: Dict[tuple, List[Dict[str, float]]] = {}
-        for _ in range(args.rounds):
+        for r in range(args.rounds):
+            if r:  # each round runs the two trees in the other order than the last
+                rows = [(("old" if w == "ours" and not c else "ours" if w == "old" else w),
+                         d, s, c) for w, d, s, c in rows]
             for which, data_type, speed, lconf in rows:
                 key = (which, data_type, speed, json.dumps(lconf) if lconf else "")
-                results.setdefault(key, []).append(
-                    run_child(which, corpus, data_type, args.workers, speed, lconf))
+                run = run_child(which, corpus, data_type, args.workers, speed, lconf,
+                                args.old_tree)
+                results.setdefault(key, []).append(run)
+                print(f"round {r + 1}: {which} {data_type} speed {int(speed)}: "
+                      f"{run['audio'] / run['wall']:,.0f} x real time, load average "
+                      f"{os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
         print()
         print("| pipeline | data | speed perturb | x real time | first batch (s) | "
               "CPU s / audio h | of which main process | padding | PSS MiB | batches |")
@@ -254,7 +281,8 @@ def main() -> None:
             m["mainh"] = statistics.median(r["main"] / (r["audio"] / 3600) for r in runs)
             med[key] = m
             which, data_type, speed, lconf = key
-            label = "WeNet" if which == "wenet" else ("ours " + lconf if lconf else "ours")
+            label = {"wenet": "WeNet", "old": "ours (old tree)"}.get(
+                which, "ours " + lconf if lconf else "ours")
             sp = wenet_sp if speed and which == "wenet" else ("yes" if speed else "no")
             print(f"| {label} | {data_type} | {sp} | {m['xrt']:,.0f} | {m['first']:.2f} | "
                   f"{m['cpuh']:.2f} | {m['mainh']:.2f} | {100 * m['padding']:.1f}% | "
@@ -262,8 +290,20 @@ def main() -> None:
         print()
         for key, m in med.items():
             which, data_type, speed, lconf = key
+            old = med.get(("old", data_type, speed, ""))
+            if which == "ours" and not lconf and old is not None:
+                runs = zip(results[key], results[("old", data_type, speed, "")])
+                per_round = [(a["audio"] / a["wall"]) / (b["audio"] / b["wall"]) for a, b in runs]
+                print(f"this tree vs old tree, {data_type}, speed perturb "
+                      f"{'on' if speed else 'off'}: throughput {m['xrt'] / old['xrt']:.2f}x "
+                      f"(per round {', '.join(f'{r:.2f}' for r in per_round)}), first batch "
+                      f"{m['first']:.2f} s vs {old['first']:.2f} s, CPU per audio hour "
+                      f"{m['cpuh'] / old['cpuh']:.2f}x, batches {m['batches']:.0f} vs "
+                      f"{old['batches']:.0f}")
+        for key, m in med.items():
+            which, data_type, speed, lconf = key
             base = med.get(("wenet", data_type, speed, ""))
-            if which == "wenet" or base is None:
+            if which != "ours" or base is None:
                 continue
             label = "ours " + lconf if lconf else "ours"
             print(f"{label} vs WeNet, {data_type}, speed perturb {'on' if speed else 'off'}: "

@@ -268,3 +268,23 @@ def test_mix_by_batch_samples_an_indexed_shard_list_through_its_index(tmp_path, 
         keys = [k for b in loader for k in b["keys"]]
     assert sorted(keys) == sorted(c.keys + m.keys)
     assert not any("loaded into memory" in r.getMessage() for r in caplog.records)
+
+
+def test_text_state_mid_epoch_refused_on_another_world_size(mix):
+    """A text source's position is per rank of a plan dealt by the world size: a state
+    saved mid-epoch on 2 ranks is refused on 3 (one line naming the key); an epoch's start
+    resumes on any number of ranks."""
+    from wenet_lhotse.sources.state_lines import StateError
+
+    loader = _loader(mix, 0, 2)
+    it = iter(loader)
+    next(it), next(it)
+    state = json.loads(json.dumps(loader.state_dict()))
+    fresh = _loader(mix, 0, 3)
+    with pytest.raises(StateError, match="world_size: saved mid-epoch on 2 ranks") as err:
+        fresh.load_state_dict(state)
+    assert "\n" not in str(err.value)
+    _loader(mix, 1, 2).load_state_dict(state)  # the same world size resumes
+    for _ in it:
+        pass
+    _loader(mix, 2, 3).load_state_dict(loader.state_dict())  # the epoch's end: any size

@@ -200,6 +200,10 @@ class BatchMuxSampler(EpochAdvance):
         if mark is None:  # saved before its epoch began: iter() starts that epoch
             self._restored_at(sd["epoch"], resume=False)
             return
+        for s, sub in zip(self.samplers, sd["subs"]):  # refused before any is restored
+            check = getattr(s, "check_state", None)
+            if check is not None:
+                check(sub)
         self.epoch = int(sd["epoch"])
         for s, sub in zip(self.samplers, sd["subs"]):
             s.load_state_dict(sub)

@@ -9,8 +9,12 @@ size, ``batch size x longest item`` in tokens; pairs count the longer side, see
 the last round is re-planned so that every rank gets a batch and no item is repeated
 (:func:`~.distributed.plan_last_two_rounds`, as the speech sampler does).
 
-State: ``{"epoch", "consumed"}``. Restoring re-plans the epoch (cost: one pass over the
-in-memory items, no IO) and skips the consumed batches: exact at any position.
+State: ``{"epoch", "consumed", "world_size"}``. Restoring re-plans the epoch (cost: one
+pass over the in-memory items, no IO) and skips the consumed batches: exact at any
+position, on the same number of ranks. ``consumed`` counts this rank's batches of a plan
+dealt by ``world_size``, so a state saved mid-epoch on another number of ranks is refused
+in one line (:meth:`TextBatchSampler.check_state`; replaying it trained some lines never
+and others twice); an epoch's start resumes on any number.
 Same protocol as :class:`~.sampler.ResumableBucketingSampler`: each ``iter()`` starts the
 next epoch unless ``set_epoch`` or ``load_state_dict`` came first.
 """
@@ -33,6 +37,7 @@ from lhotse.dataset.sampling.dynamic_bucketing import (
 
 from wenet_lhotse.loader.distributed import plan_last_two_rounds, plan_partition
 from wenet_lhotse.loader.epochs import EpochAdvance
+from wenet_lhotse.sources.state_lines import StateError
 
 
 @dataclass
@@ -163,11 +168,23 @@ class TextBatchSampler(EpochAdvance):
 
     def state_dict(self, consumed: Optional[int] = None) -> Dict[str, Any]:
         consumed = self._pos if consumed is None else consumed
+        ws = self.world_size
         if self._done and consumed >= len(self._plan):  # the end was met: the next epoch
-            return {"kind": "text", "epoch": self.epoch + 1, "consumed": 0}
-        return {"kind": "text", "epoch": self.epoch, "consumed": consumed}
+            return {"kind": "text", "epoch": self.epoch + 1, "consumed": 0, "world_size": ws}
+        return {"kind": "text", "epoch": self.epoch, "consumed": consumed, "world_size": ws}
+
+    def check_state(self, sd: Dict[str, Any]) -> None:
+        """:class:`StateError` naming ``world_size`` for a state saved mid-epoch on another
+        number of ranks (see the module doc); called before any sampler is restored."""
+        saved = int(sd.get("world_size", self.world_size))
+        if saved != self.world_size and int(sd.get("consumed", 0)) > 0:
+            raise StateError("world_size", (
+                f"saved mid-epoch on {saved} ranks, this run has {self.world_size}: a text "
+                f"source resumes mid-epoch only on the same number of ranks (each rank's "
+                f"text batches depend on it); resume from an epoch checkpoint"))
 
     def load_state_dict(self, sd: Dict[str, Any]) -> None:
+        self.check_state(sd)
         self._restored_at(sd["epoch"])
         self._plan = self.plan(self.epoch)[self.rank::self.world_size]
         self._pos = int(sd["consumed"])
