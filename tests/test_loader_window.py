@@ -188,3 +188,33 @@ def test_remote_tars_are_fetched_about_once_per_epoch(shards, s3_proxy, tmp_path
     # come; here 4 of the 20 cuts, so a tar wholly in them is never fetched whole), far
     # rarer at real sizes (bench/s3_window.py)
     assert sum(fetched.values()) / sum(sizes.values()) < 2.0, requests
+
+
+def test_spool_copy_lives_while_held_and_trims_to_waiting_members(shards, tmp_path):
+    """formats.tar_spool: two holders of one copy (two ranks of a node); a copy cut down
+    to the members still waiting keeps their offsets; the last release removes it."""
+    import tarfile
+
+    from wenet_lhotse.formats.member_reads import read_members
+    from wenet_lhotse.formats.tar_spool import TarSpool
+
+    tar = shards["tars"][0]
+    url = "s3://bucket/" + Path(tar).name
+    with tarfile.open(tar) as tf:
+        members = [(m.name, m.offset_data, m.size) for m in tf if m.isfile()]
+    a, b = TarSpool(directory=str(tmp_path / "spool")), TarSpool(directory=str(tmp_path / "spool"))
+    a.hold(url)
+    b.hold(url)
+    assert a.held(url) and a.local(url) is None  # held: a reader waits for the copy
+    Path(a.path(url)).write_bytes(Path(tar).read_bytes())  # as a fetch leaves it
+    keep, drop = members[:1], members[1:]
+    kept = a.trim(url, [(o - 512, n + 512) for _, o, n in keep])
+    assert kept == sum(n + 512 for _, _, n in keep)
+    assert os.path.getsize(a.path(url)) == os.path.getsize(tar)  # same offsets (sparse)
+    got = read_members(a.path(url), keep + drop)
+    assert got[keep[0][0]] == Path(tar).read_bytes()[keep[0][1]:keep[0][1] + keep[0][2]]
+    assert all(not isinstance(got[name], bytes) for name, _, _ in drop)  # not kept: named
+    a.release(url)
+    assert b.local(url) is not None  # b still holds it
+    b.release(url)
+    assert b.local(url) is None and not b.held(url) and b.wait(url) is None

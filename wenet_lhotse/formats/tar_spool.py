@@ -34,7 +34,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Iterable, Iterator, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, Tuple
 
 from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.io.policy import ReadPolicy
@@ -126,12 +126,16 @@ class TarSpool:
         """Fetch ``[url, bytes]`` items in the background, in order, each once until it
         is released (errors are left for the read that needs the tar to meet and
         report)."""
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(2, thread_name_prefix="tar-spool")
         for url, nbytes in tars:
             if url not in self._asked and not os.path.exists(self.path(url)):
                 self._asked.add(url)
-                self._pool.submit(self._quiet_fetch, url, int(nbytes))
+                self.in_background(self._quiet_fetch, url, int(nbytes))
+
+    def in_background(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on the spool's threads (in order with the fetches)."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(2, thread_name_prefix="tar-spool")
+        self._pool.submit(fn, *args)
 
     def _quiet_fetch(self, url: str, nbytes: int) -> None:
         if url not in self._asked:  # released before its turn came
@@ -200,7 +204,10 @@ class TarSpool:
                     dst.seek(start)
                     kept += dst.write(src.read(n))
                 dst.truncate(os.fstat(src.fileno()).st_size)
-            os.replace(tmp, final)  # a reader with the whole copy open keeps it
+            with self._locked():  # a reader with the whole copy open keeps it
+                if not os.path.exists(self._hold_file(url)):  # let go meanwhile
+                    return None
+                os.replace(tmp, final)
         except FileNotFoundError:
             return None
         finally:

@@ -85,10 +85,10 @@ class WindowKeeper:
         for url, h in older:
             if not h.members:
                 self._drop(url)
-            elif not h.trimmed:  # the waiting cuts' members only (None: not here yet)
-                kept = self.spool.trim(url, [(o - 512, n + 512) for o, n in h.members.items()])
-                if kept is not None:
-                    h.nbytes, h.trimmed = kept, True
+            elif not h.trimmed:  # the waiting cuts' members only, on the spool's threads
+                ranges = [(o - 512, n + 512) for o, n in h.members.items()]
+                h.nbytes, h.trimmed = sum(n for _, n in ranges), True
+                self.spool.in_background(self._trim, url, h, ranges)
         older = sorted((len(h.members), -h.window, u) for u, h in self.held.items()
                        if h.window < window)
         carried = sum(self.held[u].nbytes for _, _, u in older)
@@ -98,6 +98,10 @@ class WindowKeeper:
             carried -= self.held[url].nbytes
             self._drop(url)
         self.spool.prefetch(list(tars) + list(nxt))
+
+    def _trim(self, url: str, h: _Held, ranges: list) -> None:
+        if self.spool.trim(url, ranges) is None:  # not here yet: again at the next window
+            h.trimmed = False
 
     def count(self, url: str, offset: int, size: int) -> None:
         """A cut of ``url`` (its member's data at ``offset``, ``size`` bytes) was
