@@ -1,8 +1,8 @@
 """sources.window_order (+ index_reader, formats.tar_spool, sources.window_reads): the
 window order of an indexed epoch (``lhotse_conf.read_window_mb``): every utterance
 exactly once, mid-epoch and elastic resume, windows that hold to their byte budget,
-and remote tars fetched about once per epoch (bytes counted at a proxy in front of
-moto's S3 server)."""
+and remote tars fetched whole at most once per epoch (bytes counted at a proxy in front
+of moto's S3 server, and at a real HTTP server); the spool's holds and trimmed copies."""
 
 from __future__ import annotations
 
@@ -218,3 +218,46 @@ def test_spool_copy_lives_while_held_and_trims_to_waiting_members(shards, tmp_pa
     assert b.local(url) is not None  # b still holds it
     b.release(url)
     assert b.local(url) is None and not b.held(url) and b.wait(url) is None
+
+
+@pytest.mark.slow
+def test_http_tars_are_fetched_whole_at_most_once(shards, http_serve, tmp_path, monkeypatch):
+    """The spool on HTTP (a real server on 127.0.0.1): every cut's audio as read
+    locally, and no tar fetched whole twice in an epoch."""
+    monkeypatch.setenv("WENET_LHOTSE_SPOOL", str(tmp_path / "spool"))
+    monkeypatch.setenv("WENET_LHOTSE_RANGE_CACHE_MB", "0")
+    from conftest import AdversarialHandler
+
+    seen = []  # (tar, first byte, bytes asked) of every ranged GET
+
+    class Recording(AdversarialHandler):
+        def do_GET(self):
+            m = re.match(r"bytes=(\d+)-(\d+)", self.headers.get("Range") or "")
+            if m:
+                seen.append((self.path.rsplit("/", 1)[-1], int(m.group(1)),
+                             int(m.group(2)) - int(m.group(1)) + 1))
+            return super().do_GET()
+
+    base = http_serve(Path(shards["tars"][0]).parent, handler_class=Recording, mode="ranges")
+    lst = tmp_path / "http.list"
+    lst.write_text("".join(f"{base}/{Path(t).name}\n" for t in shards["tars"]))
+    cache = str(tmp_path / "cache")
+    index_shards(str(lst), cache_dir=cache)
+    conf = {**CONF, "lhotse_conf": {**CONF["lhotse_conf"], "shard_index": cache}}
+
+    class Audio:
+        def __getitem__(self, cuts):
+            return {c.id: c.load_audio() for c in cuts}
+
+    _, loader = build_dataloader(str(lst), None, conf, dataset=Audio(), num_workers=2)
+    expected = {c.id: c.load_audio() for c in read_shard_list(shards["list"])}
+    seen.clear()
+    got = {}
+    for batch in loader:
+        got.update(batch)
+    assert sorted(got) == sorted(expected)
+    assert all(np.array_equal(got[k], expected[k]) for k in expected)
+    sizes = {Path(t).name: os.path.getsize(t) for t in shards["tars"]}
+    whole = [name for name, start, n in seen if start == 0 and n == sizes[name]]
+    assert len(whole) == len(set(whole)) >= len(sizes) - 2, seen
+    assert sum(n for _, _, n in seen) / sum(sizes.values()) < 2.0, seen  # + first batches
