@@ -9,16 +9,17 @@ process; the DataLoader workers only read, :mod:`.window_reads`).
   ahead of the batches that need it.
 * Each cut the sampler buffers is held against its tar until the sampler releases it
   (:meth:`release`: its batch was emitted and, ``release_depth`` batches later, has
-  been read by the DataLoader worker). When the reader has left a tar's window its copy
-  is cut down to the members of the cuts still held (:meth:`TarSpool.trim
-  <wenet_lhotse.formats.tar_spool.TarSpool.trim>`: the carried pool, cuts waiting in
-  sparse buckets) and removed when none is left: those cuts are read from the copy, and
-  no tar is fetched twice in an epoch.
-* Budget: the (trimmed) copies of windows before the current one are kept up to
-  :data:`CARRIED_WINDOWS` x the window's bytes; above it the copies with the fewest
-  waiting cuts go (those cuts are read by their own byte range). Disk per node: about
-  ``(CARRIED_WINDOWS + 2) x read_window_mb`` (a tar larger than the window counts as
-  its window); in practice the current and next windows plus the waiting cuts' audio.
+  been read by the DataLoader worker). The copy of a tar whose window the reader has
+  left is removed when none of its cuts is held any more; until then its waiting cuts
+  (the carried pool: cuts that wait in sparse buckets) are read from it, and no tar is
+  fetched twice in an epoch.
+* Budget: the copies of windows before the current one are kept up to
+  :data:`CARRIED_WINDOWS` x the window's bytes. Above it, copies are first cut down to
+  the members of their waiting cuts (:meth:`TarSpool.trim
+  <wenet_lhotse.formats.tar_spool.TarSpool.trim>`, on the spool's threads), most bytes
+  saved first; only then do the copies with the fewest waiting cuts go (those cuts are
+  read by their own byte range). Disk per node: about ``(CARRIED_WINDOWS + 2) x
+  read_window_mb`` (a tar larger than the window counts as its window).
 
 Counts are of the global order (every rank's sampler reads all of it), so the ranks of
 a node agree on what to keep; each holds the copies itself and the last one to let go
@@ -81,27 +82,31 @@ class WindowKeeper:
                     self.spool.hold(url)
                 else:
                     self.held[url].window = w
-        older = [(u, h) for u, h in self.held.items() if h.window < window]
-        for url, h in older:
-            if not h.members:
-                self._drop(url)
-            elif not h.trimmed:  # the waiting cuts' members only, on the spool's threads
-                ranges = [(o - 512, n + 512) for o, n in h.members.items()]
-                h.nbytes, h.trimmed = sum(n for _, n in ranges), True
-                self.spool.in_background(self._trim, url, h, ranges)
-        older = sorted((len(h.members), -h.window, u) for u, h in self.held.items()
-                       if h.window < window)
-        carried = sum(self.held[u].nbytes for _, _, u in older)
-        for _, _, url in older:  # over budget: the copies fewest cuts wait for go first
-            if carried <= self.budget:
-                break
-            carried -= self.held[url].nbytes
+        for url in [u for u, h in self.held.items() if h.window < window and not h.members]:
             self._drop(url)
+        older = [(u, h) for u, h in self.held.items() if h.window < window]
+        carried = sum(h.nbytes for _, h in older)
+        if carried > self.budget:  # cut copies down to their waiting members, most saved first
+            need = [(h.nbytes - sum(n for n in h.members.values()) - 512 * len(h.members), u, h)
+                    for u, h in older]
+            for saved, url, h in sorted(need, key=lambda x: -x[0]):
+                if carried <= self.budget or saved <= 0:
+                    break
+                ranges = [(o - 512, n + 512) for o, n in h.members.items()]
+                full, h.nbytes, h.trimmed = h.nbytes, h.nbytes - saved, True
+                carried -= saved
+                self.spool.in_background(self._trim, url, h, ranges, full)
+        for _, _, url in sorted((len(h.members), -h.window, u) for u, h in older):
+            if carried <= self.budget:  # still over: the copies fewest cuts wait for go
+                break
+            if url in self.held:
+                carried -= self.held[url].nbytes
+                self._drop(url)
         self.spool.prefetch(list(tars) + list(nxt))
 
-    def _trim(self, url: str, h: _Held, ranges: list) -> None:
+    def _trim(self, url: str, h: _Held, ranges: list, full: int) -> None:
         if self.spool.trim(url, ranges) is None:  # not here yet: again at the next window
-            h.trimmed = False
+            h.nbytes = full
 
     def count(self, url: str, offset: int, size: int) -> None:
         """A cut of ``url`` (its member's data at ``offset``, ``size`` bytes) was
