@@ -7,9 +7,10 @@ Set-up, all on this machine:
    tars: ``--tars`` tars of ``--per-tar`` (default 10 x 200, about 19 MB each) and
    ``--big-tars`` of ``--big-per-tar`` (default 2 x 1,040, about 100 MB each);
 2. moto's S3 server (``ThreadedMotoServer`` in a local process, as the tests start it)
-   behind a TCP proxy that delays every request by ``--delay-ms`` (20 ms) and counts
-   requests and bytes sent back; the lists name ``s3://`` tars, each indexed into a
-   cache directory (``wenet-lhotse index --cache-dir``) before anything is counted;
+   behind a TCP proxy (a process of its own) that delays every request by
+   ``--delay-ms`` (20 ms) and counts requests and bytes sent back; the lists name
+   ``s3://`` tars, each indexed into a cache directory (``wenet-lhotse index
+   --cache-dir``) before anything is counted;
 3. for each tar set and ``--workers`` (1 and 2 DataLoader workers): one epoch each of
    *streamed* (no index), *global* (the index, today's order: tars shuffled, the
    sampler's buffer of 20,000 mixing all of them) and *window* (the index with
@@ -95,16 +96,20 @@ def write_tars(src: Path, out: Path, ntars: int, per_tar: int, tag: str) -> list
 
 class CountingProxy:
     """A TCP proxy to ``port``: each request delayed by ``delay`` s, counted; bytes
-    sent back counted."""
+    sent back counted. It runs in a process of its own (it stands for the network: its
+    threads must not compete with the loader's main process for the GIL)."""
 
     def __init__(self, port: int, delay: float) -> None:
+        import multiprocessing as mp
+
         self.upstream, self.delay = port, delay
-        self.requests = 0
-        self.bytes = 0
-        self._lock = threading.Lock()
+        ctx = mp.get_context("fork")
+        self._requests, self._bytes = ctx.Value("q", 0), ctx.Value("q", 0)
         self._srv = socket.create_server(("127.0.0.1", 0))
         self.endpoint = f"http://127.0.0.1:{self._srv.getsockname()[1]}"
-        threading.Thread(target=self._serve, daemon=True).start()
+        self._proc = ctx.Process(target=self._serve, daemon=True)
+        self._proc.start()
+        self._srv.close()  # the child serves it
 
     def _serve(self) -> None:
         while True:
@@ -123,11 +128,11 @@ class CountingProxy:
                 if not data:
                     break
                 if downstream:
-                    with self._lock:
-                        self.bytes += len(data)
+                    with self._bytes.get_lock():
+                        self._bytes.value += len(data)
                 elif data[:4] in (b"GET ", b"HEAD", b"PUT ", b"POST"):
-                    with self._lock:
-                        self.requests += 1
+                    with self._requests.get_lock():
+                        self._requests.value += 1
                     time.sleep(self.delay)
                 dst.sendall(data)
         except OSError:
@@ -140,11 +145,11 @@ class CountingProxy:
                     pass
 
     def counts(self):
-        with self._lock:
-            return self.requests, self.bytes
+        return self._requests.value, self._bytes.value
 
     def close(self) -> None:
-        self._srv.close()
+        self._proc.terminate()
+        self._proc.join(5)
 
 
 def conf_for(mode: str, cache: str, window_mb: float) -> dict:

@@ -1,8 +1,8 @@
 """sources.window_order (+ index_reader, formats.tar_spool, sources.window_reads): the
 window order of an indexed epoch (``lhotse_conf.read_window_mb``): every utterance
 exactly once, mid-epoch and elastic resume, windows that hold to their byte budget,
-and remote tars fetched about once per epoch (bytes counted at a proxy in front of
-moto's S3 server)."""
+and remote tars fetched whole at most once per epoch (bytes counted at a proxy in front
+of moto's S3 server, and at a real HTTP server); the spool's holds and trimmed copies."""
 
 from __future__ import annotations
 
@@ -179,14 +179,85 @@ def test_remote_tars_are_fetched_about_once_per_epoch(shards, s3_proxy, tmp_path
             fetched[name] = fetched.get(name, 0) + (n or 0)
     sizes = {Path(t).name: os.path.getsize(t) for t in shards["tars"]}
     assert set(fetched) == set(sizes)
-    ratios = {k: fetched[k] / sizes[k] for k in sizes}
-    # each tar read whole, once (the two workers share the spool) ...
-    assert all(r >= 1 for r in ratios.values()), ratios
+    # each tar read whole at most once (the two workers share the spool, the sampling
+    # process fetches) ...
     whole = [name for path, n in requests for name in [path.rsplit("/", 1)[-1]]
              if name in sizes and n == sizes[name]]
-    assert set(whole) == set(sizes), requests
-    # ... plus the members of each worker's first batch (read while the copies come),
-    # of cuts carried in their bucket past their window's eviction, and a tar fetched
-    # again for a worker a window behind the other: windows of two or three tars of
-    # three utterances here, all far rarer at real sizes (bench/s3_window.py)
-    assert sum(fetched.values()) / sum(sizes.values()) < 1.5, requests
+    assert len(whole) == len(set(whole)) >= len(sizes) - 2, requests
+    # ... plus the members of each worker's first batch (read by range while the copies
+    # come; here 4 of the 20 cuts, so a tar wholly in them is never fetched whole), far
+    # rarer at real sizes (bench/s3_window.py)
+    assert sum(fetched.values()) / sum(sizes.values()) < 2.0, requests
+
+
+def test_spool_copy_lives_while_held_and_trims_to_waiting_members(shards, tmp_path):
+    """formats.tar_spool: two holders of one copy (two ranks of a node); a copy cut down
+    to the members still waiting keeps their offsets; the last release removes it."""
+    import tarfile
+
+    from wenet_lhotse.formats.member_reads import read_members
+    from wenet_lhotse.formats.tar_spool import TarSpool
+
+    tar = shards["tars"][0]
+    url = "s3://bucket/" + Path(tar).name
+    with tarfile.open(tar) as tf:
+        members = [(m.name, m.offset_data, m.size) for m in tf if m.isfile()]
+    a, b = TarSpool(directory=str(tmp_path / "spool")), TarSpool(directory=str(tmp_path / "spool"))
+    a.hold(url)
+    b.hold(url)
+    assert a.held(url) and a.local(url) is None  # held: a reader waits for the copy
+    Path(a.path(url)).write_bytes(Path(tar).read_bytes())  # as a fetch leaves it
+    keep, drop = members[:1], members[1:]
+    kept = a.trim(url, [(o - 512, n + 512) for _, o, n in keep])
+    assert kept == sum(n + 512 for _, _, n in keep)
+    assert os.path.getsize(a.path(url)) == os.path.getsize(tar)  # same offsets (sparse)
+    got = read_members(a.path(url), keep + drop)
+    assert got[keep[0][0]] == Path(tar).read_bytes()[keep[0][1]:keep[0][1] + keep[0][2]]
+    assert all(not isinstance(got[name], bytes) for name, _, _ in drop)  # not kept: named
+    a.release(url)
+    assert b.local(url) is not None  # b still holds it
+    b.release(url)
+    assert b.local(url) is None and not b.held(url) and b.wait(url) is None
+
+
+@pytest.mark.slow
+def test_http_tars_are_fetched_whole_at_most_once(shards, http_serve, tmp_path, monkeypatch):
+    """The spool on HTTP (a real server on 127.0.0.1): every cut's audio as read
+    locally, and no tar fetched whole twice in an epoch."""
+    monkeypatch.setenv("WENET_LHOTSE_SPOOL", str(tmp_path / "spool"))
+    monkeypatch.setenv("WENET_LHOTSE_RANGE_CACHE_MB", "0")
+    from conftest import AdversarialHandler
+
+    seen = []  # (tar, first byte, bytes asked) of every ranged GET
+
+    class Recording(AdversarialHandler):
+        def do_GET(self):
+            m = re.match(r"bytes=(\d+)-(\d+)", self.headers.get("Range") or "")
+            if m:
+                seen.append((self.path.rsplit("/", 1)[-1], int(m.group(1)),
+                             int(m.group(2)) - int(m.group(1)) + 1))
+            return super().do_GET()
+
+    base = http_serve(Path(shards["tars"][0]).parent, handler_class=Recording, mode="ranges")
+    lst = tmp_path / "http.list"
+    lst.write_text("".join(f"{base}/{Path(t).name}\n" for t in shards["tars"]))
+    cache = str(tmp_path / "cache")
+    index_shards(str(lst), cache_dir=cache)
+    conf = {**CONF, "lhotse_conf": {**CONF["lhotse_conf"], "shard_index": cache}}
+
+    class Audio:
+        def __getitem__(self, cuts):
+            return {c.id: c.load_audio() for c in cuts}
+
+    _, loader = build_dataloader(str(lst), None, conf, dataset=Audio(), num_workers=2)
+    expected = {c.id: c.load_audio() for c in read_shard_list(shards["list"])}
+    seen.clear()
+    got = {}
+    for batch in loader:
+        got.update(batch)
+    assert sorted(got) == sorted(expected)
+    assert all(np.array_equal(got[k], expected[k]) for k in expected)
+    sizes = {Path(t).name: os.path.getsize(t) for t in shards["tars"]}
+    whole = [name for name, start, n in seen if start == 0 and n == sizes[name]]
+    assert len(whole) == len(set(whole)) >= len(sizes) - 2, seen
+    assert sum(n for _, _, n in seen) / sum(sizes.values()) < 2.0, seen  # + first batches

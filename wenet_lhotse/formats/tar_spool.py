@@ -1,6 +1,7 @@
 """Whole remote tars fetched once into a local spool directory shared by the processes
-of a node (DataLoader workers, DDP ranks): :class:`TarSpool`, used by the audio reader
-of the window order (:mod:`wenet_lhotse.sources.window_order`).
+of a node (DDP ranks, DataLoader workers): :class:`TarSpool`, used by the window order
+(:mod:`wenet_lhotse.sources.window_keeper` decides what is fetched and kept, in the
+sampling process; :mod:`wenet_lhotse.sources.window_reads` reads, in the workers).
 
 A tar is fetched front to back in ranged requests of 8 MiB (through the retrying
 readers of :mod:`~wenet_lhotse.io.remote` / :mod:`~wenet_lhotse.io.http_reader`,
@@ -10,23 +11,30 @@ processes wait for that fetch instead of starting their own, and a claim left by
 dead process is taken over. Members are then read from the local copy with the same
 header checks as any indexed read (:func:`~.member_reads.read_members`).
 
-Memory per process: one 8 MiB piece in flight per fetching thread (two threads ahead).
-Disk per node: the tars of the windows kept (two before the current one, the current
-and the next: about ``4 x read_window_mb``); the caller evicts the older ones
-(:meth:`TarSpool.evict`).
-The directory is ``$WENET_LHOTSE_SPOOL``, default ``<tmp>/wenet-lhotse-spool-<uid>``;
-the copies of the last windows stay there when training ends (remove it to reclaim).
+A copy lives while a process *holds* it (a file ``<copy>.hold.<pid>-<spool>``): the sampling
+process of each rank holds the tars whose cuts it may still emit; the last
+:meth:`TarSpool.release` (or one finding only dead holders) removes the copy. A reader
+that finds no copy waits while a live hold says one is coming (:meth:`TarSpool.wait`),
+else reads the member's own byte range: a tar is never fetched twice for a reader. A
+copy whose window has passed is cut down to the members still waiting to be read
+(:meth:`TarSpool.trim`: a sparse file, the members at their offsets).
+
+Memory per process: one 8 MiB piece in flight per fetching thread (two threads).
+The directory is ``$WENET_LHOTSE_SPOOL``, default ``<tmp>/wenet-lhotse-spool-<uid>``.
 """
 
 from __future__ import annotations
 
+import fcntl
+import glob
 import hashlib
 import logging
 import os
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Iterable, List, Optional, Sequence, Tuple
+from contextlib import contextmanager
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, Tuple
 
 from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.io.policy import ReadPolicy
@@ -106,33 +114,116 @@ class TarSpool:
                     f.write(piece)
                     left -= len(piece)
                     self.fetched += len(piece)
-            os.replace(tmp, final)  # short (a tar cut since indexing): member checks name it
+            with self._locked():  # short (a tar cut since indexing): member checks name it
+                os.replace(tmp, final)
+                if not self._holders(url):  # released while it came: nobody will read it
+                    _remove(final)
         finally:
             reader.close()
             _remove(tmp)
 
     def prefetch(self, tars: Iterable[Sequence]) -> None:
-        """Fetch ``[url, bytes]`` items in the background, in order (errors are left
-        for the read that needs the tar to meet and report)."""
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(2, thread_name_prefix="tar-spool")
+        """Fetch ``[url, bytes]`` items in the background, in order, each once until it
+        is released (errors are left for the read that needs the tar to meet and
+        report)."""
         for url, nbytes in tars:
             if url not in self._asked and not os.path.exists(self.path(url)):
                 self._asked.add(url)
-                self._pool.submit(self._quiet_fetch, url, int(nbytes))
+                self.in_background(self._quiet_fetch, url, int(nbytes))
+
+    def in_background(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on the spool's threads (in order with the fetches)."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(2, thread_name_prefix="tar-spool")
+        self._pool.submit(fn, *args)
 
     def _quiet_fetch(self, url: str, nbytes: int) -> None:
+        if url not in self._asked:  # released before its turn came
+            return
         try:
             self.fetch(url, nbytes)
         except (WenetDataError, OSError) as err:
-            self._asked.discard(url)  # a later cut asks again
+            # no copy will come: readers read the members' ranges and meet (and name) it
+            self.release(url)
             logger.debug("prefetch of %s failed: %s", url, err)
 
-    def evict(self, urls: Iterable[str]) -> None:
-        """Remove the local copies of ``urls`` (readers holding one open keep it)."""
-        for url in urls:
-            self._asked.discard(url)
-            _remove(self.path(url))
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """The spool's lock (holds and removals of all processes of the node)."""
+        with open(os.path.join(self.dir, ".lock"), "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    def _holders(self, url: str) -> list:
+        """Hold files of ``url`` whose process is alive (dead ones are removed)."""
+        alive = []
+        for h in glob.glob(glob.escape(self.path(url)) + ".hold.*"):
+            pid = h.rsplit(".", 1)[1].split("-")[0]
+            if pid.isdigit() and process_running(int(pid)):
+                alive.append(h)
+            else:
+                _remove(h)
+        return alive
+
+    def _hold_file(self, url: str) -> str:  # one per TarSpool (a process may have several)
+        return f"{self.path(url)}.hold.{os.getpid()}-{id(self):x}"
+
+    def hold(self, url: str) -> None:
+        """This process needs ``url``'s copy (to fetch or read) until :meth:`release`."""
+        with self._locked():
+            with open(self._hold_file(url), "a"):
+                pass
+
+    def held(self, url: str) -> bool:
+        """Does a live process hold ``url`` (so that its copy is or will be here)?"""
+        return bool(self._holders(url))
+
+    def release(self, url: str) -> None:
+        """Drop this process's hold on ``url``; the copy goes with the last hold
+        (readers holding it open keep it)."""
+        self._asked.discard(url)
+        with self._locked():
+            _remove(self._hold_file(url))
+            if not self._holders(url):
+                _remove(self.path(url))
+
+    def trim(self, url: str, ranges: Iterable[Tuple[int, int]]) -> Optional[int]:
+        """Keep only ``(start, length)`` byte ranges of ``url``'s copy, at their offsets
+        (a sparse file: the rest reads as zeros, which no member header check passes);
+        the bytes kept, or None when there is no complete copy (yet)."""
+        final = self.path(url)
+        tmp = f"{final}.{os.getpid()}-{id(self):x}.trim"
+        kept = 0
+        try:
+            with open(final, "rb") as src, open(tmp, "wb") as dst:
+                for start, n in sorted(ranges):
+                    src.seek(start)
+                    dst.seek(start)
+                    kept += dst.write(src.read(n))
+                dst.truncate(os.fstat(src.fileno()).st_size)
+            with self._locked():  # a reader with the whole copy open keeps it
+                if not os.path.exists(self._hold_file(url)):  # let go meanwhile
+                    return None
+                os.replace(tmp, final)
+        except FileNotFoundError:
+            return None
+        finally:
+            _remove(tmp)
+        return kept
+
+    def wait(self, url: str) -> Optional[str]:
+        """The copy of ``url`` once it is here, or None when no live process holds it
+        (it will not come: read the members' own ranges)."""
+        final = self.path(url)
+        while True:
+            if os.path.exists(final):
+                return final
+            if not self.held(url):
+                return final if os.path.exists(final) else None
+            time.sleep(POLL)
 
 
 def _claim_alive(claim: str) -> bool:
@@ -151,9 +242,3 @@ def _remove(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
-
-
-def window_tars(custom: dict) -> Tuple[Tuple[int, int], List[list], List[list]]:
-    """``(window, its tars, the next window's tars)`` from an indexed cut's custom."""
-    epoch, w = custom["shard_window"]
-    return (int(epoch), int(w)), custom.get("shard_tars") or [], custom.get("shard_next") or []

@@ -43,6 +43,8 @@ class PositionedBucketer(SteppedBucketer):
     def _next_cut(self) -> Cut:
         cut = next(self.cuts_iter)
         self.loc[id(cut)] = (cut, *self.mux.last)
+        stream, pos = self.mux.last
+        self.mux.streams[stream].reader.taken(cut, pos)  # (the window order's tar copies)
         self.read += 1
         return cut
 

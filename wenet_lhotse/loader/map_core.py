@@ -84,7 +84,9 @@ def speech_sampler(plan: Any, mux: ResumableMux, bins: List[float], constraint: 
     return ResumableBucketingSampler(
         mux, duration_bins=bins, constraint=constraint, shuffle=plan.cfg.shuffle,
         buffer_size=buffer_size, world_size=plan.world_size, rank=plan.rank, seed=seed,
-        snapshot_depth=snapshot_depth(plan), wenet_workers=wenet_workers)
+        snapshot_depth=snapshot_depth(plan), wenet_workers=wenet_workers,
+        # batches in flight: torch's DataLoader keeps prefetch_factor x workers
+        release_depth=plan.num_workers * (plan.prefetch_factor or 2) + 1)
 
 
 def _all_sources(plan: Any, transforms: Sequence[Any], two_d: Optional[Tuple]

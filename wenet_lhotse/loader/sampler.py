@@ -113,7 +113,8 @@ class ResumableBucketingSampler(EpochAdvance, SteppedEpochs, DynamicBucketingSam
                  shuffle: bool = False, drop_last: bool = False, buffer_size: int = 20000,
                  quadratic_duration: Optional[float] = None, world_size: Optional[int] = None,
                  rank: Optional[int] = None, seed: int = 0, sync_buckets: bool = True,
-                 snapshot_depth: int = 64, wenet_workers: int = 1) -> None:
+                 snapshot_depth: int = 64, wenet_workers: int = 1,
+                 release_depth: int = 2) -> None:
         if drop_last:
             raise ValueError("ResumableBucketingSampler uses every cut: drop_last must be False")
         with warnings.catch_warnings():
@@ -138,6 +139,10 @@ class ResumableBucketingSampler(EpochAdvance, SteppedEpochs, DynamicBucketingSam
         self._emitted = 0
         self._snapshots: Deque[Tuple[int, Tuple]] = deque(maxlen=snapshot_depth + 1)
         self._emitted_ids: Deque[List[int]] = deque(maxlen=snapshot_depth + 1)
+        #: rounds after which an emitted cut has been read (DataLoader's prefetch depth):
+        #: then its reader is told (``release``: the window order's tar copies)
+        self.release_depth = release_depth
+        self._unreleased: Deque[List[Tuple[Any, Cut]]] = deque()
 
     # -- epochs
 
@@ -168,6 +173,7 @@ class ResumableBucketingSampler(EpochAdvance, SteppedEpochs, DynamicBucketingSam
         self._emitted = 0
         self._snapshots.clear()
         self._emitted_ids.clear()
+        self._unreleased.clear()
         self._snapshots.append((0, self._bucketer.snapshot()))
         self._emitted_ids.append([])
 
@@ -220,6 +226,7 @@ class ResumableBucketingSampler(EpochAdvance, SteppedEpochs, DynamicBucketingSam
         except StopIteration:
             self._epoch_done = True
             raise
+        self._release_later(batches)
         # Buffered cuts are metadata (MetaCut, or LazyCut after a restore): only this
         # rank's batch is built into Lhotse cuts.
         selected = CutSet.from_cuts(c.materialize() if isinstance(c, (LazyCut, MetaCut))
@@ -237,6 +244,16 @@ class ResumableBucketingSampler(EpochAdvance, SteppedEpochs, DynamicBucketingSam
         self._emitted_ids.append(self._bucketer.emitted)
         self._bucketer.emitted = []
         return selected
+
+    def _release_later(self, batches: List[List[Cut]]) -> None:
+        """Tell each cut's reader, ``release_depth`` rounds after the round that emitted
+        it, that it has been read (every rank's cuts: the counts are global)."""
+        loc, streams = self._bucketer.loc, self.mux.streams
+        self._unreleased.append([(streams[loc[id(c)][1]].reader, c) for b in batches
+                                 for c in b if id(c) in loc])
+        while len(self._unreleased) > self.release_depth:
+            for reader, cut in self._unreleased.popleft():
+                reader.release(cut)
 
     # -- state
 

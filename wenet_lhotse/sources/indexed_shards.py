@@ -8,9 +8,11 @@ locality that lets one read serve neighbouring members. A position is an utteran
 place in that order; restoring a position is arithmetic on per-tar counts (no reading).
 The sampler's shuffle buffer then mixes tars as WeNet's sample shuffle does. With
 ``window_bytes`` (``lhotse_conf.read_window_mb``) the tars are cut into windows and
-shuffled within each (:mod:`.window_order`); each cut then carries its window and the
-tars of this and the next window (``custom["shard_window"/"shard_tars"/"shard_next"]``)
-for the audio reader.
+shuffled within each (:mod:`.window_order`); remote tars are then fetched whole and
+kept while the sampler holds cuts of them (:mod:`.window_keeper`, told by
+:meth:`IndexReader.taken` / :meth:`IndexReader.release`), and each cut the sampler
+buffered carries ``custom["shard_window"]`` so that the audio reader reads it through
+the spool (:mod:`.window_reads`).
 
 Cuts are :class:`IndexedCut` (a :class:`~wenet_lhotse.sources.meta_cut.MetaCut`: id,
 duration, rate, texts); the built cut has a placeholder recording and
@@ -103,11 +105,13 @@ class IndexReader(PolicyHolder, PositionedReader):
         self._indexes: Dict[int, ShardIndex] = {}
         self._order: Optional[Tuple[int, List[Tuple[int, int]], np.ndarray]] = None
         self._plan: Optional[WindowPlan] = None
+        self._keeper: Any = None  # WindowKeeper (remote tars in the window order)
         self._reported: set = set()
 
     def __getstate__(self) -> Dict[str, Any]:
         state = dict(self.__dict__)
         state["_indexes"], state["_order"], state["_plan"] = {}, None, None
+        state["_keeper"] = None
         return state
 
     def index(self, part: int) -> ShardIndex:
@@ -133,19 +137,24 @@ class IndexReader(PolicyHolder, PositionedReader):
         ix = self.index(part)
         return tar_bytes(ix.tars[tar], ix.cols["offset"], ix.cols["size"])
 
-    def _window_tags(self, w: int) -> Dict[str, Any]:
-        """What a cut of window ``w`` tells the audio reader: the window and the next
-        window's tars (``[url, bytes]``, fetched ahead)."""
+    def _window_tars(self, w: int) -> List[List[Any]]:
+        """``[url, bytes]`` of window ``w``'s tars (none past the last window)."""
         plan, units = self._plan, self._units()[0]
+        if w >= len(plan.ends):
+            return []
+        return [[self.index(units[u][0]).tars[units[u][1]]["url"], self._tar_bytes(*units[u])]
+                for u in plan.units(w)]
 
-        def tars(window: int) -> List[List[Any]]:
-            if window >= len(plan.ends):
-                return []
-            return [[self.index(units[u][0]).tars[units[u][1]]["url"],
-                     self._tar_bytes(*units[u])] for u in plan.units(window)]
+    def _window_keeper(self) -> Optional[Any]:
+        """The :class:`~.window_keeper.WindowKeeper` of remote tars (None: all local)."""
+        if self._keeper is None:  # False once found all local
+            self._keeper = False
+            if any(not is_local(self.index(p).tars[t]["url"])
+                   for p, (_, tars) in enumerate(self.parts) for t in tars):
+                from wenet_lhotse.sources.window_keeper import WindowKeeper
 
-        return {"shard_window": [self.epoch, w], "shard_tars": tars(w),
-                "shard_next": tars(w + 1)}
+                self._keeper = WindowKeeper(self.policy, self.window_bytes)
+        return self._keeper or None
 
     def _iter_windows(self, start: int) -> Iterator[Tuple[int, Cut]]:
         units, _ = self._units()
@@ -156,14 +165,41 @@ class IndexReader(PolicyHolder, PositionedReader):
             if begin >= start:
                 for u in plan.units(w):
                     self._report_bad(*units[u])
-            tags = self._window_tags(w)
             rows = plan.rows(w)
             for pos in range(max(start, begin), int(plan.ends[w])):
                 u, r = rows[pos - begin]
                 part, tar = units[u]
                 cut = IndexedCut(self, part, self.index(part).tars[tar]["first"] + r)
-                cut._tags = tags
                 yield pos, (cut if self.light else cut.materialize())
+
+    def _url(self, cut: IndexedCut) -> str:
+        ix = self.index(cut._part)
+        return ix.tars[int(ix.cols["tar"][cut._row])]["url"]
+
+    def taken(self, cut: Any, pos: int) -> None:
+        """The sampler buffered ``cut`` (at ``pos``): under the window order its window's
+        and the next window's remote tars are fetched and held, and the cut is marked to
+        be read through the spool (:mod:`.window_keeper`, :mod:`.window_reads`)."""
+        if not self.window_bytes or not isinstance(cut, IndexedCut):
+            return
+        self._units()
+        keeper = self._window_keeper()
+        if keeper is None:
+            return
+        w = self._plan.window_at(pos)
+        if w != keeper.window or self.epoch != keeper.epoch:
+            keeper.enter(self.epoch, w, self._window_tars(w), self._window_tars(w + 1))
+        c = self.index(cut._part).cols
+        keeper.count(self._url(cut), int(c["offset"][cut._row]), int(c["size"][cut._row]))
+        cut._tags = {**(cut._tags or {}), "shard_window": [self.epoch, w]}
+
+    def release(self, cut: Any) -> None:
+        """The sampler is done with ``cut`` (emitted, and read by now): its tar's copy
+        may go (:mod:`.window_keeper`)."""
+        window = (getattr(cut, "_tags", None) or {}).get("shard_window")
+        if self._keeper and isinstance(cut, IndexedCut) and window and window[1] >= 0:
+            self._keeper.release(window[0], self._url(cut),
+                                 int(self.index(cut._part).cols["offset"][cut._row]))
 
     def __len__(self) -> int:
         ends = self._units()[1]
@@ -217,7 +253,15 @@ class IndexReader(PolicyHolder, PositionedReader):
     def read_raw(self, positions: set) -> Dict[int, Any]:
         n = len(self)
         # in order: the window order keeps one window's permutation at a time
-        return {p: IndexedCut(self, *self._at(p)) for p in sorted(positions) if p < n}
+        return {p: self._restored(IndexedCut(self, *self._at(p)))
+                for p in sorted(positions) if p < n}
+
+    def _restored(self, cut: IndexedCut) -> IndexedCut:
+        """A buffered cut from a checkpoint: under the window order read through the
+        spool (its copy if there), not counted (window -1)."""
+        if self.window_bytes:
+            cut._tags = {"shard_window": [self.epoch, -1]}
+        return cut
 
     def materialize(self, raw: Any) -> Cut:
         return raw.materialize() if isinstance(raw, MetaCut) else raw
@@ -226,7 +270,7 @@ class IndexReader(PolicyHolder, PositionedReader):
         return [cut._part, cut._row] if isinstance(cut, IndexedCut) else None
 
     def raw_from_state(self, raw: Any) -> Any:
-        return IndexedCut(self, int(raw[0]), int(raw[1]))
+        return self._restored(IndexedCut(self, int(raw[0]), int(raw[1])))
 
     def build_cut(self, part: int, row: int, tags: Optional[Mapping[str, Any]] = None) -> Cut:
         """Row ``row`` as a cut whose recording is a placeholder (see module doc)."""

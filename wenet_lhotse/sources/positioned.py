@@ -93,6 +93,13 @@ class PositionedReader(Dillable):
         """The cut for an item returned by :meth:`read_raw`."""
         return raw
 
+    def taken(self, cut: Any, pos: int) -> None:
+        """The sampler buffered ``cut`` (position ``pos``); see :meth:`release`."""
+
+    def release(self, cut: Any) -> None:
+        """The sampler is done with ``cut``: emitted, and read by the DataLoader by now
+        (the window order lets its tar's local copy go; others ignore it)."""
+
     def raw_for_state(self, cut: Any) -> Optional[Any]:
         """``cut``'s item as plain data (JSON-able) for a checkpoint, so that restoring
         need not read back to its position; ``None``: read it by position."""

@@ -28,7 +28,7 @@ from wenet_lhotse.io.streams import is_local
 
 #: ``custom`` keys of an indexed shard cut that locate its audio (see :mod:`.indexed_shards`).
 SHARD_KEYS = ("shard_tar", "shard_member", "shard_offset", "shard_size", "shard_crc",
-              "shard_window", "shard_tars", "shard_next")
+              "shard_window")
 
 #: Threads reading the tars of one batch on object storage / HTTP.
 REMOTE_THREADS = 16
