@@ -119,8 +119,6 @@ class LoaderPlan:
     indexes: Dict[int, Any] = field(default_factory=dict)
     #: the skips of metadata read once (re-counted each later epoch; see :mod:`.ledger`)
     read_once: Optional[ReadOnce] = None
-    #: the tokenizer ``build_dataloader`` was given (text sources are read with it)
-    tokenizer: Any = None
 
     def reading_once(self) -> Any:
         """Context: what is read within is read once and reused every epoch."""
@@ -138,16 +136,17 @@ class LoaderPlan:
         return [s.weight for s in self.specs]
 
 
-def build_map_loader(plan: LoaderPlan, dataset: Any) -> MapDataLoader:
+def build_map_loader(plan: LoaderPlan, dataset: Any, tokenizer: Any = None) -> MapDataLoader:
     """Map-style loading: one :class:`~.map_items.EpochTaggedSampler` in this process
     over the plan of its batches (:mod:`.map_core`): shuffled buckets (training), WeNet's
-    list order, the whole cv/infer set once, or mixing by batch. A cv/infer loader reads
-    nothing until used: its batches are planned at its first ``iter()`` (or ``len()``)."""
+    list order, the whole cv/infer set once, or mixing by batch (text sources read with
+    ``tokenizer``). A cv/infer loader reads nothing until used: its batches are planned
+    at its first ``iter()`` (or ``len()``)."""
     cfg, lconf, split = plan.cfg, plan.cfg.lhotse, plan.split
     attach = audio_attacher(plan.specs, plan.policy, indexed=bool(plan.indexes))
     transforms: Sequence[CutTransform] = ()  # whose filtered counts the ledger reads here
     if mixes_by_batch(plan.specs, lconf.mix_by):  # (issue 22) one sampler per source
-        batches: Any = mixed_batches(plan)
+        batches: Any = mixed_batches(plan, tokenizer)
         dataset, attach = KindDataset(dataset, attach), None
     else:
         two_d = loader_constraint_2d(lconf, plan.transforms[0].tokenizer)  # (issues 22, 31)
@@ -322,13 +321,12 @@ def build_dataloader(
         indexes = (shard_indexes(specs, lconf, split=split, policy=policy)
                    if lconf.mode != "streamed" else {})
     plan = LoaderPlan(specs, transforms, cfg, split, seed, ws, rk, policy,
-                      num_workers, prefetch_factor, loader_kw, indexes, read_once, tokenizer)
-    # (issue 22) text / speech-only sources or mix_by: batch -> map-style, by batch
-    mixed = mixes_by_batch(specs, lconf.mix_by)
-    mode = ("map" if mixed else
-            resolve_mode(lconf.mode, specs, split, [i in indexes for i in range(len(specs))]))
-    if (lconf.index_first_pass and cfg.rules.training and not mixed
-            and first_pass_applies(specs)):
+                      num_workers, prefetch_factor, loader_kw, indexes, read_once)
+    # (issue 22) text / speech-only sources or mix_by: batch -> one sampler per source
+    if mixes_by_batch(specs, lconf.mix_by):
+        return dataset, _progress(build_map_loader(plan, dataset, tokenizer), lconf)
+    mode = resolve_mode(lconf.mode, specs, split, [i in indexes for i in range(len(specs))])
+    if lconf.index_first_pass and cfg.rules.training and first_pass_applies(specs):
         loader = FirstPassLoader(plan, dataset, build_streamed_loader, build_map_loader,
                                  indexed=mode == "map")
         return dataset, _progress(loader, lconf)

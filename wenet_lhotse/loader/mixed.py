@@ -72,10 +72,11 @@ def _text_sampler(plan: Any, spec: SourceSpec, tokenizer: Any, seed: int) -> Tex
     return sampler
 
 
-def mixed_batches(plan: Any) -> BatchMuxSampler:
+def mixed_batches(plan: Any, tokenizer: Any) -> BatchMuxSampler:
     """The mixed-by-batch plan of training batches for ``plan`` (a
     :class:`~.build.LoaderPlan`): each speech source gets the map core's sampler
-    (:func:`~.map_core.speech_sampler`), each text source a :class:`TextBatchSampler`,
+    (:func:`~.map_core.speech_sampler`), each text source a :class:`TextBatchSampler`
+    (its lines tokenized by ``tokenizer``),
     and :class:`BatchMuxSampler` draws the source of each batch by weight."""
     if plan.split != "train":
         raise ValueError("text sources, speech-only sources and mix_by: batch are for "
@@ -84,7 +85,7 @@ def mixed_batches(plan: Any) -> BatchMuxSampler:
     for i, (spec, tf) in enumerate(zip(plan.specs, plan.transforms)):
         seed = plan.seed + SEED_STRIDE * i
         if get_kind(spec.type).text_only:
-            samplers.append(_text_sampler(plan, spec, plan.tokenizer, seed))
+            samplers.append(_text_sampler(plan, spec, tokenizer, seed))
             continue
         if not spec.transcripts:  # tag its cuts: the dataset leaves their targets empty
             tf = CutTransform(tf.tokenizer, tf.filter_conf, {**tf.tags, "kind": "speech"})
