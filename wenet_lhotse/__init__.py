@@ -8,7 +8,7 @@ optional package (torchaudio, sentencepiece, matplotlib) is missing.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import Any, Callable, Dict, List, Tuple
 
 #: The one place the version is set (pyproject.toml reads it; `wenet-lhotse --version`).
 __version__ = "0.1.0"
@@ -118,14 +118,21 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'wenet_lhotse' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+def lazy_exports(package: str, exports: Dict[str, str], namespace: Dict[str, Any]
+                 ) -> Tuple[Callable[[str], Any], Callable[[], List[str]]]:
+    """PEP 562 ``(__getattr__, __dir__)`` for a package whose public names (``exports``:
+    name -> defining module) are imported on first use and then kept in ``namespace``
+    (the package's ``globals()``), so ``import`` of the package stays light."""
+
+    def getattr_(name: str) -> Any:
+        module = exports.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        namespace[name] = value
+        return value
+
+    return getattr_, lambda: namespace["__all__"]
 
 
-def __dir__():
-    return __all__
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

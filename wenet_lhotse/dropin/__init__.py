@@ -25,8 +25,7 @@ the stand-ins before anything heavy is imported.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from wenet_lhotse import lazy_exports
 
 # public name -> module of this package that defines it
 _EXPORTS = {
@@ -44,14 +43,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'wenet_lhotse.dropin' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return __all__
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
