@@ -93,6 +93,8 @@ def test_first_epoch_streams_and_writes_the_index(corpus, tmp_path, workers):
                 range(1, len(corpus["tars"]) + 1))
             # one tar not read to its end (as an early stop leaves it): the indexer reads it
             (fragments / "5.json").unlink()
+            # one touched since it was read (its fragment is stale): read again
+            os.utime(corpus["tars"][7], ns=(10**18, 10**18))
     assert modes == ["streamed", "map", "map"]
     assert skipped == [1, 1, 1]  # the cut-short tar, counted in every epoch
     assert not fragments.exists()
