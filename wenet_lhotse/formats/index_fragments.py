@@ -33,7 +33,7 @@ from wenet_lhotse.formats.layout import AUDIO_SUFFIXES
 from wenet_lhotse.formats.shard_index import index_path
 from wenet_lhotse.formats.shard_list import ShardEntry, read_shard_entries
 from wenet_lhotse.formats.shard_reader import LazyWenetShardIterator
-from wenet_lhotse.formats.tar_index import TarRows, _Fingerprinted, fingerprint, index_entry
+from wenet_lhotse.formats.tar_index import FingerprintedStream, TarRows, fingerprint, index_entry
 from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.io.streams import is_local, is_pipe, local_path
 
@@ -145,7 +145,7 @@ class RecordingShardIterator(LazyWenetShardIterator):
     def _open_input(self, name: str, limits: Any) -> Any:
         stream = super()._open_input(name, limits)
         if not is_local(name):  # the fingerprint of a remote tar: from the bytes read
-            stream = self.stream = _Fingerprinted(stream)
+            stream = self.stream = FingerprintedStream(stream)
         return stream
 
     def _read_tar(self, entry: ShardEntry, seen: Optional[KeySet]) -> Iterator:
