@@ -2,12 +2,14 @@
 which writes the index as it reads (the bytes ``wenet-lhotse index`` writes); epochs 1
 and 2 sample through it. Real tars from the corpus generator, one of them cut short;
 one process (0 and 2 workers) and real torchrun (gloo, 2 ranks x 2 workers), a resume
-from a state saved mid-epoch 1 on another world size, and a restart mid-epoch 0."""
+from a state saved mid-epoch 1 on another world size, a restart mid-epoch 0, tars on S3
+(moto), and WeNet's own train.py through the drop-in (2 ranks, torch_ddp)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -91,6 +93,8 @@ def test_first_epoch_streams_and_writes_the_index(corpus, tmp_path, workers):
                 range(1, len(corpus["tars"]) + 1))
             # one tar not read to its end (as an early stop leaves it): the indexer reads it
             (fragments / "5.json").unlink()
+            # one touched since it was read (its fragment is stale): read again
+            os.utime(corpus["tars"][7], ns=(10**18, 10**18))
     assert modes == ["streamed", "map", "map"]
     assert skipped == [1, 1, 1]  # the cut-short tar, counted in every epoch
     assert not fragments.exists()
@@ -234,3 +238,30 @@ def test_indexed_resume_of_a_later_epoch_counts_the_skip_once(corpus, tmp_path):
     led = later.epoch_ledger()
     assert (later.mode, led.epoch, led.skipped) == ("map", 1, 1)
     assert sorted(keys) == sorted(corpus["readable"])
+
+
+@pytest.mark.slow
+def test_wenet_train_py_under_torch_ddp(tmp_path, wenet_root):
+    """WeNet's own train.py (the drop-in module, 2 gloo ranks, torch_ddp's uneven steps
+    joined): epoch 0 streamed, epochs 1 and 2 through the index it wrote."""
+    from wenet_harness.runs import run_train, speaker_table, write_config
+
+    c = generate_corpus(tmp_path / "c", num_utterances=40, min_duration=0.3,
+                        max_duration=0.9, shard_size=7, seed=8)
+    cv = tmp_path / "cv.list"  # the same tars, evaluated (streamed) after each epoch
+    cv.write_text(c.shards_list.read_text())
+    conf = write_config(tmp_path / "c.yaml", c.units, speaker_table(c.data_list,
+                                                                    tmp_path / "spk.txt"),
+                        {"batch_conf": {"batch_type": "static", "batch_size": 4},
+                         "lhotse_conf": {"index_first_pass": True}}, max_epoch=3)
+    res = run_train("module", conf, [c.shards_list], cv, tmp_path / "run", data_type="shard",
+                    nproc=2, record_keys=tmp_path / "keys")
+    assert res.returncode == 0, res.stdout[-4000:]
+    batches = [json.loads(ln) for r in range(2) for ln in
+               (tmp_path / "keys" / f"keys_rank{r}.jsonl").read_text().splitlines()]
+    for epoch in range(3):
+        keys = [k for b in batches if b["epoch"] == epoch for k in b["keys"]]
+        assert sorted(keys) == sorted(c.keys), epoch  # each once over the 2 ranks
+        modes = re.findall(rf"train epoch {epoch} rank \d/2 \((\w+)\)", res.stdout)
+        assert modes == ["streamed" if epoch == 0 else "map"] * 2, res.stdout[-3000:]
+    assert Path(str(c.shards_list) + ".index").exists()

@@ -33,9 +33,9 @@ from wenet_lhotse.formats.layout import AUDIO_SUFFIXES
 from wenet_lhotse.formats.shard_index import index_path
 from wenet_lhotse.formats.shard_list import ShardEntry, read_shard_entries
 from wenet_lhotse.formats.shard_reader import LazyWenetShardIterator
-from wenet_lhotse.formats.tar_index import TarRows, _Fingerprinted, fingerprint, index_entry
+from wenet_lhotse.formats.tar_index import FingerprintedStream, TarRows, fingerprint, index_entry
 from wenet_lhotse.io.policy import ReadPolicy
-from wenet_lhotse.io.streams import is_local, is_pipe
+from wenet_lhotse.io.streams import is_local, is_pipe, local_path
 
 #: Directory of a list's fragments: its index path plus this.
 FRAGMENTS = ".first-pass"
@@ -77,16 +77,27 @@ class FirstPass:
             raise
 
     def read(self, entry: ShardEntry) -> Optional[TarRows]:
-        """The rows recorded for ``entry`` (None: none, or not for this URL)."""
+        """The rows recorded for ``entry``; None when there are none or they may be stale
+        (another URL on that line, a local tar changed since: size, mtime or ctime), or
+        the file does not parse as rows: the tar is then indexed again."""
         try:
             with open(self._fragment(entry), encoding="utf-8") as f:
                 obj = json.load(f)
-        except (OSError, ValueError):
+            obj["bad"] = [tuple(b) for b in obj["bad"]]
+            rows = TarRows(**obj)
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
             return None
-        if obj.get("url") != entry.url:
-            return None  # the list changed since: index the tar again
-        obj["bad"] = [tuple(b) for b in obj["bad"]]
-        return TarRows(**obj)
+        if rows.url != entry.url:
+            return None
+        if is_local(rows.url):
+            try:
+                st = os.stat(local_path(rows.url))
+            except OSError:
+                return None
+            if (st.st_size, st.st_mtime_ns, st.st_ctime_ns) != (
+                    rows.size, rows.mtime_ns, rows.ctime_ns):
+                return None
+        return rows
 
     def missing(self, entries: Sequence[ShardEntry]) -> List[ShardEntry]:
         """The entries without a fragment."""
@@ -134,7 +145,7 @@ class RecordingShardIterator(LazyWenetShardIterator):
     def _open_input(self, name: str, limits: Any) -> Any:
         stream = super()._open_input(name, limits)
         if not is_local(name):  # the fingerprint of a remote tar: from the bytes read
-            stream = self.stream = _Fingerprinted(stream)
+            stream = self.stream = FingerprintedStream(stream)
         return stream
 
     def _read_tar(self, entry: ShardEntry, seen: Optional[KeySet]) -> Iterator:

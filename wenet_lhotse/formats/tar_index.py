@@ -1,5 +1,7 @@
-"""One WeNet tar shard read once, front to back, into index rows (:func:`index_tar`),
-and the tar's fingerprint (:func:`local_fingerprint`).
+"""One WeNet tar shard read once, front to back, into index rows (:func:`index_tar`;
+:func:`index_entry` for a listed line, ``pipe:`` included), and the tar's fingerprint
+(:func:`fingerprint`). The rows are built by :meth:`TarRows.add`, which the streamed
+first pass (:mod:`.index_fragments`) shares.
 
 The tar is read by :class:`~wenet_lhotse.formats.shard_reader.LazyWenetShardIterator`
 itself (the same checks, the same utterances, the same skips as a streamed epoch, any
@@ -13,7 +15,8 @@ loader counts those each epoch as a streamed epoch would meet them.
 
 The fingerprint of a tar is its size (bytes) and a SHA-1 of its first and last 64 KiB
 (the bytes of a small tar counted in both), computed from the bytes of the one
-sequential read; a local tar also keeps its ``mtime_ns``. A compressed tar has no
+sequential read; a local tar also keeps its ``mtime_ns`` and ``ctime_ns``; an object in
+object storage is fingerprinted by its ETag and size instead. A compressed tar has no
 offsets: its utterances cannot be read by offset and it is recorded as bad (kind
 ``"not_indexable"``).
 """
@@ -106,7 +109,7 @@ def local_fingerprint(path: str, with_digest: bool = True
     return st.st_size, st.st_mtime_ns, digest
 
 
-class _Fingerprinted(io.RawIOBase):
+class FingerprintedStream(io.RawIOBase):
     """A byte stream passed through, its size counted and its two ends kept."""
 
     def __init__(self, inner: Any) -> None:
@@ -149,7 +152,7 @@ class _Indexer(LazyWenetShardIterator):
     record_offsets = True
 
     def _open_input(self, name: str, limits: Any) -> Any:
-        self.stream = _Fingerprinted(super()._open_input(name, limits))
+        self.stream = FingerprintedStream(super()._open_input(name, limits))
         return self.stream
 
     def _make_cut(self, tar: str, key: str, group: Dict[str, Tuple[str, bytes]], seen):
@@ -212,7 +215,7 @@ def index_tar(entry: Any, *,
 def fingerprint(out: TarRows, stream: Any) -> None:
     """Set the fingerprint of tar ``out`` (its rows and ``bad`` complete) after the one
     read: a local tar's file, else the ``stream`` it was read through (a
-    :class:`_Fingerprinted`; unset where reading stopped early)."""
+    :class:`FingerprintedStream`; unset where reading stopped early)."""
     if is_local(out.url):  # the file itself: right even where reading stopped early
         try:
             out.size, out.mtime_ns, out.digest = local_fingerprint(local_path(out.url))
