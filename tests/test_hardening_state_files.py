@@ -153,6 +153,25 @@ def test_a_damaged_or_planted_state_replays_with_one_warning(shar_loader, tmp_pa
     assert len(list(fresh)) > 0  # the epoch replays
 
 
+@pytest.mark.parametrize("how", ["payload", "payload_top", "raw_pickle", "cut_half"])
+def test_a_planted_state_beside_a_streamed_loader_replays_too(shar_loader, data, tmp_path,
+                                                              caplog, how):
+    """A streamed loader's state was first read with ``weights_only=False`` (for the check
+    of its world size) before the safe read: the payload ran there."""
+    _, state, _, _ = shar_loader
+    marker = tmp_path / "PWNED"
+    ckpt = tmp_path / "step_9.pt"
+    path = loader_state_path(ckpt, 0)
+    _plant(path, how, state, marker)
+    conf = {**CONF, "lhotse_conf": {**CONF.get("lhotse_conf", {}), "mode": "streamed"}}
+    fresh = build_dataloader(str(data["shar"]), None, conf, "train", dataset=Keys(), seed=4)[1]
+    assert fresh.mode == "streamed"
+    resumed, warnings = _restore(fresh, ckpt, caplog)
+    assert not marker.exists()
+    assert resumed is False and len(warnings) == 1
+    assert str(path) in warnings[0].getMessage()
+
+
 def test_read_state_file_refuses_a_payload_in_one_line(tmp_path):
     marker = tmp_path / "PWNED"
     path = tmp_path / "x.pt"

@@ -85,21 +85,30 @@ def restore_loader_state(loader: Any, checkpoint: Optional[str]) -> bool:
     if not path.exists() and loader_state_path(checkpoint, 0).exists():
         # elastic: a map-style state is the same on every rank; a streamed one is refused
         path = loader_state_path(checkpoint, 0)
-    if getattr(loader, "mode", "") == "streamed" and path.exists():
-        _refuse_streamed_elastic(torch.load(path, weights_only=False), path, ws)
     if not path.exists():
         logger.warning("no loader state %s beside the checkpoint: the epoch replays from "
                        "its start (WeNet's behaviour)", path)
         return False
+    try:  # read once, as plain data only: a planted payload is refused before it runs
+        state = read_state_file(path)
+    except Exception as err:  # noqa: BLE001 -- a damaged file replays, whatever broke
+        return _replay(path, err)
+    if getattr(loader, "mode", "") == "streamed":
+        _refuse_streamed_elastic(state, path, ws)  # an error line, not a replay
     try:
-        loader.load_state_dict(read_state_file(path))
-    except Exception as err:  # noqa: BLE001 -- a damaged state replays, whatever broke
-        msg = " ".join(str(err).split()) or type(err).__name__
-        logger.warning("loader state %s not resumed (%s): the epoch replays from its start "
-                       "(WeNet's behaviour)", path, msg)
-        return False
+        loader.load_state_dict(state)
+    except Exception as err:  # noqa: BLE001 -- a state not for this loader replays
+        return _replay(path, err)
     logger.info("train loader resumed from %s (rank %d of %d)", path, rank, ws)
     return True
+
+
+def _replay(path: Path, err: BaseException) -> bool:
+    """``False``, after the one WARNING saying why the epoch replays from its start."""
+    msg = " ".join(str(err).split()) or type(err).__name__
+    logger.warning("loader state %s not resumed (%s): the epoch replays from its start "
+                   "(WeNet's behaviour)", path, msg)
+    return False
 
 
 def _refuse_streamed_elastic(sd: Any, path: Path, ws: int) -> None:
