@@ -44,8 +44,8 @@ logger = logging.getLogger(__name__)
 
 #: Bytes read from the network per piece while fetching a tar.
 PIECE = 8 << 20
-#: Tars fetched at once by a process (a window's tars come in parallel).
-THREADS = 4
+#: Tars fetched at once by a process (more starve the first batch's range reads).
+THREADS = 2
 #: Seconds between looks at another process's fetch.
 POLL = 0.02
 
