@@ -17,7 +17,9 @@ Set-up, all on this machine:
    ``read_window_mb: --window-mb``), static batches of 16; the dataset decodes each
    cut's audio (no features, so reading dominates): utterances per wall second over the
    epoch and over its last 75% (*steady*: from the batch that reaches 25% of the
-   utterances to the end, past the start-up), seconds to its first batch, bytes
+   utterances to the end, past the start-up; *streamed* reads much of its audio into
+   its sampler's buffer early, so its steady figure is not comparable: compare whole
+   epochs), seconds to its first batch, bytes
    fetched / tar bytes, requests. Each run starts with an empty spool; *global* runs on
    the first set with 1 worker only (``--global-all`` for all: it fetches ~46x), and
    with ``--global-utts N`` over the first N utterances only (its bytes then scaled
