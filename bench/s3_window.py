@@ -15,7 +15,11 @@ Set-up, all on this machine:
    *streamed* (no index), *global* (the index, today's order: tars shuffled, the
    sampler's buffer of 20,000 mixing all of them) and *window* (the index with
    ``read_window_mb: --window-mb``), static batches of 16; the dataset decodes each
-   cut's audio (no features, so reading dominates): utterances per wall second, bytes
+   cut's audio (no features, so reading dominates): utterances per wall second over the
+   epoch and over its last 75% (*steady*: from the batch that reaches 25% of the
+   utterances to the end, past the start-up; *streamed* reads much of its audio into
+   its sampler's buffer early, so its steady figure is not comparable: compare whole
+   epochs), seconds to its first batch, bytes
    fetched / tar bytes, requests. Each run starts with an empty spool; *global* runs on
    the first set with 1 worker only (``--global-all`` for all: it fetches ~46x), and
    with ``--global-utts N`` over the first N utterances only (its bytes then scaled
@@ -175,13 +179,20 @@ def epoch_run(lst: str, mode: str, cache: str, window_mb: float, workers: int,
     r0, b0 = proxy.counts()
     t0 = time.perf_counter()
     n = 0
+    first = quarter = None  # seconds to the first batch; (seconds, utterances) at 25%
     for b in loader:
         n += len(b["keys"])
+        first = first if first is not None else time.perf_counter() - t0
+        if quarter is None and n >= total // 4:
+            quarter = (time.perf_counter() - t0, n)
         if limit and n >= limit:
             break
     wall = time.perf_counter() - t0
     r1, b1 = proxy.counts()
+    steady = (round((n - quarter[1]) / (wall - quarter[0]), 1)
+              if quarter is not None and wall > quarter[0] else None)
     return {"mode": mode, "workers": workers, "utts": n, "utt_per_s": round(n / wall, 1),
+            "steady_utt_per_s": steady, "first_batch_s": round(first or 0.0, 2),
             "wall_s": round(wall, 1), "requests": r1 - r0,
             "fetched_over_tar_bytes": round((b1 - b0) / tar_bytes * total / n, 3),
             **({"partial_epoch": f"{n} of {total} utterances"} if n < total else {})}

@@ -19,7 +19,7 @@ else reads the member's own byte range: a tar is never fetched twice for a reade
 copy whose window has passed is cut down to the members still waiting to be read
 (:meth:`TarSpool.trim`: a sparse file, the members at their offsets).
 
-Memory per process: one 8 MiB piece in flight per fetching thread (two threads).
+Memory per process: one 8 MiB piece in flight per fetching thread (:data:`THREADS`).
 The directory is ``$WENET_LHOTSE_SPOOL``, default ``<tmp>/wenet-lhotse-spool-<uid>``.
 """
 
@@ -44,6 +44,8 @@ logger = logging.getLogger(__name__)
 
 #: Bytes read from the network per piece while fetching a tar.
 PIECE = 8 << 20
+#: Tars fetched at once by a process (more starve the first batch's range reads).
+THREADS = 2
 #: Seconds between looks at another process's fetch.
 POLL = 0.02
 
@@ -134,7 +136,7 @@ class TarSpool:
     def in_background(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` on the spool's threads (in order with the fetches)."""
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(2, thread_name_prefix="tar-spool")
+            self._pool = ThreadPoolExecutor(THREADS, thread_name_prefix="tar-spool")
         self._pool.submit(fn, *args)
 
     def _quiet_fetch(self, url: str, nbytes: int) -> None:

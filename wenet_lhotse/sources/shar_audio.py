@@ -32,6 +32,8 @@ SHARD_KEYS = ("shard_tar", "shard_member", "shard_offset", "shard_size", "shard_
 
 #: Threads reading the tars of one batch on object storage / HTTP.
 REMOTE_THREADS = 16
+#: Threads reading the members of one remote tar by their own ranges (window order).
+MEMBER_THREADS = 8
 
 
 class _TarScan:
@@ -179,8 +181,16 @@ class SharAudioAttacher(PolicyHolder):
             except WenetDataError:
                 data = {}  # the copy went away: read from the tar
         again = [m for m in members if not isinstance(data.get(m[0]), bytes)]
-        if again:  # a carried cut's member alone: its exact range, not 4 MiB blocks
-            data.update(read_members(tar, again, gap=0, policy=self.policy, blocks=False))
+        if again:  # each member alone, its exact range (not 4 MiB blocks), in parallel:
+            # a first batch's members, read while the whole copies come
+            from concurrent.futures import ThreadPoolExecutor
+
+            def one(member: Tuple[Any, ...]) -> Dict[str, Any]:
+                return read_members(tar, [member], gap=0, policy=self.policy, blocks=False)
+
+            with ThreadPoolExecutor(min(MEMBER_THREADS, len(again))) as pool:
+                for got in pool.map(one, again):
+                    data.update(got)
         return data
 
     def __call__(self, cuts: CutSet) -> CutSet:
