@@ -280,8 +280,9 @@ def run(corpus: Path, data_type: str, workers: int, lconf: Dict[str, Any], part:
     import subprocess
 
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1", PROFILE_PART=part)
-    env["PYTHONPATH"] = os.pathsep.join([str(code), env.get("PYTHONPATH", "")])
-    out = subprocess.run([sys.executable, __file__, "--child", str(corpus), data_type,
+    env["PYTHONPATH"] = str(code)  # that tree only, run by its own copy of this script
+    script = code / "bench" / "profile_loader.py"
+    out = subprocess.run([sys.executable, str(script), "--child", str(corpus), data_type,
                           str(workers), json.dumps(lconf)], capture_output=True, text=True,
                          env=env)
     if out.returncode != 0:
