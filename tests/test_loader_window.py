@@ -14,6 +14,7 @@ from typing import Callable
 import numpy as np
 import pytest
 from lhotse import CutSet
+from loader_common import Audio
 
 from wenet_lhotse.convert.index import index_shards
 from wenet_lhotse.formats import read_raw_list, read_shard_list, write_wenet_shards
@@ -30,11 +31,6 @@ CONF = {"batch_conf": {"batch_type": "static", "batch_size": 2}, "shuffle": True
 class Keys:
     def __getitem__(self, cuts):
         return {"keys": [c.id for c in cuts]}
-
-
-class Audio:
-    def __getitem__(self, cuts):
-        return {c.id: c.load_audio() for c in cuts}
 
 
 def _audio_epoch_matches_local(shards, base: str, tmp_path, start: Callable[[], None]) -> None:
