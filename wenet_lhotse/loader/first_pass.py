@@ -113,9 +113,8 @@ class FirstPassLoader:
                 raise RuntimeError("lhotse_conf.index_first_pass: the index written after "
                                    "the first epoch was not found or is not valid")
         loader = self._build_map(plan, self._dataset)
-        if epoch:  # a later epoch: it counts the index's start-up skips again at its first
-            # iter(), not what estimating the bucket edges met (epoch 0's reads)
-            loader._reported, loader._iterations = len(plan.skip_report), 1
+        if epoch:  # the index's start-up skips counted again, not the bucket edges' reads
+            loader.starts_at_a_later_epoch()
         if old is not None:
             loader.ledgers = list(old.ledgers)
         loader.bucketing_sampler.set_epoch(epoch)
