@@ -31,12 +31,11 @@ import time
 from pathlib import Path
 
 import _paths  # noqa: F401  (the repository root)
-from lhotse import CutSet
 
 from wenet_lhotse import build_dataloader
 from wenet_lhotse.convert.index import index_shards
 from wenet_lhotse.corpus import generate_corpus
-from wenet_lhotse.formats import read_raw_list, read_shard_list, write_wenet_shards
+from wenet_lhotse.formats import read_shard_list
 from wenet_lhotse.formats.index_fragments import FRAGMENTS, FirstPass
 from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.text import CharTokenizer
@@ -67,10 +66,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         corpus = generate_corpus(root / "c", num_utterances=args.utts, min_duration=1.0,
-                                 max_duration=6.0, seed=0)
-        cuts = CutSet.from_cuts(list(read_raw_list(corpus.data_list)))
-        lst = str(write_wenet_shards(cuts, root / "shards", shard_size=20,
-                                     list_path=root / "shards.list"))
+                                 max_duration=6.0, seed=0, shard_size=20)
+        lst = str(corpus.shards_list)
         frags = Path(lst + ".index" + FRAGMENTS)
         times = {(k, r): [] for k in (True, False) for r in (False, True)}
         for _ in range(args.rounds):

@@ -9,10 +9,12 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
 from lhotse import CutSet
+from loader_common import Audio
 
 from wenet_lhotse.convert.index import index_shards
 from wenet_lhotse.formats import read_raw_list, read_shard_list, write_wenet_shards
@@ -29,6 +31,25 @@ CONF = {"batch_conf": {"batch_type": "static", "batch_size": 2}, "shuffle": True
 class Keys:
     def __getitem__(self, cuts):
         return {"keys": [c.id for c in cuts]}
+
+
+def _audio_epoch_matches_local(shards, base: str, tmp_path, start: Callable[[], None]) -> None:
+    """One epoch of the fixture's tars served under ``base`` (indexed into a cache, two
+    workers): every cut's audio as read locally. ``start`` runs just before the epoch
+    (clears the caller's request log, so that indexing is not counted)."""
+    lst = tmp_path / "remote.list"
+    lst.write_text("".join(f"{base}/{Path(t).name}\n" for t in shards["tars"]))
+    cache = str(tmp_path / "cache")
+    index_shards(str(lst), cache_dir=cache)
+    conf = {**CONF, "lhotse_conf": {**CONF["lhotse_conf"], "shard_index": cache}}
+    _, loader = build_dataloader(str(lst), None, conf, dataset=Audio(), num_workers=2)
+    expected = {c.id: c.load_audio() for c in read_shard_list(shards["list"])}
+    start()
+    got = {}
+    for batch in loader:
+        got.update(batch)
+    assert sorted(got) == sorted(expected)
+    assert all(np.array_equal(got[k], expected[k]) for k in expected)
 
 
 @pytest.fixture
@@ -154,24 +175,7 @@ def test_remote_tars_are_fetched_about_once_per_epoch(shards, s3_proxy, tmp_path
 
     proxy._pump = counting
     base = s3.put_dir(Path(shards["tars"][0]).parent, "shards")
-    lst = tmp_path / "s3.list"
-    lst.write_text("".join(f"{base}/{Path(t).name}\n" for t in shards["tars"]))
-    cache = str(tmp_path / "cache")
-    index_shards(str(lst), cache_dir=cache)
-    conf = {**CONF, "lhotse_conf": {**CONF["lhotse_conf"], "shard_index": cache}}
-
-    class Audio:
-        def __getitem__(self, cuts):
-            return {c.id: c.load_audio() for c in cuts}
-
-    _, loader = build_dataloader(str(lst), None, conf, dataset=Audio(), num_workers=2)
-    expected = {c.id: c.load_audio() for c in read_shard_list(shards["list"])}
-    requests.clear()
-    got = {}
-    for batch in loader:
-        got.update(batch)
-    assert sorted(got) == sorted(expected)
-    assert all(np.array_equal(got[k], expected[k]) for k in expected)
+    _audio_epoch_matches_local(shards, base, tmp_path, requests.clear)
     fetched = {}
     for path, n in requests:
         name = path.rsplit("/", 1)[-1]
@@ -239,24 +243,7 @@ def test_http_tars_are_fetched_whole_at_most_once(shards, http_serve, tmp_path, 
             return super().do_GET()
 
     base = http_serve(Path(shards["tars"][0]).parent, handler_class=Recording, mode="ranges")
-    lst = tmp_path / "http.list"
-    lst.write_text("".join(f"{base}/{Path(t).name}\n" for t in shards["tars"]))
-    cache = str(tmp_path / "cache")
-    index_shards(str(lst), cache_dir=cache)
-    conf = {**CONF, "lhotse_conf": {**CONF["lhotse_conf"], "shard_index": cache}}
-
-    class Audio:
-        def __getitem__(self, cuts):
-            return {c.id: c.load_audio() for c in cuts}
-
-    _, loader = build_dataloader(str(lst), None, conf, dataset=Audio(), num_workers=2)
-    expected = {c.id: c.load_audio() for c in read_shard_list(shards["list"])}
-    seen.clear()
-    got = {}
-    for batch in loader:
-        got.update(batch)
-    assert sorted(got) == sorted(expected)
-    assert all(np.array_equal(got[k], expected[k]) for k in expected)
+    _audio_epoch_matches_local(shards, base, tmp_path, seen.clear)
     sizes = {Path(t).name: os.path.getsize(t) for t in shards["tars"]}
     whole = [name for name, start, n in seen if start == 0 and n == sizes[name]]
     assert len(whole) == len(set(whole)) >= len(sizes) - 2, seen

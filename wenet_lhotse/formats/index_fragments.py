@@ -12,6 +12,8 @@ no fragment; neither has a compressed tar nor a ``pipe:`` line (no offsets).
 indexing a tar without one itself (:func:`~wenet_lhotse.formats.tar_index.index_entry`),
 through :class:`~wenet_lhotse.formats.index_writer.IndexWriter` -- the bytes
 ``wenet-lhotse index`` writes for the same list and tars -- and removes the fragments.
+A fragment is used only while it parses as rows and still matches its line (the same
+URL; a local tar unchanged in size, mtime and ctime): else its tar is indexed again.
 """
 
 from __future__ import annotations

@@ -134,7 +134,7 @@ class FingerprintedStream(io.RawIOBase):
             self.size += len(data)
         return data
 
-    def readinto(self, b) -> int:
+    def readinto(self, b: Any) -> int:
         data = self.read(len(b))
         b[:len(data)] = data
         return len(data)
@@ -155,7 +155,8 @@ class _Indexer(LazyWenetShardIterator):
         self.stream = FingerprintedStream(super()._open_input(name, limits))
         return self.stream
 
-    def _make_cut(self, tar: str, key: str, group: Dict[str, Tuple[str, bytes]], seen):
+    def _make_cut(self, tar: str, key: str, group: Dict[str, Tuple[str, bytes]],
+                  seen: Any) -> Tuple[Any, str, int, int, int]:
         cut = super()._make_cut(tar, key, group, seen)
         suffix = next(s for s in group if s in AUDIO_SUFFIXES)
         member, data = group[suffix]

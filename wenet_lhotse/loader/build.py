@@ -2,14 +2,15 @@
 
 Two ways of loading, chosen per call (``lhotse_conf.mode``, default ``auto``):
 
-* **map** (raw lists, cuts manifests, Shar): the sampler runs in the training
-  process over metadata only
-  (:class:`~wenet_lhotse.loader.sampler.ResumableBucketingSampler`); DataLoader
+* **map** (raw lists, cuts manifests, Shar, indexed shard lists, Parquet, NeMo): the
+  sampler runs in the training process over metadata only, one plan of batches from
+  :mod:`.map_core` (training:
+  :class:`~wenet_lhotse.loader.sampler.ResumableBucketingSampler`); DataLoader
   workers decode audio and compute features for the batches they are given
   (Shar audio is fetched from its tar for those cuts only). Deterministic and
   cheaply resumable.
-* **streamed** (WeNet tar shards; ``auto`` picks it when any source is a shard
-  list): each DataLoader worker of each rank reads its own tars and runs its own
+* **streamed** (WeNet tar shards; ``auto`` picks it when a source is a shard list
+  without an index): each DataLoader worker of each rank reads its own tars and runs its own
   sampler (:class:`~wenet_lhotse.loader.bucketing.BucketingSampler`, Lhotse's iterable
   mode); in training, ranks
   stop together through :class:`~wenet_lhotse.loader.distributed.EqualStepsIterator`
@@ -23,7 +24,10 @@ duration budget), and each ``iter()`` of the returned loader starts the next epo
 
 :func:`resolve_mode` decides the mode once; :func:`build_map_loader` and
 :func:`build_streamed_loader` build the loader of each
-(:class:`~.dataloader.MapDataLoader`, :class:`~.dataloader.StreamedDataLoader`).
+(:class:`~.dataloader.MapDataLoader`, :class:`~.dataloader.StreamedDataLoader`). With
+``lhotse_conf.index_first_pass`` a training shard list without an index gets a
+:class:`~.first_pass.FirstPassLoader`: streamed for epoch 0 (writing the index), map
+from epoch 1.
 """
 
 from __future__ import annotations

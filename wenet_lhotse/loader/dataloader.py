@@ -144,6 +144,12 @@ class LhotseDataLoader(torch.utils.data.DataLoader):
         trained + skipped + filtered + left over = all utterances (see :mod:`~.ledger`)."""
         return self.ledgers[-1] if self.ledgers else None
 
+    def starts_at_a_later_epoch(self) -> None:
+        """Before a first ``iter()`` that starts an epoch after 0 (a restore, the first
+        pass's switch): the build's reads (bucket edges) are not that epoch's, which
+        counts the read-once skips again as every later epoch does (``__iter__``)."""
+        self._reported, self._iterations = len(self.skip_report), 1
+
     def _local_filtered(self) -> int:
         return sum(getattr(tf, "filtered", 0) for tf in self.local_transforms)
 
@@ -292,9 +298,8 @@ class MapDataLoader(LhotseDataLoader):
         self.consumed = int(sd["sampler"]["consumed"])
         self._finished = False
         self._restored = {"epoch": sampler.epoch, "consumed": self.consumed}
-        if sampler.epoch > 0 and not self._iterations:  # a later epoch: not what the build
-            # read for epoch 0 (bucket edges), its read-once skips again (see __iter__)
-            self._reported, self._iterations = len(self.skip_report), 1
+        if sampler.epoch > 0 and not self._iterations:
+            self.starts_at_a_later_epoch()
 
 
 def streamed_elastic_refusal(saved: int, now: int) -> str:

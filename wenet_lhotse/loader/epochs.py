@@ -1,7 +1,8 @@
 """When ``iter()`` starts the next epoch: :class:`EpochAdvance`, the one implementation
 for everything that keeps its own epoch -- the map-style sampler
 (``loader.sampler``), the mixed-by-batch and text samplers (``loader.batch_mux``,
-``loader.text_sampler``) and each streamed worker's dataset (``loader.streamed``).
+``loader.text_sampler``), the fixed batches of WeNet's list order and cv/infer
+(``loader.map_items.FixedBatches``) and each streamed worker's dataset (``loader.streamed``).
 
 The rule, as torch's samplers and Lhotse's expect: each ``iter()`` starts the next epoch
 (the first one starts epoch ``epoch`` as set), unless ``set_epoch`` was called since the

@@ -30,13 +30,13 @@ Everything else (``ledgers``, ``skip_report``, ``epoch``...) is the current load
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Sequence
 
 from wenet_lhotse.formats.index_fragments import FirstPass
 from wenet_lhotse.formats.shard_list import read_shard_entries
 from wenet_lhotse.loader.distributed import gloo_group
 from wenet_lhotse.loader.ledger import ReadOnce
-from wenet_lhotse.sources.indexed_shards import shard_indexes
+from wenet_lhotse.sources.indexed_shards import index_dir, index_off, shard_indexes
 from wenet_lhotse.sources.registry import get_kind
 
 logger = logging.getLogger(__name__)
@@ -51,8 +51,7 @@ def first_pass_lists(plan: Any) -> List[str]:
     """The shard lists whose index the first epoch writes; ValueError (naming the key)
     where the sources or settings do not allow it."""
     lconf = plan.cfg.lhotse
-    if lconf.mode != "auto" or lconf.shard_index is False or str(
-            lconf.shard_index).lower() == "false":
+    if lconf.mode != "auto" or index_off(lconf.shard_index):
         raise ValueError("lhotse_conf.index_first_pass: needs lhotse_conf.mode 'auto' and "
                          "lhotse_conf.shard_index 'auto', true or a directory")
     lists: List[str] = []
@@ -64,12 +63,6 @@ def first_pass_lists(plan: Any) -> List[str]:
     return lists
 
 
-def _cache_dir(lconf: Any) -> Optional[str]:
-    setting = lconf.shard_index
-    return None if setting is True or str(setting).lower() in ("auto", "true") \
-        else str(setting)
-
-
 class FirstPassLoader:
     """See the module doc. ``build_streamed(plan, dataset)`` / ``build_map(plan,
     dataset)`` make the two loaders; ``indexed``: the index already exists (a restart)."""
@@ -79,7 +72,7 @@ class FirstPassLoader:
         self._plan, self._dataset = plan, dataset
         self._build_streamed, self._build_map = build_streamed, build_map
         self.lists = first_pass_lists(plan)
-        self.recorder = FirstPass(_cache_dir(plan.cfg.lhotse))
+        self.recorder = FirstPass(index_dir(plan.cfg.lhotse.shard_index))
         for list_file in self.lists:
             self.recorder.index_path(list_file)  # a remote list without a cache dir: now
         self._indexed = indexed
@@ -120,9 +113,8 @@ class FirstPassLoader:
                 raise RuntimeError("lhotse_conf.index_first_pass: the index written after "
                                    "the first epoch was not found or is not valid")
         loader = self._build_map(plan, self._dataset)
-        if epoch:  # a later epoch: it counts the index's start-up skips again at its first
-            # iter(), not what estimating the bucket edges met (epoch 0's reads)
-            loader._reported, loader._iterations = len(plan.skip_report), 1
+        if epoch:  # the index's start-up skips counted again, not the bucket edges' reads
+            loader.starts_at_a_later_epoch()
         if old is not None:
             loader.ledgers = list(old.ledgers)
         loader.bucketing_sampler.set_epoch(epoch)

@@ -37,11 +37,16 @@ from wenet_lhotse.sources.window_order import window_buffer_size
 logger = logging.getLogger(__name__)
 
 
+def prefetched(plan: Any) -> int:
+    """Batches torch's DataLoader may hold ahead of the training loop:
+    ``num_workers x prefetch_factor`` (its default 2), 0 without workers."""
+    return plan.num_workers * (plan.prefetch_factor or 2)
+
+
 def snapshot_depth(plan: Any) -> int:
     """How many batches back the sampler keeps a snapshot: at least the DataLoader's
-    prefetch depth (``num_workers x prefetch_factor``) and ``lhotse_conf.snapshot_depth``."""
-    nw = plan.num_workers
-    return max(plan.cfg.lhotse.snapshot_depth, nw * (plan.prefetch_factor or 2) + 4 if nw else 4)
+    prefetch depth (:func:`prefetched`, plus 4) and ``lhotse_conf.snapshot_depth``."""
+    return max(plan.cfg.lhotse.snapshot_depth, prefetched(plan) + 4)
 
 
 def speech_batching(plan: Any, specs: Sequence[SourceSpec], transforms: Sequence[Any],
@@ -85,8 +90,7 @@ def speech_sampler(plan: Any, mux: ResumableMux, bins: List[float], constraint: 
         mux, duration_bins=bins, constraint=constraint, shuffle=plan.cfg.shuffle,
         buffer_size=buffer_size, world_size=plan.world_size, rank=plan.rank, seed=seed,
         snapshot_depth=snapshot_depth(plan), wenet_workers=wenet_workers,
-        # batches in flight: torch's DataLoader keeps prefetch_factor x workers
-        release_depth=plan.num_workers * (plan.prefetch_factor or 2) + 1)
+        release_depth=prefetched(plan) + 1)  # a batch is read once past the prefetched
 
 
 def _all_sources(plan: Any, transforms: Sequence[Any], two_d: Optional[Tuple]

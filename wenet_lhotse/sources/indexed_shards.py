@@ -293,15 +293,26 @@ class IndexReader(PolicyHolder, PositionedReader):
         return cut
 
 
+def index_off(setting: Any) -> bool:
+    """Whether ``lhotse_conf.shard_index`` (``setting``) is ``false``: no index used."""
+    return setting is False or str(setting).lower() == "false"
+
+
+def index_dir(setting: Any) -> Optional[str]:
+    """The directory ``lhotse_conf.shard_index`` keeps indexes in, or None: beside the
+    list (``auto`` / ``true``)."""
+    return None if setting is True or str(setting).lower() in ("auto", "true") \
+        else str(setting)
+
+
 def find_shard_index(list_path: str, setting: Any = "auto") -> Optional[str]:
     """The index file for shard list ``list_path`` under ``lhotse_conf.shard_index``
     (``auto``/``true``: beside the list; a directory: there; ``false``: none), or None
     when there is none. ``true`` and a directory require it (ValueError naming the
     command that makes it)."""
-    if setting is False or (isinstance(setting, str) and setting.lower() == "false"):
+    if index_off(setting):
         return None
-    cache = None if setting in (True, "auto") or str(setting).lower() in ("auto", "true") \
-        else str(setting)
+    cache = index_dir(setting)
     if cache is None and not is_local(str(list_path)):
         return None
     path = index_path(str(list_path), cache)
