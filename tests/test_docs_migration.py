@@ -26,6 +26,7 @@ the progress line (:mod:`wenet_lhotse.loader.progress`), the ``final.pt`` repair
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -116,6 +117,13 @@ def test_first_run_as_written_from_a_fresh_venv(tmp_path, wenet_root):
     assert progress and progress[0].startswith("epoch 0: batch 1/"), log[-3000:]
     # our own warnings are gone from a CPU run (WeNet's are explained in troubleshooting)
     assert "ResourceWarning" not in log and "Traceback" not in log
+    # the launcher's stand-ins, without the test harness' on any path: one line per rank
+    # (this run is also test_wenet_launch's two ranks training without them)
+    stood = [line for line in log.splitlines() if "stood in for" in line]
+    assert len(stood) == 2, log[-3000:]
+    for name in ("deepspeed", "torchaudio"):
+        if importlib.util.find_spec(name) is None:
+            assert f"{name} (not installed)" in stood[0], stood
     assert "Overall ->" in (exp / "test" / "wer").read_text(encoding="utf-8")
     png = exp / "train.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000

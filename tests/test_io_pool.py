@@ -11,7 +11,7 @@ import sys
 import textwrap
 
 import pytest
-from adversarial import REPO, alive, kill, wait_until
+from adversarial import REPO, alive, kill, under_load, wait_until
 
 from wenet_lhotse.io.pool import Lifeline, ProcessPool
 
@@ -168,4 +168,4 @@ def test_shutdown_after_an_error_is_bounded_in_time(tmp_path, monkeypatch):
     pool.shutdown(wait=True, cancel_futures=True)
     took = time.monotonic() - start
     assert not alive(pid)
-    assert took < 1.0 + 2 * 1.0 + 3.0, took  # SHUTDOWN_S, terminate and kill joins, slack
+    assert took < 1.0 + 2 * 1.0 + under_load(3.0), took  # SHUTDOWN_S, the two joins, slack

@@ -126,3 +126,49 @@ def test_harness_is_shared_but_not_shipped():
     assert re.search(r'^pythonpath = \["\."\]$', pyproject, re.M)
     assert not [f.name for f in (repo / "bench").glob("*.py")
                 if "sys.path.insert" in f.read_text(encoding="utf-8")]
+
+
+def test_langid_cache_builds_the_identifier_langid_builds(tmp_path, monkeypatch):
+    """``stubs/wenet_shims.py`` keeps langid's decoded model (the 2.5-4 s WeNet's
+    processor.py spends at import) as arrays + JSON: the identifier built from the cache
+    has langid's own arrays, typecodes, classes and automaton and classifies alike; a
+    planted cache file (a pickled object array) runs nothing and is rebuilt."""
+    import importlib
+
+    import numpy as np
+    from langid.langid import LanguageIdentifier, model
+
+    from wenet_harness import STUBS
+
+    monkeypatch.setenv("WENET_HARNESS_CACHE", str(tmp_path))
+    monkeypatch.syspath_prepend(str(STUBS))
+    shims = importlib.import_module("wenet_shims")
+    ref = shims._langid_original.__func__(LanguageIdentifier, model, norm_probs=True)
+    built = LanguageIdentifier.from_modelstring(model, norm_probs=True)  # writes the cache
+    (npz,) = tmp_path.glob("langid-*.npz")
+    cached = LanguageIdentifier.from_modelstring(model, norm_probs=True)
+    for ident in (built, cached):
+        for name in ("nb_ptc", "nb_pc"):
+            a, b = getattr(ident, name), getattr(ref, name)
+            assert a.dtype == b.dtype and np.array_equal(a, b), name
+        assert ident.nb_numfeats == ref.nb_numfeats and ident.nb_classes == ref.nb_classes
+        assert ident.tk_nextmove.typecode == ref.tk_nextmove.typecode
+        assert ident.tk_nextmove == ref.tk_nextmove and ident.tk_output == ref.tk_output
+        for text in ("hello world, this is english", "这是一个测试", "ceci est une phrase"):
+            assert ident.classify(text) == ref.classify(text)
+    marker = tmp_path / "PWNED"
+    np.savez(npz, nb_ptc=np.array([_Payload(marker)], dtype=object))
+    again = LanguageIdentifier.from_modelstring(model, norm_probs=True)
+    assert not marker.exists() and np.array_equal(again.nb_ptc, ref.nb_ptc)
+    with np.load(npz, allow_pickle=False) as z:  # rebuilt
+        assert np.array_equal(z["nb_ptc"], ref.nb_ptc)
+
+
+class _Payload:
+    def __init__(self, marker) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))

@@ -141,7 +141,9 @@ def _torchrun(nproc):
 
 
 @pytest.mark.slow
-def test_torchrun_two_ranks_train_and_a_typo_is_one_line_per_rank(wenet_root, tiny):
+def test_torchrun_two_ranks_a_typo_is_one_line_per_rank(wenet_root, tiny):
+    # (the two ranks that train without the harness' stand-ins, one "stood in for" line
+    # per rank: tests/test_docs_migration.py's first run, the same launch from a fresh venv)
     root, corpus, ok, typo = tiny
     res = _run([*_torchrun(2), *_train_args(typo, corpus.data_list, root / "typo")],
                _env(wenet_root), root)
@@ -151,17 +153,6 @@ def test_torchrun_two_ranks_train_and_a_typo_is_one_line_per_rank(wenet_root, ti
         for r in (0, 1)]
     # no traceback of ours or WeNet's (torchrun's own summary names the failed ranks)
     assert "wenet_lhotse/" not in res.stderr and "wenet/bin/train.py" not in res.stderr
-    model_dir = root / "exp2"
-    model_dir.mkdir()
-    res = _run([*_torchrun(2), *_train_args(ok, corpus.data_list, model_dir)],
-               _env(wenet_root), root)
-    assert res.returncode == 0, res.stderr[-4000:]
-    assert (model_dir / "epoch_0.pt").is_file()
-    stood = [line for line in res.stderr.splitlines() if "stood in for" in line]
-    assert len(stood) == 2  # one line per rank
-    for name in ("deepspeed", "torchaudio"):
-        if importlib.util.find_spec(name) is None:
-            assert f"{name} (not installed)" in stood[0]
 
 
 def _single(wenet_root, **extra):
