@@ -199,7 +199,7 @@ def pytest_runtest_protocol(item):
     cut off for the CPU it waited for. Runs before pytest-timeout reads the mark."""
     from adversarial import load_factor
 
-    factor = load_factor()
+    factor = min(load_factor(), 3.0)  # a hang in CI still ends within 3x the limit
     marker = item.get_closest_marker("timeout")
     base = None
     if marker is not None:
