@@ -47,6 +47,7 @@ import os
 import random
 import shutil
 import socket
+import statistics
 import tarfile
 import tempfile
 import threading
@@ -310,6 +311,11 @@ def main() -> None:
     ap.add_argument("--global-all", action="store_true")
     ap.add_argument("--global-utts", type=int, default=0,
                     help="stop each global run after this many utterances (0: the epoch)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="streamed and window epochs per row, alternating (ratio per round)")
+    ap.add_argument("--sets", nargs="*", default=["19MB", "100MB"], choices=["19MB", "100MB"],
+                    help="tar sets whose epochs run (the 19 MB set is written for resume "
+                         "and randomness anyway)")
     ap.add_argument("--skip", nargs="*", default=[],
                     choices=["epochs", "global", "resume", "random"])
     ap.add_argument("--workdir", default=None)
@@ -357,20 +363,37 @@ def main() -> None:
             index_shards(lst, cache_dir=cache)
         if "epochs" not in args.skip:
             out["epochs"] = {}
+            out["ratios"] = {}
             for name, lst in lists.items():
+                if name not in args.sets:
+                    continue
                 tar_bytes = sum(p.stat().st_size for p in sets[name])
                 for workers in args.workers:
-                    for mode in ("streamed", "window", "global"):
-                        if mode == "global" and ("global" in args.skip or (
-                                not args.global_all and (name != "19MB" or workers != 1))):
-                            continue
-                        total = len(sets[name]) * (args.per_tar if name == "19MB"
-                                                   else args.big_per_tar)
-                        r = epoch_run(lst, mode, cache, args.window_mb, workers, proxy,
-                                      spool, tar_bytes, total,
-                                      args.global_utts if mode == "global" else 0)
-                        out["epochs"].setdefault(name, []).append(r)
-                        print(json.dumps({name: r}), flush=True)
+                    ratios = []
+                    for rnd in range(args.rounds):
+                        modes = ("streamed", "window") if rnd % 2 == 0 else ("window", "streamed")
+                        if rnd == 0:
+                            modes += ("global",)
+                        got = {}
+                        for mode in modes:
+                            if mode == "global" and ("global" in args.skip or (
+                                    not args.global_all and (name != "19MB" or workers != 1))):
+                                continue
+                            total = len(sets[name]) * (args.per_tar if name == "19MB"
+                                                       else args.big_per_tar)
+                            r = epoch_run(lst, mode, cache, args.window_mb, workers, proxy,
+                                          spool, tar_bytes, total,
+                                          args.global_utts if mode == "global" else 0)
+                            r["round"], r["load"] = rnd, round(os.getloadavg()[0], 1)
+                            got[mode] = r
+                            out["epochs"].setdefault(name, []).append(r)
+                            print(json.dumps({name: r}), flush=True)
+                        ratios.append(round(got["window"]["utt_per_s"]
+                                            / got["streamed"]["utt_per_s"], 3))
+                    row = f"{name} x {workers} workers"
+                    out["ratios"][row] = {"window_over_streamed": ratios,
+                                          "median": round(statistics.median(ratios), 3)}
+                    print(json.dumps({row: out["ratios"][row]}), flush=True)
         if "resume" not in args.skip:
             out["window_first_and_resume"] = first_and_resume(lists["19MB"], cache,
                                                               args.window_mb, spool)

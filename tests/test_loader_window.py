@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -248,3 +249,59 @@ def test_http_tars_are_fetched_whole_at_most_once(shards, http_serve, tmp_path, 
     whole = [name for name, start, n in seen if start == 0 and n == sizes[name]]
     assert len(whole) == len(set(whole)) >= len(sizes) - 2, seen
     assert sum(n for _, _, n in seen) / sum(sizes.values()) < 2.0, seen  # + first batches
+
+
+def test_spool_fetches_tars_in_turn_each_in_parallel_spans(shards, http_serve, tmp_path,
+                                                           monkeypatch):
+    """formats.tar_spool: tars prefetched one after another in the order asked (the
+    window being read before the next), each in two spans read at once into a copy
+    equal to the tar; every byte requested once, and a span cut short (a tar shorter
+    than indexed) leaves a copy as long as the bytes that came."""
+    from conftest import AdversarialHandler
+
+    from wenet_lhotse.formats import tar_spool
+
+    monkeypatch.setattr(tar_spool, "PIECE", 1 << 16)  # several pieces per small tar
+    seen = []  # (tar, first byte, bytes asked) of every ranged GET
+    inflight, most = [0], [0]  # requests being answered; the most at once
+
+    class Recording(AdversarialHandler):
+        def do_GET(self):
+            m = re.match(r"bytes=(\d+)-(\d+)", self.headers.get("Range") or "")
+            if m:
+                seen.append((self.path.rsplit("/", 1)[-1], int(m.group(1)),
+                             int(m.group(2)) - int(m.group(1)) + 1))
+            inflight[0] += 1
+            most[0] = max(most[0], inflight[0])
+            time.sleep(0.1)  # a slow server: the spans' requests overlap
+            try:
+                return super().do_GET()
+            finally:
+                inflight[0] -= 1
+
+    base = http_serve(Path(shards["tars"][0]).parent, handler_class=Recording, mode="ranges")
+    tars = shards["tars"][:3]
+    names = [Path(t).name for t in tars]
+    sizes = [os.path.getsize(t) for t in tars]
+    assert min(sizes) > 2 * tar_spool.PIECE
+    spool = tar_spool.TarSpool(directory=str(tmp_path / "spool"))
+    urls = [f"{base}/{n}" for n in names]
+    for u in urls:
+        spool.hold(u)
+    spool.prefetch([[u, n] for u, n in zip(urls, sizes)])
+    for u, t in zip(urls, tars):
+        assert Path(spool.wait(u)).read_bytes() == Path(t).read_bytes()
+    order = [name for name, _, _ in seen]
+    assert [n for i, n in enumerate(order) if i == 0 or order[i - 1] != n] == names
+    assert most[0] == tar_spool.THREADS == 2  # spans at once, never two tars
+    for name, size in zip(names, sizes):
+        asked = sorted((s, n) for t, s, n in seen if t == name)
+        ends = [min(s + n, size) for s, n in asked]  # the server sends up to the end
+        assert [s for s, _ in asked] == [0] + ends[:-1] and ends[-1] == size, asked  # once
+        span2 = -(-size // tar_spool.PIECE) // 2 * tar_spool.PIECE  # second span's start
+        assert asked[0][0] == 0 and any(s >= span2 for s, _ in asked)
+    short = f"{base}/{names[0]}"  # asked for more than the tar holds
+    spool.release(short)
+    spool.hold(short)
+    got = spool.fetch(short, sizes[0] + 5 * tar_spool.PIECE)
+    assert Path(got).read_bytes() == Path(tars[0]).read_bytes()

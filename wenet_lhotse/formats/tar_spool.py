@@ -3,13 +3,17 @@ of a node (DDP ranks, DataLoader workers): :class:`TarSpool`, used by the window
 (:mod:`wenet_lhotse.sources.window_keeper` decides what is fetched and kept, in the
 sampling process; :mod:`wenet_lhotse.sources.window_reads` reads, in the workers).
 
-A tar is fetched front to back in ranged requests of 8 MiB (through the retrying
-readers of :mod:`~wenet_lhotse.io.remote` / :mod:`~wenet_lhotse.io.http_reader`,
-which resume a cut connection where it stopped) into a temporary file, then renamed
-into place; a claim file (``O_EXCL``, holding the fetcher's pid) makes the other
-processes wait for that fetch instead of starting their own, and a claim left by a
-dead process is taken over. Members are then read from the local copy with the same
-header checks as any indexed read (:func:`~.member_reads.read_members`).
+Tars are fetched one at a time, in the order asked (:meth:`TarSpool.prefetch`: the
+window being read before the next one, so the first window's copies come at the full
+rate instead of sharing it with the next window's); each tar in :data:`THREADS`
+contiguous spans read in parallel, each front to back in ranged requests of 8 MiB
+(through the retrying readers of :mod:`~wenet_lhotse.io.remote` /
+:mod:`~wenet_lhotse.io.http_reader`, which resume a cut connection where it stopped)
+into a temporary file at their offsets, then renamed into place; a claim file
+(``O_EXCL``, holding the fetcher's pid) makes the other processes wait for that fetch
+instead of starting their own, and a claim left by a dead process is taken over.
+Members are then read from the local copy with the same header checks as any indexed
+read (:func:`~.member_reads.read_members`).
 
 A copy lives while a process *holds* it (a file ``<copy>.hold.<pid>-<spool>``): the sampling
 process of each rank holds the tars whose cuts it may still emit; the last
@@ -19,7 +23,7 @@ else reads the member's own byte range: a tar is never fetched twice for a reade
 copy whose window has passed is cut down to the members still waiting to be read
 (:meth:`TarSpool.trim`: a sparse file, the members at their offsets).
 
-Memory per process: one 8 MiB piece in flight per fetching thread (:data:`THREADS`).
+Memory per process: one 8 MiB piece in flight per span (:data:`THREADS`).
 The directory is ``$WENET_LHOTSE_SPOOL``, default ``<tmp>/wenet-lhotse-spool-<uid>``.
 """
 
@@ -31,6 +35,7 @@ import hashlib
 import logging
 import os
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -44,7 +49,8 @@ logger = logging.getLogger(__name__)
 
 #: Bytes read from the network per piece while fetching a tar.
 PIECE = 8 << 20
-#: Tars fetched at once by a process (more starve the first batch's range reads).
+#: Spans of one tar fetched at once by a process (more starve the first batch's range
+#: reads); tars are fetched one after another.
 THREADS = 2
 #: Seconds between looks at another process's fetch.
 POLL = 0.02
@@ -63,7 +69,9 @@ class TarSpool:
         self.policy = policy if policy is not None else ReadPolicy()
         self.dir = directory or spool_dir()
         os.makedirs(self.dir, exist_ok=True)
-        self._pool: Optional[ThreadPoolExecutor] = None
+        self._pool: Optional[ThreadPoolExecutor] = None  # fetches, one tar at a time
+        self._chores: Optional[ThreadPoolExecutor] = None  # trims (not behind fetches)
+        self._count = threading.Lock()
         self._asked: set = set()  # urls handed to the pool (each fetched once)
         self.fetched = 0  # bytes this process fetched
 
@@ -102,42 +110,74 @@ class TarSpool:
                 _remove(claim)
 
     def _download(self, url: str, nbytes: int, final: str) -> None:
-        from wenet_lhotse.formats.member_reads import _ranged_reader
-
         tmp = f"{final}.{os.getpid()}.part"
-        reader = _ranged_reader(url, 0, min(nbytes, PIECE), self.policy)  # 8 MiB requests
+        pieces = -(-nbytes // PIECE)
+        step = -(-pieces // max(1, min(THREADS, pieces))) * PIECE  # whole pieces per span
+        spans = [(s, min(step, nbytes - s)) for s in range(0, nbytes, max(1, step))]
         try:
             with open(tmp, "wb") as f:
-                left = nbytes
-                while left > 0:
-                    piece = reader.read(min(PIECE, left))
-                    if not piece:
-                        break
-                    f.write(piece)
-                    left -= len(piece)
-                    self.fetched += len(piece)
-            with self._locked():  # short (a tar cut since indexing): member checks name it
+                f.truncate(nbytes)
+            fd = os.open(tmp, os.O_WRONLY)
+            try:
+                if len(spans) == 1:
+                    got = [self._span(url, fd, *spans[0])]
+                else:
+                    with ThreadPoolExecutor(len(spans), thread_name_prefix="tar-span") as p:
+                        got = list(p.map(lambda sp: self._span(url, fd, *sp), spans))
+            finally:
+                os.close(fd)
+            for (start, n), k in zip(spans, got):
+                if k < n:  # cut short (a tar cut since indexing): member checks name it
+                    os.truncate(tmp, start + k)
+                    break
+            with self._locked():
                 os.replace(tmp, final)
                 if not self._holders(url):  # released while it came: nobody will read it
                     _remove(final)
         finally:
-            reader.close()
             _remove(tmp)
 
+    def _span(self, url: str, fd: int, start: int, length: int) -> int:
+        """Bytes ``[start, start + length)`` of ``url`` written at their offset in
+        ``fd``; the bytes read (fewer when the object ends first)."""
+        from wenet_lhotse.formats.member_reads import _ranged_reader
+        from wenet_lhotse.io.remote_audio import is_http
+
+        # HTTP: requests of one block (8 MiB); fsspec: a read (8 MiB) + the read-ahead
+        # block (64 KiB), so that a span ends at most 64 KiB past its bytes
+        block = min(length, PIECE) if is_http(url) else 1 << 16
+        reader = _ranged_reader(url, start, block, self.policy)
+        done = 0
+        try:
+            while done < length:
+                piece = reader.read(min(PIECE, length - done))
+                if not piece:
+                    break
+                os.pwrite(fd, piece, start + done)
+                done += len(piece)
+                with self._count:
+                    self.fetched += len(piece)
+        finally:
+            reader.close()
+        return done
+
     def prefetch(self, tars: Iterable[Sequence]) -> None:
-        """Fetch ``[url, bytes]`` items in the background, in order, each once until it
-        is released (errors are left for the read that needs the tar to meet and
-        report)."""
+        """Fetch ``[url, bytes]`` items in the background, one after another in the
+        order asked (across calls), each once until it is released (errors are left for
+        the read that needs the tar to meet and report)."""
         for url, nbytes in tars:
             if url not in self._asked and not os.path.exists(self.path(url)):
                 self._asked.add(url)
-                self.in_background(self._quiet_fetch, url, int(nbytes))
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(1, thread_name_prefix="tar-spool")
+                self._pool.submit(self._quiet_fetch, url, int(nbytes))
 
     def in_background(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Run ``fn(*args)`` on the spool's threads (in order with the fetches)."""
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(THREADS, thread_name_prefix="tar-spool")
-        self._pool.submit(fn, *args)
+        """Run ``fn(*args)`` on the spool's own thread for local work (not queued
+        behind the fetches)."""
+        if self._chores is None:
+            self._chores = ThreadPoolExecutor(1, thread_name_prefix="tar-spool-trim")
+        self._chores.submit(fn, *args)
 
     def _quiet_fetch(self, url: str, nbytes: int) -> None:
         if url not in self._asked:  # released before its turn came
