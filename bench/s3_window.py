@@ -181,8 +181,10 @@ def epoch_run(lst: str, mode: str, cache: str, window_mb: float, workers: int,
     t0 = time.perf_counter()
     n = 0
     first = quarter = None  # seconds to the first batch; (seconds, utterances) at 25%
+    times = []  # (seconds, utterances) at each batch
     for b in loader:
         n += len(b["keys"])
+        times.append((time.perf_counter() - t0, n))
         first = first if first is not None else time.perf_counter() - t0
         if quarter is None and n >= total // 4:
             quarter = (time.perf_counter() - t0, n)
@@ -196,6 +198,9 @@ def epoch_run(lst: str, mode: str, cache: str, window_mb: float, workers: int,
             "steady_utt_per_s": steady, "first_batch_s": round(first or 0.0, 2),
             "wall_s": round(wall, 1), "requests": r1 - r0,
             "fetched_over_tar_bytes": round((b1 - b0) / tar_bytes * total / n, 3),
+            # the longest waits for a batch after the first: (seconds, utterances before)
+            "longest_waits": sorted(((round(b[0] - a[0], 2), a[1]) for a, b in
+                                     zip(times, times[1:])), reverse=True)[:3],
             **({"partial_epoch": f"{n} of {total} utterances"} if n < total else {})}
 
 

@@ -6,7 +6,7 @@ sampling process; :mod:`wenet_lhotse.sources.window_reads` reads, in the workers
 Tars are fetched one at a time, in the order asked (:meth:`TarSpool.prefetch`: the
 window being read before the next one, so the first window's copies come at the full
 rate instead of sharing it with the next window's); each tar in :data:`THREADS`
-contiguous spans read in parallel, each front to back in ranged requests of 8 MiB
+contiguous spans read in parallel, each front to back in ranged requests of 32 MiB
 (through the retrying readers of :mod:`~wenet_lhotse.io.remote` /
 :mod:`~wenet_lhotse.io.http_reader`, which resume a cut connection where it stopped)
 into a temporary file at their offsets, then renamed into place; a claim file
@@ -23,7 +23,8 @@ else reads the member's own byte range: a tar is never fetched twice for a reade
 copy whose window has passed is cut down to the members still waiting to be read
 (:meth:`TarSpool.trim`: a sparse file, the members at their offsets).
 
-Memory per process: one 8 MiB piece in flight per span (:data:`THREADS`).
+Memory per process: one 32 MiB piece in flight per span (:data:`THREADS`), about
+twice that while a piece is copied out of fsspec's buffer.
 The directory is ``$WENET_LHOTSE_SPOOL``, default ``<tmp>/wenet-lhotse-spool-<uid>``.
 """
 
@@ -47,10 +48,11 @@ from wenet_lhotse.io.tempfiles import process_running
 
 logger = logging.getLogger(__name__)
 
-#: Bytes read from the network per piece while fetching a tar.
-PIECE = 8 << 20
-#: Spans of one tar fetched at once by a process (more starve the first batch's range
-#: reads); tars are fetched one after another.
+#: Bytes asked for per request while fetching a tar: large, because each request costs
+#: a round trip (and on moto a read of the whole object), small enough to bound memory.
+PIECE = 32 << 20
+#: Spans of one tar fetched at once by a process (more did not fetch faster in
+#: bench/s3_window.py); tars are fetched one after another.
 THREADS = 2
 #: Seconds between looks at another process's fetch.
 POLL = 0.02
@@ -143,7 +145,7 @@ class TarSpool:
         from wenet_lhotse.formats.member_reads import _ranged_reader
         from wenet_lhotse.io.remote_audio import is_http
 
-        # HTTP: requests of one block (8 MiB); fsspec: a read (8 MiB) + the read-ahead
+        # HTTP: requests of one block (a piece); fsspec: a read (a piece) + the read-ahead
         # block (64 KiB), so that a span ends at most 64 KiB past its bytes
         block = min(length, PIECE) if is_http(url) else 1 << 16
         reader = _ranged_reader(url, start, block, self.policy)

@@ -29,6 +29,7 @@ from wenet_lhotse.loader.wenet_dataset import CutTransform
 from wenet_lhotse.sources.registry import get_kind
 from wenet_lhotse.sources.spec import SourceSpec
 from wenet_lhotse.sources.text import read_text_source
+from wenet_lhotse.sources.window_order import window_buffer_size
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +54,11 @@ def _speech_sampler(plan: Any, spec: SourceSpec, transform: Any, seed: int,
         plan, [spec], [transform], seed, split="train", light=True, two_d=two_d,
         indexes={0: index} if index is not None else None)
     logger.info("source %s: %s, %d buckets", spec.name, formula, len(bins) + 1)
-    return speech_sampler(plan, mux, bins, constraint, seed, buffer_size=plan.cfg.buffer_size)
+    # the window order (read_window_mb): the buffer held to about one window, as when
+    # mixing by cut (the reader tells its window keeper what the sampler holds)
+    buffer = window_buffer_size({0: index} if index is not None else {},
+                                lconf.read_window_mb, plan.cfg.buffer_size)
+    return speech_sampler(plan, mux, bins, constraint, seed, buffer_size=buffer)
 
 
 def _text_sampler(plan: Any, spec: SourceSpec, tokenizer: Any, seed: int) -> TextBatchSampler:

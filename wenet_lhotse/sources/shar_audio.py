@@ -150,8 +150,6 @@ class SharAudioAttacher(PolicyHolder):
 
         remote = [t for t in by_tar if not is_local(t)]
         out: Dict[str, Any] = {}
-        if self._windows is not None:  # after a batch of windowed reads: wait for copies
-            self._windows.started = True
         for tar in by_tar:
             if is_local(tar):
                 out.update(one_tar(tar))
@@ -182,7 +180,7 @@ class SharAudioAttacher(PolicyHolder):
                 data = {}  # the copy went away: read from the tar
         again = [m for m in members if not isinstance(data.get(m[0]), bytes)]
         if again:  # each member alone, its exact range (not 4 MiB blocks), in parallel:
-            # a first batch's members, read while the whole copies come
+            # the members of a copy let go over the keeper's budget (or restored after)
             from concurrent.futures import ThreadPoolExecutor
 
             def one(member: Tuple[Any, ...]) -> Dict[str, Any]:
