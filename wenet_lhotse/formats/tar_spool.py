@@ -54,6 +54,8 @@ PIECE = 32 << 20
 #: Spans of one tar fetched at once by a process (more did not fetch faster in
 #: bench/s3_window.py); tars are fetched one after another.
 THREADS = 2
+#: Bytes below which a tar is not split into spans.
+MIN_SPAN = 1 << 20
 #: Seconds between looks at another process's fetch.
 POLL = 0.02
 
@@ -113,8 +115,7 @@ class TarSpool:
 
     def _download(self, url: str, nbytes: int, final: str) -> None:
         tmp = f"{final}.{os.getpid()}.part"
-        pieces = -(-nbytes // PIECE)
-        step = -(-pieces // max(1, min(THREADS, pieces))) * PIECE  # whole pieces per span
+        step = -(-nbytes // max(1, min(THREADS, nbytes // MIN_SPAN)))  # ceil(n / spans)
         spans = [(s, min(step, nbytes - s)) for s in range(0, nbytes, max(1, step))]
         try:
             with open(tmp, "wb") as f:
@@ -145,14 +146,16 @@ class TarSpool:
         from wenet_lhotse.formats.member_reads import _ranged_reader
         from wenet_lhotse.io.remote_audio import is_http
 
-        # HTTP: requests of one block (a piece); fsspec: a read (a piece) + the read-ahead
-        # block (64 KiB), so that a span ends at most 64 KiB past its bytes
-        block = min(length, PIECE) if is_http(url) else 1 << 16
+        # HTTP: requests of one block (the span in equal pieces of at most PIECE: the
+        # last ends at the span's end); fsspec: a read (a piece) + the read-ahead block
+        # (64 KiB), so that a span ends at most 64 KiB past its bytes
+        piece_len = -(-length // -(-length // PIECE))
+        block = piece_len if is_http(url) else 1 << 16
         reader = _ranged_reader(url, start, block, self.policy)
         done = 0
         try:
             while done < length:
-                piece = reader.read(min(PIECE, length - done))
+                piece = reader.read(min(piece_len, length - done))
                 if not piece:
                     break
                 os.pwrite(fd, piece, start + done)
