@@ -67,12 +67,15 @@ def window_buffer_size(indexes: Dict[int, Any], window_mb: Optional[float],
                        buffer_size: int) -> int:
     """The sampler's buffer under the window order: about the utterances of one window
     (utterances x window bytes / tar bytes over all indexed sources), at most
-    ``buffer_size``; ``buffer_size`` itself without a window."""
+    ``buffer_size``; ``buffer_size`` itself without a window. When tars of the mean size
+    fill a window only in part (3 of 18.6 MB in 64 MiB), the utterances of the whole
+    tars that fit, if fewer: a buffer larger than the first window would take cuts of
+    the second one before the first batch, whose copies it would then wait for too."""
     if not window_mb or not indexes:
         return buffer_size
     from wenet_lhotse.formats.shard_index import ShardIndex
 
-    utts = nbytes = 0
+    utts = nbytes = ntars = 0
     for parts in indexes.values():
         for path, tars in parts:
             ix = ShardIndex(path)
@@ -80,9 +83,15 @@ def window_buffer_size(indexes: Dict[int, Any], window_mb: Optional[float],
                 rec = ix.tars[t]
                 utts += rec["count"]
                 nbytes += tar_bytes(rec, ix.cols["offset"], ix.cols["size"])
+                ntars += 1
     if not nbytes:
         return buffer_size
-    return max(1, min(buffer_size, int(utts * window_mb * (1 << 20) / nbytes)))
+    budget = window_mb * (1 << 20)
+    size = utts * budget / nbytes
+    whole = int(budget * ntars // nbytes)  # tars of the mean size in a window
+    if whole >= 1:
+        size = min(size, utts * whole / ntars)
+    return max(1, min(buffer_size, int(size)))
 
 
 class WindowPlan:
