@@ -23,7 +23,10 @@ Set-up, all on this machine:
    fetched / tar bytes, requests. Each run starts with an empty spool; *global* runs on
    the first set with 1 worker only (``--global-all`` for all: it fetches ~46x), and
    with ``--global-utts N`` over the first N utterances only (its bytes then scaled
-   to the epoch by utterances read);
+   to the epoch by utterances read); ``--rounds N`` runs N rounds of a streamed and a
+   window epoch per row, the order alternating, and prints window / streamed per round
+   and the median (``longest_waits``: the 3 longest waits for a batch, with the
+   utterances before each);
 4. the window order on the first set: seconds to the first batch of a fresh loader, and
    seconds to build a fresh loader, load a state taken at 90% of the epoch and get
    its next batch (checked equal), the spool empty each time;
