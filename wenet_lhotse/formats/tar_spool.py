@@ -122,8 +122,8 @@ class TarSpool:
                 f.truncate(nbytes)
             fd = os.open(tmp, os.O_WRONLY)
             try:
-                if len(spans) == 1:
-                    got = [self._span(url, fd, *spans[0])]
+                if len(spans) <= 1:  # none: a tar with no indexed bytes, nothing to ask
+                    got = [self._span(url, fd, *sp) for sp in spans]
                 else:
                     with ThreadPoolExecutor(len(spans), thread_name_prefix="tar-span") as p:
                         got = list(p.map(lambda sp: self._span(url, fd, *sp), spans))
