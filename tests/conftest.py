@@ -213,6 +213,34 @@ def pytest_runtest_protocol(item):
     yield
 
 
+#: at most this many test processes under ``-n auto``: each may start torchrun's ranks and
+#: their DataLoader workers (6+ processes), so more would only trade CPU for memory
+MAX_TEST_PROCESSES = 4
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config) -> int:
+    """``-n auto`` (pyproject's addopts): one test process per CPU this process may run
+    on (``sched_getaffinity``: a CI runner's 2 vCPUs are 2 even if they share a core,
+    where xdist's own count of physical cores says 1), at least 2 -- the suite waits on
+    subprocesses, servers and sleeps enough that 2 processes pay off on one core -- and
+    at most :data:`MAX_TEST_PROCESSES`."""
+    import os
+
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(2, min(cpus or 1, MAX_TEST_PROCESSES))
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config, items) -> None:
+    """The files holding ``slow`` tests (torchrun, WeNet's ``train.py``, wheels) run first,
+    the most such tests first: with whole files per process (``--dist loadfile``), a long
+    file started last would leave the other processes idle at the end. Stable: the order
+    within a file, and of the other files, is pytest's."""
+    slow = Counter(item.nodeid.split("::")[0] for item in items
+                   if item.get_closest_marker("slow"))
+    items.sort(key=lambda item: -slow[item.nodeid.split("::")[0]])
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Under ``CI=true``, stop before running anything when collected tests compare with
     WeNet's own code and WeNet cannot run here: the message names what would not be

@@ -25,7 +25,7 @@ def pytest_run(args, ci: bool, cwd: Path = REPO, **env: str) -> subprocess.Compl
     environ.update(env)
     if ci:
         environ["CI"] = "true"
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n0", *args],
                           cwd=cwd, env=environ, capture_output=True, text=True, timeout=300)
 
 
