@@ -64,11 +64,13 @@ class PositionedBucketer(SteppedBucketer):
         size = self.constraint.batch_size
         steps = wenet_static_steps(self.read, world_size, workers, size)
         batches = world_size * (steps - rounds)
-        natural = len(self.merged) + ceil(sum(b.qsize() for b in self.buckets) / size)
+        bucketed = self.bucketed()
+        natural = len(self.merged) + ceil(bucketed / size)
         # the shortfall stays the same each round: split only near the end (few batches
-        # held as merged, each copied into every snapshot)
-        if (self.remaining() < batches or natural >= batches
-                or natural > world_size * (workers + 1)):
+        # held as merged, each copied into every snapshot). Called every round: the
+        # cheap tests first.
+        if (natural > world_size * (workers + 1) or natural >= batches
+                or bucketed + sum(len(b) for b in self.merged) < batches):
             return
         rest = list(self.merged)
         self.merged.clear()
