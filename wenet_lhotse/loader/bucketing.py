@@ -72,15 +72,6 @@ def chunk_sorted(cuts: List[Cut], constraint: SamplingConstraint) -> List[List[C
     return out
 
 
-def _over(batch: List[Cut], constraint: SamplingConstraint) -> bool:
-    """Whether ``batch`` exceeds ``constraint`` (a fresh copy measures it)."""
-    state = constraint.copy()
-    state.reset()
-    for cut in batch:
-        state.add(cut)
-    return state.exceeded()
-
-
 class SteppedBucketer(DynamicBucketer):
     """``DynamicBucketer`` stepped by :meth:`draw`, bucket remainders merged (see the
     module docstring). ``drop_last`` is not supported (every cut is used).
@@ -122,7 +113,12 @@ class SteppedBucketer(DynamicBucketer):
 
     def remaining(self) -> int:
         """Cuts held (buckets and merged batches), not counting the unread input."""
-        return sum(b.qsize() for b in self.buckets) + sum(len(b) for b in self.merged)
+        return self.bucketed() + sum(len(b) for b in self.merged)
+
+    def bucketed(self) -> int:
+        """Cuts in the buckets (their deques' lengths: only this thread touches them, and
+        ``qsize()`` takes each bucket's lock)."""
+        return sum(len(b.queue) for b in self.buckets)
 
     # -- batches
 
@@ -161,7 +157,8 @@ class SteppedBucketer(DynamicBucketer):
         batcher = DurationBatcher(candidates, constraint=self.constraint.copy(),
                                   diagnostics=self.diagnostics)
         batch = list(next(iter(batcher)))
-        if len(batch) > 1 and _over(batch, self.constraint):
+        # (the batcher's constraint has measured exactly ``batch``: reset, then each cut)
+        if len(batch) > 1 and batcher.constraint.exceeded():
             # Lhotse's DurationBatcher keeps the cut that made the batch exceed its
             # constraint (a longer cut drawn last): it goes back to its bucket instead.
             batch.pop()

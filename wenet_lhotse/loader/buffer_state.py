@@ -39,12 +39,17 @@ class PositionedBucketer(SteppedBucketer):
         self.emitted: List[int] = []  # id() of cuts handed out since the last snapshot
         self.journal = []  # bucket changes since the last snapshot
         self.read = 0  # cuts read from the mux this epoch (restored from the state)
+        #: per stream: its reader when it keeps tar copies (the window order), else None;
+        #: the per-cut ``taken`` call is made only for those
+        self.keepers = [s.reader if s.reader.keeps_copies else None for s in mux.streams]
 
     def _next_cut(self) -> Cut:
         cut = next(self.cuts_iter)
-        self.loc[id(cut)] = (cut, *self.mux.last)
-        stream, pos = self.mux.last
-        self.mux.streams[stream].reader.taken(cut, pos)  # (the window order's tar copies)
+        stream, pos = last = self.mux.last
+        self.loc[id(cut)] = (cut, *last)
+        reader = self.keepers[stream]
+        if reader is not None:
+            reader.taken(cut, pos)  # (the window order's tar copies)
         self.read += 1
         return cut
 
@@ -59,11 +64,13 @@ class PositionedBucketer(SteppedBucketer):
         size = self.constraint.batch_size
         steps = wenet_static_steps(self.read, world_size, workers, size)
         batches = world_size * (steps - rounds)
-        natural = len(self.merged) + ceil(sum(b.qsize() for b in self.buckets) / size)
+        bucketed = self.bucketed()
+        natural = len(self.merged) + ceil(bucketed / size)
         # the shortfall stays the same each round: split only near the end (few batches
-        # held as merged, each copied into every snapshot)
-        if (self.remaining() < batches or natural >= batches
-                or natural > world_size * (workers + 1)):
+        # held as merged, each copied into every snapshot). Called every round: the
+        # cheap tests first.
+        if (natural > world_size * (workers + 1) or natural >= batches
+                or bucketed + sum(len(b) for b in self.merged) < batches):
             return
         rest = list(self.merged)
         self.merged.clear()

@@ -247,10 +247,18 @@ class ResumableBucketingSampler(EpochAdvance, SteppedEpochs, DynamicBucketingSam
 
     def _release_later(self, batches: List[List[Cut]]) -> None:
         """Tell each cut's reader, ``release_depth`` rounds after the round that emitted
-        it, that it has been read (every rank's cuts: the counts are global)."""
-        loc, streams = self._bucketer.loc, self.mux.streams
-        self._unreleased.append([(streams[loc[id(c)][1]].reader, c) for b in batches
-                                 for c in b if id(c) in loc])
+        it, that it has been read (every rank's cuts: the counts are global). Only
+        readers that keep tar copies are told (nothing is kept for the others)."""
+        keepers = self._bucketer.keepers
+        if not any(keepers):
+            return
+        loc = self._bucketer.loc
+        told = []
+        for c in (c for b in batches for c in b):
+            where = loc.get(id(c))
+            if where is not None and keepers[where[1]] is not None:
+                told.append((keepers[where[1]], c))
+        self._unreleased.append(told)
         while len(self._unreleased) > self.release_depth:
             for reader, cut in self._unreleased.popleft():
                 reader.release(cut)

@@ -176,6 +176,12 @@ class IndexReader(PolicyHolder, PositionedReader):
         ix = self.index(cut._part)
         return ix.tars[int(ix.cols["tar"][cut._row])]["url"]
 
+    @property
+    def keeps_copies(self) -> bool:  # type: ignore[override]
+        """The window order (``window_bytes``) keeps remote tars' copies: it needs
+        :meth:`taken` / :meth:`release`."""
+        return bool(self.window_bytes)
+
     def taken(self, cut: Any, pos: int) -> None:
         """The sampler buffered ``cut`` (at ``pos``): under the window order its window's
         and the next window's remote tars are fetched and held, and the cut is marked to

@@ -93,12 +93,19 @@ class PositionedReader(Dillable):
         """The cut for an item returned by :meth:`read_raw`."""
         return raw
 
+    #: Whether :meth:`taken` / :meth:`release` do anything: the sampler asks once per
+    #: epoch and skips the per-cut calls for readers that say no (all but the window
+    #: order's :class:`~.indexed_shards.IndexReader`, which keeps tar copies).
+    keeps_copies: bool = False
+
     def taken(self, cut: Any, pos: int) -> None:
-        """The sampler buffered ``cut`` (position ``pos``); see :meth:`release`."""
+        """The sampler buffered ``cut`` (position ``pos``); see :meth:`release`. Called
+        only when :attr:`keeps_copies` is true."""
 
     def release(self, cut: Any) -> None:
         """The sampler is done with ``cut``: emitted, and read by the DataLoader by now
-        (the window order lets its tar's local copy go; others ignore it)."""
+        (the window order lets its tar's local copy go; others ignore it). Called only
+        when :attr:`keeps_copies` is true."""
 
     def raw_for_state(self, cut: Any) -> Optional[Any]:
         """``cut``'s item as plain data (JSON-able) for a checkpoint, so that restoring
