@@ -78,7 +78,7 @@ def test_worker_killed_mid_run_output_complete(sharded, dask_cluster, tmp_path):
     victim = dask_cluster.workers[0]
 
     def kill_when_started():
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + under_load(60)  # a hang guard: the kill waits
         while time.monotonic() < deadline and not list(out.glob("cuts.*.jsonl.gz")):
             time.sleep(0.01)
         victim.kill()
