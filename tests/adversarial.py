@@ -107,7 +107,8 @@ def cli(*args, env=None, check=None, timeout=300, **kw) -> subprocess.CompletedP
     """``wenet-lhotse ARGS`` as a real subprocess (this worktree's package): forked from the
     session's CLI server (tests/cli_server.py, the imports paid once); ``python -m
     wenet_lhotse`` in a fresh interpreter when ``env`` or ``kw`` (``preexec_fn``: limits
-    for the command's own process) ask for more than the server can give."""
+    for the command's own process) ask for more than the server can give. ``timeout``
+    (s) is a quiet machine's hang guard, stretched by :func:`under_load`."""
     full_env = dict(os.environ, PYTHONPATH=str(REPO))
     full_env.update(env or {})
     if env or kw:
@@ -117,7 +118,8 @@ def cli(*args, env=None, check=None, timeout=300, **kw) -> subprocess.CompletedP
 
         cmd = wenet_lhotse_cmd()
     res = subprocess.run([*cmd, *map(str, args)],
-                         capture_output=True, text=True, env=full_env, timeout=timeout, **kw)
+                         capture_output=True, text=True, env=full_env,
+                         timeout=under_load(timeout), **kw)
     if check is not None:
         assert res.returncode == check, res.stdout + res.stderr
     return res

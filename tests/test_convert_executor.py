@@ -9,6 +9,7 @@ import re
 import time
 
 import pytest
+from adversarial import under_load
 
 from wenet_lhotse.convert.executor import ClusterError, map_tasks
 
@@ -108,19 +109,24 @@ def test_scheduler_lost_mid_job_is_one_line_and_rerun_finishes(dask_cluster, tmp
     cmd = [sys.executable, "-m", "wenet_lhotse", "import", str(corpus.shards_list),
            "--shar", str(out)]
 
+    env["PYTHONFAULTHANDLER"] = "1"  # a hang shows where it is (SIGABRT below)
+    proc = subprocess.Popen([*cmd, "--cluster", dask_cluster.address], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
     def kill_when_started():
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and len(list(out.glob("cuts.*.jsonl.gz"))) < 2:
+        # the kill waits for its moment (2 shards written) as long as the command runs:
+        # a fixed 120 s passed before the first shard at load 15-20 on 2 cores, and the
+        # scheduler was then killed before any shard (the command's error was right)
+        deadline = time.monotonic() + under_load(120)
+        while (time.monotonic() < deadline and proc.poll() is None
+               and len(list(out.glob("cuts.*.jsonl.gz"))) < 2):
             time.sleep(0.05)
         dask_cluster.scheduler.kill()
 
     killer = threading.Thread(target=kill_when_started)
     killer.start()
-    env["PYTHONFAULTHANDLER"] = "1"  # a hang shows where it is (SIGABRT below)
-    proc = subprocess.Popen([*cmd, "--cluster", dask_cluster.address], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        res_out, res_err = proc.communicate(timeout=240)
+        res_out, res_err = proc.communicate(timeout=under_load(240))
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGABRT)
         res_out, res_err = proc.communicate()
@@ -145,7 +151,7 @@ def test_scheduler_lost_mid_job_is_one_line_and_rerun_finishes(dask_cluster, tmp
         wait_for_port(port, again.scheduler)
         again.add_worker("w-again")
         res = subprocess.run([*cmd, "--cluster", again.address], env=env,
-                             capture_output=True, text=True, timeout=300)
+                             capture_output=True, text=True, timeout=under_load(300))
     finally:
         for p in [*again.workers, again.scheduler]:
             stop(p)

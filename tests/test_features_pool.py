@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from adversarial import under_load
 from lhotse import AudioSource, CutSet, Recording
 from torch.utils.data import DataLoader, Dataset
 
@@ -46,7 +47,9 @@ def pid_alive(pid: int) -> bool:
 
 
 def wait_gone(pids, timeout: float = 15.0) -> list:
-    deadline = time.monotonic() + timeout
+    """The ``pids`` still alive after ``timeout`` s (a quiet machine's bound, stretched
+    by the load: a process that has been told to end needs CPU to do so)."""
+    deadline = time.monotonic() + under_load(timeout)
     while time.monotonic() < deadline:
         alive = [p for p in pids if pid_alive(p)]
         if not alive:
@@ -145,8 +148,9 @@ def wait_exited(pid: int, timeout: float = 15.0) -> bool:
     """True once our child ``pid`` has exited *and can be waited for*, without reaping it
     (``WNOWAIT``: the pool's own ``Process`` object still collects it). A killed
     multi-threaded process shows as a zombie before its last thread is gone, and until
-    then ``waitpid`` does not report it: that is not "between batches" yet."""
-    deadline = time.monotonic() + timeout
+    then ``waitpid`` does not report it: that is not "between batches" yet. ``timeout``
+    is stretched by the load, as in :func:`wait_gone`."""
+    deadline = time.monotonic() + under_load(timeout)
     while time.monotonic() < deadline:
         try:
             if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:

@@ -6,6 +6,7 @@ import functools
 import threading
 
 import pytest
+from adversarial import wait_until
 
 from wenet_lhotse.io.parallel import map_bounded
 
@@ -38,8 +39,12 @@ def test_at_most_twice_the_workers_are_in_flight():
         result = []
         t = threading.Thread(target=lambda: result.append(next(it)))
         t.start()
-        t.join(0.5)
-        assert len(pulled) == 4  # 2 * num_workers submitted, none done
+        # the first 4 pulls are waited for (a loaded machine may take more than a fixed
+        # half second to make them); then the loop has time to pull more, were it not
+        # bounded: 2 * num_workers submitted, none done, the loop blocked on item 0
+        wait_until(lambda: len(pulled) >= 4, 30, "the loop's first submissions")
+        t.join(0.2)
+        assert len(pulled) == 4 and t.is_alive()
     t.join()
     assert result == [(0, 0)]
     assert [r for _, r in it] == list(range(1, 30))

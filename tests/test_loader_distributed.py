@@ -21,16 +21,22 @@ def test_plan_partition_splits_largest_batches(data):
 
 
 def test_data_wait_meter():
-    import time
+    """wait = time inside ``next()``, work = time between: a clock the test advances
+    itself (0.05 s per batch fetched, 0.01 s per step), so the fraction is exact on a
+    loaded machine too."""
+    now = [100.0]
 
     def slow():
         for i in range(3):
-            time.sleep(0.05)
+            now[0] += 0.05  # the loader's wait
             yield i
 
-    meter = DataWaitMeter()
+    meter = DataWaitMeter(clock=lambda: now[0])
     for _ in meter.wrap(slow()):
-        time.sleep(0.01)
+        now[0] += 0.01  # the step's work
     assert meter.batches == 3
-    assert 0.6 < meter.fraction < 1.0
+    assert meter.wait == pytest.approx(0.15)
+    assert meter.total == pytest.approx(0.17)  # the last return, not the StopIteration
+    assert meter.fraction == pytest.approx(0.15 / 0.17)
+    assert "3 batches, waited 0.15 s of 0.17 s (88.2% data wait)" == meter.summary()
     random.seed(0)

@@ -19,6 +19,8 @@ requirements reinstalls only the wheel (``--no-deps``, seconds).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import re
@@ -29,7 +31,7 @@ import tarfile
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, Iterator, List
 
 import pytest
 
@@ -53,14 +55,28 @@ def _ok(res: subprocess.CompletedProcess, what: str) -> None:
     assert res.returncode == 0, f"{what} failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
 
 
+@contextlib.contextmanager
+def _exclusive(name: str):
+    """An exclusive ``flock`` on ``<tmp>/<name>.lock`` while the block runs. The build
+    writes ``wenet_lhotse.egg-info`` into the checkout, and the cached venv is shared by
+    every checkout on the machine: two pytest processes (pytest-xdist workers, or two
+    clones' suites) must not build at once, nor reinstall the wheel into the venv while
+    the other's tests use it (they would test the other's wheel)."""
+    with open(Path(tempfile.gettempdir()) / f"{name}.lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)  # released when the file is closed
+        yield
+
+
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory) -> Dict[str, Path]:
     """``python -m build``'s wheel and sdist of this checkout."""
     out = tmp_path_factory.mktemp("dist")
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
-    res = _run([sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)], env=env,
-               timeout=600)
+    checkout = hashlib.sha256(str(ROOT).encode()).hexdigest()[:16]
+    with _exclusive(f"wenet-lhotse-build-{checkout}"):
+        res = _run([sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)],
+                   env=env, timeout=600)
     _ok(res, "python -m build")
     wheels, sdists = list(out.glob("*.whl")), list(out.glob("*.tar.gz"))
     assert len(wheels) == 1 and len(sdists) == 1, sorted(p.name for p in out.iterdir())
@@ -122,9 +138,10 @@ def test_wheel_and_sdist_hold_the_package(dist):
 
 
 @pytest.fixture(scope="module")
-def venv(dist) -> Path:
+def venv(dist) -> Iterator[Path]:
     """A fresh venv with the wheel and its ``wenet`` extra installed (cached, see the
-    module docstring)."""
+    module docstring), held exclusively by this process until the module's tests end
+    (:func:`_exclusive`)."""
     reqs = _requirements(_metadata(dist["wheel"]), EXTRA)
     key = hashlib.sha256("\n".join([sys.version, TORCH, *sorted(reqs)]).encode()
                          ).hexdigest()[:16]
@@ -132,20 +149,21 @@ def venv(dist) -> Path:
     python = path / "bin" / "python"
     ready = path / "deps-installed"
     env = _clean_env()
-    if not ready.exists():
-        shutil.rmtree(path, ignore_errors=True)
-        _ok(_run([sys.executable, "-m", "venv", str(path)], env=env, timeout=300),
-            "python -m venv")
-        # the dependencies exactly as the wheel's metadata lists them (+ the torch pin)
-        # (--no-compile: byte-compiling all of torch at install time is minutes on 2 cores)
-        _ok(_run([str(python), "-m", "pip", "install", "-q", "--no-compile", TORCH, *reqs],
-                 env=env,
-                 timeout=1200), "pip install (the wheel's requirements)")
-        ready.write_text("\n".join(reqs) + "\n", encoding="utf-8")
-    _ok(_run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall",
-              "--no-compile", str(dist["wheel"])], env=env, timeout=300),
-        "pip install the wheel")
-    return path
+    with _exclusive(path.name):
+        if not ready.exists():
+            shutil.rmtree(path, ignore_errors=True)
+            _ok(_run([sys.executable, "-m", "venv", str(path)], env=env, timeout=300),
+                "python -m venv")
+            # the dependencies exactly as the wheel's metadata lists them (+ the torch
+            # pin) (--no-compile: byte-compiling all of torch is minutes on 2 cores)
+            _ok(_run([str(python), "-m", "pip", "install", "-q", "--no-compile", TORCH,
+                      *reqs], env=env, timeout=1200),
+                "pip install (the wheel's requirements)")
+            ready.write_text("\n".join(reqs) + "\n", encoding="utf-8")
+        _ok(_run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall",
+                  "--no-compile", str(dist["wheel"])], env=env, timeout=300),
+            "pip install the wheel")
+        yield path
 
 
 def _clean_env(**extra: str) -> Dict[str, str]:
