@@ -10,7 +10,7 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 import pytest
@@ -237,14 +237,13 @@ def test_spool_copy_lives_while_held_and_trims_to_waiting_members(shards, tmp_pa
 
 
 @pytest.mark.slow
-def test_http_tars_are_fetched_whole_at_most_once(shards, http_serve, tmp_path, monkeypatch):
-    """The spool on HTTP (a real server on 127.0.0.1): every cut's audio as read
-    locally, and no tar fetched whole twice in an epoch."""
-    monkeypatch.setenv("WENET_LHOTSE_SPOOL", str(tmp_path / "spool"))
-    monkeypatch.setenv("WENET_LHOTSE_RANGE_CACHE_MB", "0")
+def _recording(seen: list, most: Optional[list] = None, delay_s: float = 0.0) -> type:
+    """An HTTP handler class (ranges served) that appends ``(tar, first byte, bytes
+    asked)`` of every ranged GET to ``seen``, answers each after ``delay_s`` and keeps
+    in ``most[0]`` the most requests answered at once."""
     from conftest import AdversarialHandler
 
-    seen = []  # (tar, first byte, bytes asked) of every ranged GET
+    inflight = [0]
 
     class Recording(AdversarialHandler):
         def do_GET(self):
@@ -252,9 +251,26 @@ def test_http_tars_are_fetched_whole_at_most_once(shards, http_serve, tmp_path, 
             if m:
                 seen.append((self.path.rsplit("/", 1)[-1], int(m.group(1)),
                              int(m.group(2)) - int(m.group(1)) + 1))
-            return super().do_GET()
+            inflight[0] += 1
+            if most is not None:
+                most[0] = max(most[0], inflight[0])
+            time.sleep(delay_s)
+            try:
+                return super().do_GET()
+            finally:
+                inflight[0] -= 1
 
-    base = http_serve(Path(shards["tars"][0]).parent, handler_class=Recording, mode="ranges")
+    return Recording
+
+
+def test_http_tars_are_fetched_whole_at_most_once(shards, http_serve, tmp_path, monkeypatch):
+    """The spool on HTTP (a real server on 127.0.0.1): every cut's audio as read
+    locally, and no tar fetched whole twice in an epoch."""
+    monkeypatch.setenv("WENET_LHOTSE_SPOOL", str(tmp_path / "spool"))
+    monkeypatch.setenv("WENET_LHOTSE_RANGE_CACHE_MB", "0")
+    seen = []  # (tar, first byte, bytes asked) of every ranged GET
+    base = http_serve(Path(shards["tars"][0]).parent, handler_class=_recording(seen),
+                      mode="ranges")
     _audio_epoch_matches_local(shards, base, tmp_path, seen.clear)
     sizes = {Path(t).name: os.path.getsize(t) for t in shards["tars"]}
     whole = [name for name, start, n in seen if start == 0 and n == sizes[name]]
@@ -268,30 +284,15 @@ def test_spool_fetches_tars_in_turn_each_in_parallel_spans(shards, http_serve, t
     window being read before the next), each in two spans read at once into a copy
     equal to the tar; every byte requested once, and a span cut short (a tar shorter
     than indexed) leaves a copy as long as the bytes that came."""
-    from conftest import AdversarialHandler
-
     from wenet_lhotse.formats import tar_spool
 
     monkeypatch.setattr(tar_spool, "PIECE", 1 << 17)  # two pieces per span of a small tar
     monkeypatch.setattr(tar_spool, "MIN_SPAN", 1 << 16)
     seen = []  # (tar, first byte, bytes asked) of every ranged GET
-    inflight, most = [0], [0]  # requests being answered; the most at once
-
-    class Recording(AdversarialHandler):
-        def do_GET(self):
-            m = re.match(r"bytes=(\d+)-(\d+)", self.headers.get("Range") or "")
-            if m:
-                seen.append((self.path.rsplit("/", 1)[-1], int(m.group(1)),
-                             int(m.group(2)) - int(m.group(1)) + 1))
-            inflight[0] += 1
-            most[0] = max(most[0], inflight[0])
-            time.sleep(0.1)  # a slow server: the spans' requests overlap
-            try:
-                return super().do_GET()
-            finally:
-                inflight[0] -= 1
-
-    base = http_serve(Path(shards["tars"][0]).parent, handler_class=Recording, mode="ranges")
+    most = [0]  # the most requests answered at once
+    # a slow server: the spans' requests overlap
+    base = http_serve(Path(shards["tars"][0]).parent,
+                      handler_class=_recording(seen, most, delay_s=0.1), mode="ranges")
     tars = shards["tars"][:3]
     names = [Path(t).name for t in tars]
     sizes = [os.path.getsize(t) for t in tars]
