@@ -87,6 +87,38 @@ def test_tasks_in_flight_follow_workers_that_join(dask_cluster, ordered):
     assert most_at_once([(r[2], r[3]) for r in got]) >= 3
 
 
+def slow_square(x: int) -> int:
+    time.sleep(0.5)
+    return x * x
+
+
+@pytest.mark.parametrize("dask_cluster", [1], indirect=True)
+def test_a_client_closed_after_its_scheduler_is_lost_leaves_one_error(dask_cluster):
+    """A task submitted while the client reconnects to a killed scheduler stays queued in
+    the executor; the client then gives up and closes (here after 2 s). Leaving the
+    cluster must raise the command's one-line error, not the client's
+    ``ClosedClientError`` from cancelling that task on a closed client (which once
+    replaced the line in CI)."""
+    from wenet_lhotse.convert.executor import open_cluster
+
+    with pytest.raises(ClusterError, match="the line"):
+        with open_cluster(dask_cluster.address, timeout=2.0) as executor:
+            client = executor._client
+            dask_cluster.scheduler.kill()
+            dask_cluster.scheduler.wait()
+            wait_until(lambda: client.status != "running", under_load(30))
+            executor.submit(slow_square, 3)
+            wait_until(lambda: client.status == "closed", under_load(30))
+            raise ClusterError("the line")
+
+
+def wait_until(cond, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("dask_cluster", [1], indirect=True)
 def test_scheduler_lost_mid_job_is_one_line_and_rerun_finishes(dask_cluster, tmp_path):

@@ -127,7 +127,13 @@ def open_cluster(address: str, timeout: float = 30.0) -> Iterator[Executor]:
     try:
         yield executor
     finally:
-        executor.shutdown(wait=False)
+        try:
+            executor.shutdown(wait=False)  # cancels the tasks still queued
+        except Exception:
+            # the client gave up on a lost scheduler (its tasks went with it): the cancel's
+            # ClosedClientError must not replace the command's own one-line error
+            if client.status not in ("closing", "closed"):
+                raise
         client.close()
         for name in _CLIENT_LOGGERS:
             logging.getLogger(name).removeFilter(quiet)
