@@ -278,16 +278,27 @@ def test_http_tars_are_fetched_whole_at_most_once(shards, http_serve, tmp_path, 
     assert sum(n for _, _, n in seen) / sum(sizes.values()) < 2.0, seen
 
 
-def test_spool_fetches_tars_in_turn_each_in_parallel_spans(shards, http_serve, tmp_path,
-                                                           monkeypatch):
-    """formats.tar_spool: tars prefetched one after another in the order asked (the
-    window being read before the next), each in two spans read at once into a copy
-    equal to the tar; every byte requested once, and a span cut short (a tar shorter
-    than indexed) leaves a copy as long as the bytes that came."""
+def test_spool_fetches_tars_in_order_several_at_once_in_spans(shards, http_serve, tmp_path,
+                                                              monkeypatch):
+    """formats.tar_spool: tars prefetched several at once, their spans read in the order
+    the tars were asked (the window being read before the next) and at most STREAMS at
+    once, each tar's copy equal to the tar and every byte requested once; a large tar in
+    more spans of several pieces; a span cut short (a tar shorter than indexed) leaves a
+    copy as long as the bytes that came."""
     from wenet_lhotse.formats import tar_spool
 
-    monkeypatch.setattr(tar_spool, "PIECE", 1 << 17)  # two pieces per span of a small tar
-    monkeypatch.setattr(tar_spool, "MIN_SPAN", 1 << 16)
+    monkeypatch.setattr(tar_spool, "PIECE", 1 << 20)  # one piece per span: 2 spans a tar
+    monkeypatch.setattr(tar_spool, "MIN_SPAN", 1 << 14)
+    granted = []  # span keys (ask, span) in the order their turns came
+
+    class Turns(tar_spool._Turns):
+        def _next(self, key):
+            ok = super()._next(key)
+            if ok:
+                granted.append(key)
+            return ok
+
+    monkeypatch.setattr(tar_spool, "_Turns", Turns)
     seen = []  # (tar, first byte, bytes asked) of every ranged GET
     most = [0]  # the most requests answered at once
     # a slow server: the spans' requests overlap
@@ -296,7 +307,7 @@ def test_spool_fetches_tars_in_turn_each_in_parallel_spans(shards, http_serve, t
     tars = shards["tars"][:3]
     names = [Path(t).name for t in tars]
     sizes = [os.path.getsize(t) for t in tars]
-    assert min(sizes) > 2 * tar_spool.MIN_SPAN
+    assert [tar_spool.spans_of(n) for n in sizes] == [2, 2, 2]
     spool = tar_spool.TarSpool(directory=str(tmp_path / "spool"))
     urls = [f"{base}/{n}" for n in names]
     for u in urls:
@@ -304,16 +315,70 @@ def test_spool_fetches_tars_in_turn_each_in_parallel_spans(shards, http_serve, t
     spool.prefetch([[u, n] for u, n in zip(urls, sizes)])
     for u, t in zip(urls, tars):
         assert Path(spool.wait(u)).read_bytes() == Path(t).read_bytes()
-    order = [name for name, _, _ in seen]
-    assert [n for i, n in enumerate(order) if i == 0 or order[i - 1] != n] == names
-    assert most[0] == tar_spool.THREADS == 2  # spans at once, never two tars
+    # turns in the order asked, whichever thread came first; two tars' spans at once
+    # (4 in flight, each tar has 2), never more
+    assert granted == [(a, i) for a in range(3) for i in range(2)]
+    assert most[0] == tar_spool.STREAMS == 4
+    assert names[2] not in [t for t, _, _ in seen[:4]]  # the third tar waited its turn
     for name, size in zip(names, sizes):
         asked = sorted((s, n) for t, s, n in seen if t == name)
         ends = [min(s + n, size) for s, n in asked]  # the server sends up to the end
         assert [s for s, _ in asked] == [0] + ends[:-1] and ends[-1] == size, asked  # once
         assert -(-size // 2) in [s for s, _ in asked]  # the second span's first request
+    # a large file (8 pieces and a bit): 4 spans (STREAMS), each in pieces of at most
+    # PIECE (and at least 64 KiB, the HTTP reader's smallest request)
+    monkeypatch.setattr(tar_spool, "PIECE", 1 << 17)
+    big = Path(tars[0]).parent / "big.bin"
+    big.write_bytes(os.urandom(8 * tar_spool.PIECE + 1000))
+    size = os.path.getsize(big)
+    assert tar_spool.spans_of(size) == 4
+    seen.clear()
+    url = f"{base}/{Path(big).name}"
+    spool.hold(url)
+    assert Path(spool.fetch(url, size)).read_bytes() == Path(big).read_bytes()
+    asked = sorted((s, n) for _, s, n in seen)
+    ends = [min(s + n, size) for s, n in asked]
+    # once: each request starts where the one before ended (HTTP pieces are whole
+    # blocks: a span's last may ask a byte or two of the next span's)
+    starts = [s for s, _ in asked]
+    assert starts[0] == 0 and ends[-1] == size, asked
+    assert all(0 <= e - s < 3 for e, s in zip(ends, starts[1:])), asked
+    assert max(n for _, n in asked) <= tar_spool.PIECE and len(asked) > 4
+    step = -(-size // 4)
+    assert {0, step, 2 * step, 3 * step} <= {s for s, _ in asked}
     short = f"{base}/{names[0]}"  # asked for more than the tar holds
     spool.release(short)
     spool.hold(short)
-    got = spool.fetch(short, 3 * sizes[0])  # the second span finds no bytes
+    got = spool.fetch(short, 3 * sizes[0])  # a later span finds no bytes
     assert Path(got).read_bytes() == Path(tars[0]).read_bytes()
+
+
+def test_spool_turns_wait_for_a_tar_asked_earlier():
+    """formats.tar_spool: a span of a later tar does not take a free turn while a tar
+    asked before it has not begun its spans; it does once that tar has its turn."""
+    import threading
+
+    from wenet_lhotse.formats.tar_spool import _Turns
+
+    turns = _Turns(2)
+    turns.expect(0)
+    turns.expect(1)
+    turns.begin([(1, 0)])
+    took = threading.Event()
+
+    def later():
+        with turns.turn((1, 0)):
+            took.set()
+
+    t = threading.Thread(target=later)
+    t.start()
+    assert not took.wait(0.3)  # ask 0 is pending: a free turn is not taken past it
+    turns.begin([(0, 0)])
+    with turns.turn((0, 0)):
+        assert took.wait(5)  # the second turn, after ask 0 took the first
+    t.join(5)
+    turns.expect(2)
+    turns.drop(2)  # fetched elsewhere: nothing waits for it
+    turns.begin([(3, 0)])
+    with turns.turn((3, 0)):
+        assert turns.free == 1

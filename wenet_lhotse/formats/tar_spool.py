@@ -3,15 +3,20 @@ of a node (DDP ranks, DataLoader workers): :class:`TarSpool`, used by the window
 (:mod:`wenet_lhotse.sources.window_keeper` decides what is fetched and kept, in the
 sampling process; :mod:`wenet_lhotse.sources.window_reads` reads, in the workers).
 
-Tars are fetched one at a time, in the order asked (:meth:`TarSpool.prefetch`: the
-window being read before the next one, so the first window's copies come at the full
-rate instead of sharing it with the next window's); each tar in :data:`THREADS`
-contiguous spans read in parallel, each front to back in ranged requests of 32 MiB
-(through the retrying readers of :mod:`~wenet_lhotse.io.remote` /
-:mod:`~wenet_lhotse.io.http_reader`, which resume a cut connection where it stopped)
-into a temporary file at their offsets, then renamed into place; a claim file
-(``O_EXCL``, holding the fetcher's pid) makes the other processes wait for that fetch
-instead of starting their own, and a claim left by a dead process is taken over.
+Tars are fetched in the order asked (:meth:`TarSpool.prefetch`: the window being read
+before the next one), several at once: each tar is cut into spans (2 for a tar of up to
+2 x :data:`PIECE`, else one per piece, at most :data:`STREAMS`), each span read front to
+back in ranged requests of up to :data:`PIECE` (through the retrying readers of
+:mod:`~wenet_lhotse.io.remote` / :mod:`~wenet_lhotse.io.http_reader`, which resume a cut
+connection where it stopped) into a temporary file at its offsets, then renamed into
+place. At most :data:`STREAMS` spans are read at once per process, the earliest asked
+first: a span of a later tar (of the next window) starts only when no span of an earlier
+one is waiting, so the window being read keeps the lead, and the next window's tars
+start as the current one's last spans run instead of after them (one tar at a time,
+as before, left the connections idle between tars and was the slower reader with 2
+DataLoader workers in ``bench/s3_window.py``). A claim file (``O_EXCL``, holding the
+fetcher's pid) makes the other processes wait for that fetch instead of starting their
+own, and a claim left by a dead process is taken over.
 Members are then read from the local copy with the same header checks as any indexed
 read (:func:`~.member_reads.read_members`).
 
@@ -23,8 +28,9 @@ else reads the member's own byte range: a tar is never fetched twice for a reade
 copy whose window has passed is cut down to the members still waiting to be read
 (:meth:`TarSpool.trim`: a sparse file, the members at their offsets).
 
-Memory per process: one 32 MiB piece in flight per span (:data:`THREADS`), about
-twice that while a piece is copied out of fsspec's buffer.
+Memory per process: at most :data:`STREAMS` pieces of up to 32 MiB in flight (128 MiB),
+about twice that while a piece is copied out of fsspec's buffer; threads: up to
+:data:`TARS` tars claimed at once (their spans waiting for a turn hold no buffer).
 The directory is ``$WENET_LHOTSE_SPOOL``, default ``<tmp>/wenet-lhotse-spool-<uid>``.
 """
 
@@ -33,6 +39,8 @@ from __future__ import annotations
 import fcntl
 import glob
 import hashlib
+import heapq
+import itertools
 import logging
 import os
 import tempfile
@@ -51,9 +59,11 @@ logger = logging.getLogger(__name__)
 #: Bytes asked for per request while fetching a tar: large, because each request costs
 #: a round trip (and on moto a read of the whole object), small enough to bound memory.
 PIECE = 32 << 20
-#: Spans of one tar fetched at once by a process (more did not fetch faster in
-#: bench/s3_window.py); tars are fetched one after another.
-THREADS = 2
+#: Spans read at once by a process, over all the tars it fetches (each holds one piece
+#: in memory while it is read).
+STREAMS = 4
+#: Tars a process fetches at once at most (claimed, their spans waiting their turn).
+TARS = 4
 #: Bytes below which a tar is not split into spans.
 MIN_SPAN = 1 << 20
 #: Seconds between looks at another process's fetch.
@@ -73,10 +83,12 @@ class TarSpool:
         self.policy = policy if policy is not None else ReadPolicy()
         self.dir = directory or spool_dir()
         os.makedirs(self.dir, exist_ok=True)
-        self._pool: Optional[ThreadPoolExecutor] = None  # fetches, one tar at a time
+        self._pool: Optional[ThreadPoolExecutor] = None  # fetches, up to TARS at once
         self._chores: Optional[ThreadPoolExecutor] = None  # trims (not behind fetches)
         self._count = threading.Lock()
         self._asked: set = set()  # urls handed to the pool (each fetched once)
+        self._asks = itertools.count()  # the order tars are asked in (their spans' turns)
+        self._turns = _Turns(STREAMS)
         self.fetched = 0  # bytes this process fetched
 
     def path(self, url: str) -> str:
@@ -88,46 +100,57 @@ class TarSpool:
         p = self.path(url)
         return p if os.path.exists(p) else None
 
-    def fetch(self, url: str, nbytes: int) -> str:
+    def fetch(self, url: str, nbytes: int, ask: Optional[int] = None) -> str:
         """The local copy of ``url`` (``nbytes`` long), fetched now or by another
-        process; raises :class:`WenetDataError` when the tar cannot be read."""
+        process; raises :class:`WenetDataError` when the tar cannot be read. ``ask``:
+        its place in the order of fetches (:meth:`prefetch`; default: after those
+        asked so far)."""
+        ask = next(self._asks) if ask is None else ask
         final = self.path(url)
         claim = final + ".claim"
-        while True:
-            if os.path.exists(final):
-                return final
-            try:
-                fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                if not _claim_alive(claim):
-                    _remove(claim)  # its fetcher died: take it over
+        try:
+            while True:
+                if os.path.exists(final):
+                    return final
+                try:
+                    fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                except FileExistsError:
+                    if not _claim_alive(claim):
+                        _remove(claim)  # its fetcher died: take it over
+                        continue
+                    self._turns.drop(ask)  # another process fetches it: later tars go on
+                    time.sleep(POLL)
                     continue
-                time.sleep(POLL)
-                continue
-            try:
-                os.write(fd, str(os.getpid()).encode())
-                os.close(fd)
-                if not os.path.exists(final):
-                    self._download(url, nbytes, final)
-                return final
-            finally:
-                _remove(claim)
+                try:
+                    os.write(fd, str(os.getpid()).encode())
+                    os.close(fd)
+                    if not os.path.exists(final):
+                        self._download(url, nbytes, final, ask)
+                    return final
+                finally:
+                    _remove(claim)
+        finally:
+            self._turns.drop(ask)
 
-    def _download(self, url: str, nbytes: int, final: str) -> None:
+    def _download(self, url: str, nbytes: int, final: str, ask: int) -> None:
         tmp = f"{final}.{os.getpid()}.part"
-        step = -(-nbytes // max(1, min(THREADS, nbytes // MIN_SPAN)))  # ceil(n / spans)
+        step = -(-nbytes // max(1, spans_of(nbytes)))  # ceil(n / spans)
         spans = [(s, min(step, nbytes - s)) for s in range(0, nbytes, max(1, step))]
         try:
             with open(tmp, "wb") as f:
                 f.truncate(nbytes)
             fd = os.open(tmp, os.O_WRONLY)
+            keys = [(ask, i) for i in range(len(spans))]
             try:
+                self._turns.begin(keys)
                 if len(spans) <= 1:  # none: a tar with no indexed bytes, nothing to ask
-                    got = [self._span(url, fd, *sp) for sp in spans]
+                    got = [self._span(url, fd, *sp, key=k) for sp, k in zip(spans, keys)]
                 else:
                     with ThreadPoolExecutor(len(spans), thread_name_prefix="tar-span") as p:
-                        got = list(p.map(lambda sp: self._span(url, fd, *sp), spans))
+                        got = list(p.map(lambda a: self._span(url, fd, *a[0], key=a[1]),
+                                         zip(spans, keys)))
             finally:
+                self._turns.forget(keys)  # those not taken (an error before their turn)
                 os.close(fd)
             for (start, n), k in zip(spans, got):
                 if k < n:  # cut short (a tar cut since indexing): member checks name it
@@ -140,9 +163,14 @@ class TarSpool:
         finally:
             _remove(tmp)
 
-    def _span(self, url: str, fd: int, start: int, length: int) -> int:
+    def _span(self, url: str, fd: int, start: int, length: int, key: Tuple[int, int]) -> int:
         """Bytes ``[start, start + length)`` of ``url`` written at their offset in
-        ``fd``; the bytes read (fewer when the object ends first)."""
+        ``fd`` once the span's turn ``key`` comes; the bytes read (fewer when the
+        object ends first)."""
+        with self._turns.turn(key):
+            return self._read_span(url, fd, start, length)
+
+    def _read_span(self, url: str, fd: int, start: int, length: int) -> int:
         from wenet_lhotse.formats.member_reads import _ranged_reader
         from wenet_lhotse.io.remote_audio import is_http
 
@@ -167,15 +195,18 @@ class TarSpool:
         return done
 
     def prefetch(self, tars: Iterable[Sequence]) -> None:
-        """Fetch ``[url, bytes]`` items in the background, one after another in the
-        order asked (across calls), each once until it is released (errors are left for
-        the read that needs the tar to meet and report)."""
+        """Fetch ``[url, bytes]`` items in the background, several at once, the spans
+        of those asked first (across calls) first (see the module doc), each once until
+        it is released (errors are left for the read that needs the tar to meet and
+        report)."""
         for url, nbytes in tars:
             if url not in self._asked and not os.path.exists(self.path(url)):
                 self._asked.add(url)
                 if self._pool is None:
-                    self._pool = ThreadPoolExecutor(1, thread_name_prefix="tar-spool")
-                self._pool.submit(self._quiet_fetch, url, int(nbytes))
+                    self._pool = ThreadPoolExecutor(TARS, thread_name_prefix="tar-spool")
+                ask = next(self._asks)
+                self._turns.expect(ask)
+                self._pool.submit(self._quiet_fetch, url, int(nbytes), ask)
 
     def in_background(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` on the spool's own thread for local work (not queued
@@ -184,15 +215,20 @@ class TarSpool:
             self._chores = ThreadPoolExecutor(1, thread_name_prefix="tar-spool-trim")
         self._chores.submit(fn, *args)
 
-    def _quiet_fetch(self, url: str, nbytes: int) -> None:
+    def _quiet_fetch(self, url: str, nbytes: int, ask: int) -> None:
         if url not in self._asked:  # released before its turn came
+            self._turns.drop(ask)
             return
         try:
-            self.fetch(url, nbytes)
+            self.fetch(url, nbytes, ask)
         except (WenetDataError, OSError) as err:
             # no copy will come: readers read the members' ranges and meet (and name) it
             self.release(url)
             logger.debug("prefetch of %s failed: %s", url, err)
+        except Exception:  # a fault of ours: readers must not wait for a copy that won't come
+            self.release(url)
+            logger.warning("prefetch of %s failed; its members are read by range", url,
+                           exc_info=True)
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
@@ -271,6 +307,71 @@ class TarSpool:
             if not self.held(url):
                 return final if os.path.exists(final) else None
             time.sleep(POLL)
+
+
+def spans_of(nbytes: int) -> int:
+    """Spans a tar of ``nbytes`` is fetched in: 2 up to 2 pieces (one piece when under
+    2 x :data:`MIN_SPAN`), else one per piece, at most :data:`STREAMS`."""
+    return min(STREAMS, max(min(2, nbytes // MIN_SPAN), -(-nbytes // PIECE)))
+
+
+class _Turns:
+    """At most ``n`` spans read at once. Turns go in key order ``(ask, span)``: a span
+    waits while a span with a smaller key waits, or while a tar asked earlier
+    (:meth:`expect`) has neither begun its spans nor been dropped, so the tars asked
+    first come first whichever thread gets to them first."""
+
+    def __init__(self, n: int) -> None:
+        self.free = n
+        self.cv = threading.Condition()
+        self.waiting: list = []  # heap of the keys of spans not yet read
+        self.pending: set = set()  # asks expected, their spans not begun
+
+    def expect(self, ask: int) -> None:
+        with self.cv:
+            self.pending.add(ask)
+
+    def drop(self, ask: int) -> None:
+        """``ask`` has no spans to read here (done, fetched elsewhere or failed)."""
+        with self.cv:
+            if ask in self.pending:
+                self.pending.discard(ask)
+                self.cv.notify_all()
+
+    def begin(self, keys: Sequence[Tuple[int, int]]) -> None:
+        """The spans ``keys`` of one ask wait for their turns, all at once."""
+        with self.cv:
+            for k in keys:
+                self.pending.discard(k[0])
+                heapq.heappush(self.waiting, k)
+            self.cv.notify_all()
+
+    def forget(self, keys: Sequence[Tuple[int, int]]) -> None:
+        with self.cv:
+            left = [k for k in self.waiting if k not in set(keys)]
+            if len(left) < len(self.waiting):
+                self.waiting = left
+                heapq.heapify(self.waiting)
+                self.cv.notify_all()
+
+    def _next(self, key: Tuple[int, int]) -> bool:
+        return (self.free > 0 and bool(self.waiting) and self.waiting[0] == key
+                and not any(a < key[0] for a in self.pending))
+
+    @contextmanager
+    def turn(self, key: Tuple[int, int]) -> Iterator[None]:
+        with self.cv:
+            while not self._next(key):
+                self.cv.wait()
+            heapq.heappop(self.waiting)
+            self.free -= 1
+            self.cv.notify_all()
+        try:
+            yield
+        finally:
+            with self.cv:
+                self.free += 1
+                self.cv.notify_all()
 
 
 def _claim_alive(claim: str) -> bool:
