@@ -19,7 +19,10 @@ Set-up, all on this machine:
    epoch and over its last 75% (*steady*: from the batch that reaches 25% of the
    utterances to the end, past the start-up; *streamed* reads much of its audio into
    its sampler's buffer early, so its steady figure is not comparable: compare whole
-   epochs), seconds to its first batch, bytes
+   epochs: streamed reads its workers' whole share into the buffer by the second or
+   third batch, then only decodes), seconds to its first batch, *stall_s* (seconds the
+   batches after the first waited beyond 3x the median wait between batches: a
+   window's copies, or a streamed worker's buffer, not there yet), bytes
    fetched / tar bytes, requests. Each run starts with an empty spool; *global* runs on
    the first set with 1 worker only (``--global-all`` for all: it fetches ~46x), and
    with ``--global-utts N`` over the first N utterances only (its bytes then scaled
@@ -204,7 +207,18 @@ def epoch_run(lst: str, mode: str, cache: str, window_mb: float, workers: int,
             # the longest waits for a batch after the first: (seconds, utterances before)
             "longest_waits": sorted(((round(b[0] - a[0], 2), a[1]) for a, b in
                                      zip(times, times[1:])), reverse=True)[:3],
+            "stall_s": stall_seconds(times),
             **({"partial_epoch": f"{n} of {total} utterances"} if n < total else {})}
+
+
+def stall_seconds(times: list) -> float:
+    """Seconds the batches after the first waited beyond 3x the median wait between
+    batches (``times``: (seconds, utterances) at each batch)."""
+    gaps = [b[0] - a[0] for a, b in zip(times, times[1:])]
+    if not gaps:
+        return 0.0
+    typical = statistics.median(gaps)
+    return round(sum(g - typical for g in gaps if g > 3 * typical), 2)
 
 
 def first_and_resume(lst: str, cache: str, window_mb: float, spool: Path) -> dict:
