@@ -30,10 +30,15 @@ Set-up, all on this machine:
    window epoch per row, the order alternating, and prints window / streamed per round
    and the median (``longest_waits``: the 3 longest waits for a batch, with the
    utterances before each);
-4. the window order on the first set: seconds to the first batch of a fresh loader, and
+4. the spool alone on the first set (nothing decoding; ``--skip fetch`` to leave it
+   out): every tar prefetched by a fresh ``TarSpool`` with at most 2 spans in flight
+   (one tar at a time, the fetch before issue 29's second round) and with ``STREAMS``
+   (several tars at once), MB/s and CPU seconds of the process, ``max(2, --rounds)``
+   rounds;
+5. the window order on the first set: seconds to the first batch of a fresh loader, and
    seconds to build a fresh loader, load a state taken at 90% of the epoch and get
    its next batch (checked equal), the spool empty each time;
-5. randomness, on the same tars read locally (keys only): the share of the utterance
+6. randomness, on the same tars read locally (keys only): the share of the utterance
    pairs batched together in epoch 2 that were batched together in epoch 1, and how
    far the utterances of one tar spread over the epoch (first to last batch holding
    one, as a fraction of the epoch; mean over tars), for window / global / streamed
@@ -221,6 +226,38 @@ def stall_seconds(times: list) -> float:
     return round(sum(g - typical for g in gaps if g > 3 * typical), 2)
 
 
+def fetch_alone(lst: str, paths: list, spool: Path, rounds: int) -> dict:
+    """The spool alone (nothing decoding): a fresh :class:`TarSpool` prefetching every
+    tar of ``lst`` (local copies ``paths``), with at most 2 spans in flight (one tar at a
+    time, as before) and with :data:`STREAMS` (4); MB/s and CPU s of this process."""
+    from wenet_lhotse.formats import tar_spool
+
+    items = [[u.strip(), p.stat().st_size] for u, p in zip(open(lst), paths)]
+    total = sum(n for _, n in items)
+    out: dict = {}
+    streams = tar_spool.STREAMS
+    try:
+        for _ in range(rounds):
+            for n in (2, streams):
+                tar_spool.STREAMS = n
+                clear_spool(spool)
+                sp = tar_spool.TarSpool(directory=str(spool))
+                for u, _ in items:
+                    sp.hold(u)
+                t0, c0 = time.perf_counter(), time.process_time()
+                sp.prefetch(items)
+                for u, _ in items:
+                    sp.wait(u)
+                wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+                for u, _ in items:
+                    sp.release(u)
+                out.setdefault(f"{n} spans at once", []).append(
+                    {"MB_per_s": round(total / 1e6 / wall, 1), "cpu_s": round(cpu, 2)})
+    finally:
+        tar_spool.STREAMS = streams
+    return out
+
+
 def first_and_resume(lst: str, cache: str, window_mb: float, spool: Path) -> dict:
     conf = conf_for("window", cache, window_mb)
 
@@ -339,7 +376,7 @@ def main() -> None:
                     help="tar sets whose epochs run (the 19 MB set is written for resume "
                          "and randomness anyway)")
     ap.add_argument("--skip", nargs="*", default=[],
-                    choices=["epochs", "global", "resume", "random"])
+                    choices=["epochs", "global", "fetch", "resume", "random"])
     ap.add_argument("--workdir", default=None)
     args = ap.parse_args()
     if args.small:
@@ -416,6 +453,10 @@ def main() -> None:
                     out["ratios"][row] = {"window_over_streamed": ratios,
                                           "median": round(statistics.median(ratios), 3)}
                     print(json.dumps({row: out["ratios"][row]}), flush=True)
+        if "fetch" not in args.skip:
+            out["fetch_alone"] = fetch_alone(lists["19MB"], sets["19MB"], spool,
+                                             max(2, args.rounds))
+            print(json.dumps({"fetch_alone": out["fetch_alone"]}), flush=True)
         if "resume" not in args.skip:
             out["window_first_and_resume"] = first_and_resume(lists["19MB"], cache,
                                                               args.window_mb, spool)
