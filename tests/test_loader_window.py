@@ -355,7 +355,8 @@ def test_spool_fetches_tars_in_order_several_at_once_in_spans(shards, http_serve
 
 def test_spool_turns_wait_for_a_tar_asked_earlier():
     """formats.tar_spool: a span of a later tar does not take a free turn while a tar
-    asked before it has not begun its spans; it does once that tar has its turn."""
+    asked before it has not begun its spans, nor while a tar of the first window is
+    being read; it does once that tar has its turn, or has been read."""
     import threading
 
     from wenet_lhotse.formats.tar_spool import _Turns
@@ -382,3 +383,21 @@ def test_spool_turns_wait_for_a_tar_asked_earlier():
     turns.begin([(3, 0)])
     with turns.turn((3, 0)):
         assert turns.free == 1
+    # a first window goes alone: a later tar's span waits, turns free, until it is read
+    turns.expect(4, first=True)
+    turns.expect(5)
+    turns.begin([(4, 0)])
+    turns.begin([(5, 0)])
+    took.clear()
+
+    def after():
+        with turns.turn((5, 0)):
+            took.set()
+
+    t = threading.Thread(target=after)
+    with turns.turn((4, 0)):
+        t.start()
+        assert not took.wait(0.3) and turns.free == 1
+    assert took.wait(5)
+    t.join(5)
+    assert turns.free == 2 and not turns.first and not turns.left

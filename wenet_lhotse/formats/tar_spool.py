@@ -48,7 +48,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Sequence, Tuple
 
 from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.io.policy import ReadPolicy
@@ -194,18 +194,19 @@ class TarSpool:
             reader.close()
         return done
 
-    def prefetch(self, tars: Iterable[Sequence]) -> None:
+    def prefetch(self, tars: Iterable[Sequence], first: bool = False) -> None:
         """Fetch ``[url, bytes]`` items in the background, several at once, the spans
         of those asked first (across calls) first (see the module doc), each once until
         it is released (errors are left for the read that needs the tar to meet and
-        report)."""
+        report). ``first``: these go alone, no later tar starting before they are read
+        (the window a first batch waits for)."""
         for url, nbytes in tars:
             if url not in self._asked and not os.path.exists(self.path(url)):
                 self._asked.add(url)
                 if self._pool is None:
                     self._pool = ThreadPoolExecutor(TARS, thread_name_prefix="tar-spool")
                 ask = next(self._asks)
-                self._turns.expect(ask)
+                self._turns.expect(ask, first)
                 self._pool.submit(self._quiet_fetch, url, int(nbytes), ask)
 
     def in_background(self, fn: Callable[..., Any], *args: Any) -> None:
@@ -319,44 +320,60 @@ class _Turns:
     """At most ``n`` spans read at once. Turns go in key order ``(ask, span)``: a span
     waits while a span with a smaller key waits, or while a tar asked earlier
     (:meth:`expect`) has neither begun its spans nor been dropped, so the tars asked
-    first come first whichever thread gets to them first."""
+    first come first whichever thread gets to them first. Tars expected ``first`` (the
+    window a first batch waits for) go alone: no other span starts until theirs are
+    read."""
 
     def __init__(self, n: int) -> None:
         self.free = n
         self.cv = threading.Condition()
         self.waiting: list = []  # heap of the keys of spans not yet read
         self.pending: set = set()  # asks expected, their spans not begun
+        self.first: set = set()  # asks the others wait for, until read or dropped
+        self.left: Dict[int, int] = {}  # ask -> its spans waiting or being read
 
-    def expect(self, ask: int) -> None:
+    def expect(self, ask: int, first: bool = False) -> None:
         with self.cv:
             self.pending.add(ask)
+            if first:
+                self.first.add(ask)
+
+    def _settle(self, ask: int) -> None:
+        if ask not in self.pending and not self.left.get(ask):
+            self.left.pop(ask, None)
+            self.first.discard(ask)
+        self.cv.notify_all()
 
     def drop(self, ask: int) -> None:
         """``ask`` has no spans to read here (done, fetched elsewhere or failed)."""
         with self.cv:
-            if ask in self.pending:
-                self.pending.discard(ask)
-                self.cv.notify_all()
+            self.pending.discard(ask)
+            self._settle(ask)
 
     def begin(self, keys: Sequence[Tuple[int, int]]) -> None:
         """The spans ``keys`` of one ask wait for their turns, all at once."""
         with self.cv:
             for k in keys:
                 self.pending.discard(k[0])
+                self.left[k[0]] = self.left.get(k[0], 0) + 1
                 heapq.heappush(self.waiting, k)
             self.cv.notify_all()
 
     def forget(self, keys: Sequence[Tuple[int, int]]) -> None:
+        """Spans ``keys`` that did not take their turn (an error came first)."""
         with self.cv:
-            left = [k for k in self.waiting if k not in set(keys)]
-            if len(left) < len(self.waiting):
-                self.waiting = left
+            gone = [k for k in self.waiting if k in set(keys)]
+            if gone:
+                self.waiting = [k for k in self.waiting if k not in set(keys)]
                 heapq.heapify(self.waiting)
-                self.cv.notify_all()
+                for k in gone:
+                    self.left[k[0]] -= 1
+                    self._settle(k[0])
 
     def _next(self, key: Tuple[int, int]) -> bool:
         return (self.free > 0 and bool(self.waiting) and self.waiting[0] == key
-                and not any(a < key[0] for a in self.pending))
+                and not any(a < key[0] for a in self.pending)
+                and (not self.first or key[0] in self.first))
 
     @contextmanager
     def turn(self, key: Tuple[int, int]) -> Iterator[None]:
@@ -371,7 +388,8 @@ class _Turns:
         finally:
             with self.cv:
                 self.free += 1
-                self.cv.notify_all()
+                self.left[key[0]] -= 1
+                self._settle(key[0])
 
 
 def _claim_alive(claim: str) -> bool:

@@ -6,7 +6,8 @@ process; the DataLoader workers only read, :mod:`.window_reads`).
 * When the reader enters window ``w``, the tars of ``w`` and ``w + 1`` are held and
   fetched whole in the background (:class:`~wenet_lhotse.formats.tar_spool.TarSpool`):
   the sampler's buffer is about one window of cuts, so the fetch runs about one window
-  ahead of the batches that need it.
+  ahead of the batches that need it. The first window of an epoch (or of a resume),
+  which the first batch waits for, is fetched alone; later ones overlap.
 * Each cut the sampler buffers is held against its tar until the sampler releases it
   (:meth:`release`: its batch was emitted and, ``release_depth`` batches later, has
   been read by the DataLoader worker). The copy of a tar whose window the reader has
@@ -67,6 +68,7 @@ class WindowKeeper:
               ) -> None:
         """The reader starts window ``window`` (tars ``[url, bytes]``; ``nxt``: the next
         window's)."""
+        start = epoch != self.epoch  # a first batch waits for this window alone
         if epoch != self.epoch:
             keep = {u for u, _ in list(tars) + list(nxt)}
             for url in [u for u, h in self.held.items() if u not in keep or h.trimmed]:
@@ -102,7 +104,8 @@ class WindowKeeper:
             if url in self.held:
                 carried -= self.held[url].nbytes
                 self._drop(url)
-        self.spool.prefetch(list(tars) + list(nxt))
+        self.spool.prefetch(tars, first=start)
+        self.spool.prefetch(nxt)
 
     def _trim(self, url: str, h: _Held, ranges: list, full: int) -> None:
         if self.spool.trim(url, ranges) is None:  # not here yet: again at the next window
