@@ -14,9 +14,10 @@ first: a span of a later tar (of the next window) starts only when no span of an
 one is waiting, so the window being read keeps the lead, and the next window's tars
 start as the current one's last spans run instead of after them (one tar at a time,
 as before, left the connections idle between tars and was the slower reader with 2
-DataLoader workers in ``bench/s3_window.py``). A claim file (``O_EXCL``, holding the
-fetcher's pid) makes the other processes wait for that fetch instead of starting their
-own, and a claim left by a dead process is taken over.
+DataLoader workers in ``bench/s3_window.py``). Tars asked ``first`` (the window a first
+batch waits for) go alone: nothing else starts until they are read. A claim file
+(``O_EXCL``, holding the fetcher's pid) makes the other processes wait for that fetch
+instead of starting their own, and a claim left by a dead process is taken over.
 Members are then read from the local copy with the same header checks as any indexed
 read (:func:`~.member_reads.read_members`).
 
