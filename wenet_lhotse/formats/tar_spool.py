@@ -119,7 +119,9 @@ class TarSpool:
                     if not _claim_alive(claim):
                         _remove(claim)  # its fetcher died: take it over
                         continue
-                    self._turns.drop(ask)  # another process fetches it: later tars go on
+                    # another process fetches it: later tars go on (not past a first
+                    # window: it comes alone to the node)
+                    self._turns.elsewhere(ask)
                     time.sleep(POLL)
                     continue
                 try:
@@ -322,8 +324,8 @@ class _Turns:
     waits while a span with a smaller key waits, or while a tar asked earlier
     (:meth:`expect`) has neither begun its spans nor been dropped, so the tars asked
     first come first whichever thread gets to them first. Tars expected ``first`` (the
-    window a first batch waits for) go alone: no other span starts until theirs are
-    read."""
+    window a first batch waits for) go alone: no span of a tar asked after them starts
+    until theirs are read (here or, :meth:`elsewhere`, by another process)."""
 
     def __init__(self, n: int) -> None:
         self.free = n
@@ -344,6 +346,13 @@ class _Turns:
             self.left.pop(ask, None)
             self.first.discard(ask)
         self.cv.notify_all()
+
+    def elsewhere(self, ask: int) -> None:
+        """``ask`` is being fetched by another process: not pending here (a first
+        window's ask still holds the others back until :meth:`drop`)."""
+        with self.cv:
+            self.pending.discard(ask)
+            self.cv.notify_all()
 
     def drop(self, ask: int) -> None:
         """``ask`` has no spans to read here (done, fetched elsewhere or failed)."""
@@ -374,7 +383,9 @@ class _Turns:
     def _next(self, key: Tuple[int, int]) -> bool:
         return (self.free > 0 and bool(self.waiting) and self.waiting[0] == key
                 and not any(a < key[0] for a in self.pending)
-                and (not self.first or key[0] in self.first))
+                # a first window holds back the asks after it (not those before it:
+                # their jobs may hold the threads it needs)
+                and (not self.first or key[0] <= max(self.first)))
 
     @contextmanager
     def turn(self, key: Tuple[int, int]) -> Iterator[None]:
