@@ -401,3 +401,20 @@ def test_spool_turns_wait_for_a_tar_asked_earlier():
     assert took.wait(5)
     t.join(5)
     assert turns.free == 2 and not turns.first and not turns.left
+    # ... also while another process fetches it (a claim waited for), until dropped
+    turns.expect(6, first=True)
+    turns.expect(7)
+    turns.elsewhere(6)
+    turns.begin([(7, 0)])
+    took.clear()
+
+    def last():
+        with turns.turn((7, 0)):
+            took.set()
+
+    t = threading.Thread(target=last)
+    t.start()
+    assert not took.wait(0.3)
+    turns.drop(6)  # its copy came
+    assert took.wait(5)
+    t.join(5)
