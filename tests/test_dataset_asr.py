@@ -331,3 +331,25 @@ def test_langid_with_different_language_sets_answers_as_a_fresh_identifier():
         for ident in ids:
             fresh.set_languages(ident.limited_langs)
             assert ident(text) == fresh.classify(text)[0], (text, ident.limited_langs)
+
+
+def test_langid_label_without_normalizing_is_classifys():
+    """The label taken from the unnormalized log-probabilities (a clear best class) is
+    ``classify``'s on varied texts (real langid, two language sets)."""
+    import random
+
+    from langid.langid import LanguageIdentifier, model
+
+    from wenet_lhotse.dataset import langid as lang_mod
+
+    rng = random.Random(0)
+    alphabet = "abcdefghijklmnopqrstuvwxyz  你好世界中文识别语音テストпривет123!"
+    texts = ["", " ", "a", "你", "1"] + ["".join(rng.choice(alphabet)
+                                          for _ in range(rng.randint(1, 30)))
+                                          for _ in range(300)]
+    lid = LanguageIdentifier.from_modelstring(model, norm_probs=True)
+    for langs in (["zh", "en"], ["en", "fr", "de"]):
+        lid.set_languages(langs)
+        assert [lang_mod._classify(lid, t) for t in texts] == [lid.classify(t)[0]
+                                                               for t in texts]
+

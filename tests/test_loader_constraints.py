@@ -135,6 +135,26 @@ def test_static_exactly_batch_size_with_lhotse_sampler():
     assert sorted(c.id for b in batches for c in b) == sorted(cut.id for cut in cuts)
 
 
+@pytest.mark.parametrize("batch_size,max_cuts,added", [(8, None, 0), (8, 5, 0), (8, None, 3),
+                                                       (1, None, 0), (4, 9, 2)])
+def test_static_close_after_is_lhotses_readiness_test(batch_size, max_cuts, added):
+    """``close_after(n)`` (the sampler's shortcut for Lhotse's ``_is_ready``) answers what
+    adding n cuts one by one to a copy answers, Lhotse's way, for every n."""
+    cuts = list(_cuts(12, seed=5))
+    c = StaticBatchConstraint(CutLengths(), max_cuts=max_cuts, batch_size=batch_size)
+    for cut in cuts[:added]:
+        c.add(cut)
+    for n in range(len(cuts) + 1):
+        tot = c.copy()
+        lhotse_ready = False
+        for cut in cuts[:n]:
+            tot.add(cut)
+            if tot.close_to_exceeding():
+                lhotse_ready = True
+                break
+        assert c.close_after(n) == lhotse_ready, n
+
+
 def test_static_buckets_hold_similar_durations():
     cuts = _cuts(400, seed=3)
     c = StaticBatchConstraint(CutLengths(), batch_size=10)

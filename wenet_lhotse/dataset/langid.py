@@ -21,6 +21,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Dict, Mapping, Optional, Sequence
 
+import numpy as np
 from lhotse.cut import Cut
 
 _LOCK = threading.Lock()
@@ -74,7 +75,29 @@ class WenetLangId:
             if _IDENTIFIER.get("langs") != langs:
                 lid.set_languages(self.limited_langs)
                 _IDENTIFIER["langs"] = langs
-            return str(lid.classify(text)[0])
+            return _classify(lid, text)
+
+
+#: Least gap (natural log) between the best class's log-probability and any other's for
+#: which :func:`_classify` answers without normalizing (far above float64 rounding).
+_CLEAR_GAP = 1e-6
+
+
+def _classify(lid: Any, text: str) -> str:
+    """``lid.classify(text)[0]`` without the normalization, when the answer is clear.
+    langid normalizes the log-probabilities ``pd`` to ``p_k = 1 / sum_j exp(pd_j - pd_k)``,
+    so ``p_k = p_best * exp(pd_k - pd_best)``: the class with the largest ``pd`` has the
+    largest ``p``, strictly when every other ``pd`` is lower by more than rounding.
+    A closer call (or a tie, where ``argmax`` takes the first) goes through
+    ``classify`` itself."""
+    pd = lid.nb_classprobs(lid.instance2fv(text))
+    best = int(np.argmax(pd))
+    if len(pd) == 1:
+        return str(lid.nb_classes[best])
+    gap = pd[best] - np.partition(pd, -2)[-2]
+    if gap > _CLEAR_GAP:
+        return str(lid.nb_classes[best])
+    return str(lid.classify(text)[0])
 
 
 def custom_lang(cut: Cut) -> Optional[str]:

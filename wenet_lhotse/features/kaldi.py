@@ -173,6 +173,17 @@ def cached_mel_groups(opts: FrameOptions, device: Optional[torch.device] = None,
 _GROUPS: Dict[Tuple, List[Tuple[int, int, int, int, torch.Tensor]]] = {}
 
 
+def _mel_groups_as(dtype: torch.dtype, opts: FrameOptions, device: Optional[torch.device],
+                   interleaved: bool = False) -> List[Tuple[int, int, int, int, torch.Tensor]]:
+    """:func:`cached_mel_groups` with weights of ``dtype``: the cached float32 groups
+    as they are (no per-call ``.to()``: a no-op that still costs a call per group and
+    block), converted for other dtypes (float64 frames give the tests' reference)."""
+    groups = cached_mel_groups(opts, device, interleaved)
+    if groups[0][4].dtype == dtype:
+        return groups
+    return [(a, b, lo, hi, w.to(dtype)) for a, b, lo, hi, w in groups]
+
+
 def cached_dct(num_ceps: int, num_mel_bins: int, cepstral_lifter: float,
                device: Optional[torch.device] = None) -> torch.Tensor:
     """DCT matrix with the lifter folded in, shape ``(num_mel_bins, num_ceps)``."""
@@ -234,8 +245,8 @@ def frames_to_fbank(
     frames: torch.Tensor, opts: FrameOptions, fb: FbankOptions
 ) -> torch.Tensor:
     """Log mel filterbank energies of frames ``(m, window_size)`` -> ``(m, num_mel_bins)``
-    (plus a leading log-energy column when ``fb.use_energy``), possibly a transposed
-    (non-contiguous) view. Dither is not applied here."""
+    (plus a leading log-energy column when ``fb.use_energy``), contiguous. Dither is not
+    applied here."""
     m = frames.size(0)
     size = opts.window_size
     if fb.remove_dc_offset:
@@ -250,6 +261,9 @@ def frames_to_fbank(
     buf = torch.empty((m, padded), dtype=frames.dtype, device=frames.device)
     buf[:, size:].zero_()
     out = buf[:, :size]
+    window = cached_window(opts, frames.device)
+    if window.dtype != frames.dtype:  # float64 frames give the tests' reference
+        window = window.to(frames.dtype)
     if c != 0.0:
         # x[j] - c * x[j-1], with x[-1] := x[0] (Kaldi's convention).
         # Same operation order as torchaudio (c * x first, then subtract) so that the
@@ -257,31 +271,31 @@ def frames_to_fbank(
         torch.mul(frames[:, :-1], c, out=out[:, 1:])
         torch.sub(frames[:, 1:], out[:, 1:], out=out[:, 1:])
         torch.sub(frames[:, 0], frames[:, 0] * c, out=out[:, 0])
-        out.mul_(cached_window(opts, frames.device).to(frames.dtype))
+        out.mul_(window)
     else:
-        torch.mul(frames, cached_window(opts, frames.device).to(frames.dtype), out=out)
+        torch.mul(frames, window, out=out)
     if fb.use_energy and not fb.raw_energy:
         energy = _log_energy(out, fb.energy_floor)
     spec = torch.fft.rfft(buf)
     ri = torch.view_as_real(spec).reshape(m, -1)  # (re, im) pairs
     ri.mul_(ri)  # the spectrum is ours: squared in place
-    # (filters, frames): each group's product writes contiguous rows
-    mel_t = torch.empty((opts.num_mel_bins, m), dtype=ri.dtype, device=ri.device)
+    # (frames, filters), filled through its transposed view: each group's product writes
+    # rows of (filters, frames) (the values a (filters, frames) buffer gets, measured the
+    # same cost), and the result is contiguous: the caller's copies (joining blocks,
+    # padding a batch) are plain copies, not transposing ones (4x dearer, measured)
+    mel = torch.empty((m, opts.num_mel_bins), dtype=ri.dtype, device=ri.device)
+    mel_t = mel.t()
     if fb.use_power:
         # |X|^2 weighted straight from the squared pairs: no re**2 + im**2 pass (abs()
         # then pow(2), as torchaudio does, cost several)
-        for a, b, lo, hi, weights in cached_mel_groups(opts, frames.device, True):
-            # (.to: a no-op in float32; float64 frames give the tests' reference)
-            torch.mm(weights.to(ri.dtype), ri[:, 2 * lo : 2 * hi].t(), out=mel_t[a:b])
+        for a, b, lo, hi, weights in _mel_groups_as(ri.dtype, opts, frames.device, True):
+            torch.mm(weights, ri[:, 2 * lo : 2 * hi].t(), out=mel_t[a:b])
     else:
         magnitude = (ri[:, 0:padded:2] + ri[:, 1:padded:2]).sqrt_()  # drops Nyquist
-        for a, b, lo, hi, weights in cached_mel_groups(opts, frames.device):
-            torch.mm(weights.to(ri.dtype), magnitude[:, lo:hi].t(), out=mel_t[a:b])
+        for a, b, lo, hi, weights in _mel_groups_as(ri.dtype, opts, frames.device):
+            torch.mm(weights, magnitude[:, lo:hi].t(), out=mel_t[a:b])
     if fb.use_log_fbank:
-        mel_t = mel_t.clamp_(min=EPSILON).log_()
-    # A transposed view: the caller's copy (joining blocks, padding a batch) makes it
-    # contiguous in the same pass.
-    mel = mel_t.t()
+        mel = mel.clamp_(min=EPSILON).log_()
     if energy is not None:
         mel = torch.cat((energy.unsqueeze(1), mel), dim=1)
     return mel

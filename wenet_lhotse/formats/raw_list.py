@@ -34,8 +34,9 @@ from typing import Callable, Iterator, Optional, Sequence, Union
 
 from lhotse import CutSet, Recording, SupervisionSegment
 from lhotse.audio import AudioSource
+from lhotse.cut import MonoCut, MultiCut
 from lhotse.lazy import Dillable
-from lhotse.utils import Pathlike, compute_num_samples, fastcopy
+from lhotse.utils import Pathlike, compute_num_samples
 
 from wenet_lhotse.errors import WenetDataError, reraise_worker_death, short_error
 from wenet_lhotse.formats.audio import probe_recording, sampling_rate_problem
@@ -203,22 +204,25 @@ class LazyWenetRawListIterator(PolicyHolder, Dillable):
                 raise fail(f"segment start={obj.get('start')} end={obj.get('end')} s holds "
                            f"no sample at {sr} Hz", "bad_segment")
             start, end = first / sr, last / sr
-        cut = recording.to_cut()
+        # The cut ``recording.to_cut()`` makes, built once with its final fields
+        # (not built and then copied: a Lhotse cut costs a setattr hook per field).
+        mono = recording.num_channels == 1
+        channel = recording.channel_ids[0] if mono else recording.channel_ids
         duration = end - start
         sup = SupervisionSegment(
             id=key,
             recording_id=recording.id,
             start=0.0,
             duration=duration,
-            channel=cut.channel,
+            channel=channel,
             text=obj.get("txt"),
             speaker=obj.get("speaker"),
             language=obj.get("lang"),
         )
         custom = {k: v for k, v in obj.items() if k not in CORE_FIELDS}
-        return fastcopy(
-            cut, start=start, duration=duration, supervisions=[sup], custom=custom or None
-        )
+        return (MonoCut if mono else MultiCut)(
+            id=recording.id, start=start, duration=duration, channel=channel,
+            supervisions=[sup], recording=recording, custom=custom or None)
 
     def _recording(self, key: str, audio_path: str, obj: dict, fail) -> Recording:
         if not self.probe and is_finite_number(obj.get("duration")) and is_finite_number(

@@ -122,6 +122,14 @@ class SteppedBucketer(DynamicBucketer):
 
     # -- batches
 
+    def _is_ready(self, bucket: Any) -> bool:
+        """Lhotse's test (the bucket holds enough for a batch), from the count alone
+        for a constraint that counts cuts only (``close_after``: static batches)."""
+        by_count = getattr(self.constraint, "close_after", None)
+        if by_count is None:
+            return super()._is_ready(bucket)
+        return by_count(len(bucket.queue))
+
     def draw(self) -> List[Cut]:
         """The next batch (a list of cuts), then refill the buffer by as many cuts.
         Raises ``StopIteration`` when every cut has been drawn."""

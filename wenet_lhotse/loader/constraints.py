@@ -151,6 +151,14 @@ class StaticBatchConstraint(_WenetConstraint):
         return (self.num_cuts >= self.batch_size
                 or self._over_max_cuts(self.num_cuts + 1))
 
+    def close_after(self, n: int) -> bool:
+        """Whether adding any ``n`` cuts makes :meth:`close_to_exceeding` true: what
+        Lhotse's ``DynamicBucketer._is_ready`` finds by adding a bucket's cuts to a copy
+        one by one (their lengths do not matter here, and the answer only grows with the
+        count), from the count alone."""
+        k = self.num_cuts + n
+        return n > 0 and (k >= self.batch_size or self._over_max_cuts(k + 1))
+
 
 @dataclass
 class MaxFramesConstraint(_WenetConstraint):

@@ -185,18 +185,22 @@ class CharTokenizer(BaseTokenizer):
             if part in self.non_lang_syms:
                 tokens.append(part)
                 continue
-            pieces = part.split(" ") if self.split_with_space else part
-            for ch in pieces:
-                tokens.append(SPACE_SYMBOL if ch == " " else ch)
+            if self.split_with_space:
+                tokens.extend(part.split(" "))  # (no piece is " " after the split)
+            else:  # one token per character, a space as SPACE_SYMBOL (one character)
+                tokens.extend(part.replace(" ", SPACE_SYMBOL))
         return tokens
 
     def tokens2text(self, tokens: Sequence[str]) -> str:
         return self.connect_symbol.join(tokens)
 
     def tokens2ids(self, tokens: Sequence[str]) -> List[int]:
-        ids: List[int] = []
         table = self._symbol_table
         unk_id = table.get(self.unk)
+        ids: List[int] = [table.get(tok, unk_id) for tok in tokens]  # type: ignore[misc]
+        if unk_id is not None or None not in ids:
+            return ids
+        ids = []  # a token neither in the table nor mappable to <unk>: dropped
         for tok in tokens:
             idx = table.get(tok)
             if idx is not None:
