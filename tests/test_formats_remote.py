@@ -13,6 +13,7 @@ from wenet_lhotse.errors import WenetDataError
 from wenet_lhotse.io.lhotse_io import install_lhotse_io_backend
 from wenet_lhotse.io.policy import ReadPolicy
 from wenet_lhotse.io.remote import (
+    RangeGetReader,
     RetryingReader,
     is_remote,
     open_remote,
@@ -78,6 +79,26 @@ def test_retry_resumes_at_offset_reached(s3_proxy):
     assert proxy.faults_done == 7 and reader.num_retries == 1
     starts = [int(r.split("=")[1].split("-")[0]) for r in proxy.ranges[before:]]
     assert min(starts) >= MB + 5  # never re-read from the start
+
+
+def test_range_gets_ask_exactly_the_bytes_read(s3_proxy):
+    """RangeGetReader (the spool's span reader): each read is one ranged GET of exactly
+    the bytes asked (no read-ahead past them); a cut connection loses nothing; a read
+    past the object's end reads its end, then nothing (not an error retried 5 times)."""
+    s3, proxy = s3_proxy
+    data = os.urandom(3 * MB)
+    s3.fs().pipe_file(f"{s3.bucket}/r.bin", data)
+    reader = RangeGetReader(s3.url("r.bin"), start=MB)
+    before = len(proxy.ranges)
+    assert reader.read(MB) == data[MB:2 * MB]
+    assert proxy.ranges[before:] == [f"bytes={MB}-{2 * MB - 1}"]
+    proxy.arm(cut_after=100_000)
+    assert reader.read(2 * MB) == data[2 * MB:]  # short: the object ends first
+    assert proxy.faults_done == 1
+    assert reader.read(MB) == b"" and reader.num_retries == 0
+    reader.close()
+    with pytest.raises(WenetDataError, match=r"/nope\.bin: no such object$"):
+        RangeGetReader(s3.url("nope.bin")).read(10)
 
 
 def test_5xx_is_retried(s3_proxy):

@@ -6,9 +6,10 @@ sampling process; :mod:`wenet_lhotse.sources.window_reads` reads, in the workers
 Tars are fetched in the order asked (:meth:`TarSpool.prefetch`: the window being read
 before the next one), several at once: each tar is cut into spans (2 for a tar of up to
 2 x :data:`PIECE`, else one per piece, at most :data:`STREAMS`), each span read front to
-back in ranged requests of up to :data:`PIECE` (through the retrying readers of
-:mod:`~wenet_lhotse.io.remote` / :mod:`~wenet_lhotse.io.http_reader`, which resume a cut
-connection where it stopped) into a temporary file at its offsets, then renamed into
+back in ranged requests of up to :data:`PIECE` (object storage: one GET of exactly each
+piece, :class:`~wenet_lhotse.io.remote.RangeGetReader`, no HEAD and no read-ahead copy;
+HTTP: :mod:`~wenet_lhotse.io.http_reader`; both retry and resume a cut connection where
+it stopped) into a temporary file at its offsets, then renamed into
 place. At most :data:`STREAMS` spans are read at once per process, the earliest asked
 first: a span of a later tar (of the next window) starts only when no span of an earlier
 one is waiting, so the window being read keeps the lead, and the next window's tars
@@ -175,14 +176,14 @@ class TarSpool:
 
     def _read_span(self, url: str, fd: int, start: int, length: int) -> int:
         from wenet_lhotse.formats.member_reads import _ranged_reader
+        from wenet_lhotse.io.remote import RangeGetReader
         from wenet_lhotse.io.remote_audio import is_http
 
-        # HTTP: requests of one block (the span in equal pieces of at most PIECE: the
-        # last ends at the span's end); fsspec: a read (a piece) + the read-ahead block
-        # (64 KiB), so that a span ends at most 64 KiB past its bytes
+        # one request per piece (the span in equal pieces of at most PIECE: the last
+        # ends at the span's end); HTTP: requests of one block, fsspec: one ranged GET
         piece_len = -(-length // -(-length // PIECE))
-        block = piece_len if is_http(url) else 1 << 16
-        reader = _ranged_reader(url, start, block, self.policy)
+        reader = (_ranged_reader(url, start, piece_len, self.policy) if is_http(url)
+                  else RangeGetReader(url, start, self.policy))
         done = 0
         try:
             while done < length:

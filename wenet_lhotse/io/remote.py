@@ -169,6 +169,48 @@ class RetryingReader(ResumableReader):
         self._caller.close()
 
 
+class RangeGetReader(RetryingReader):
+    """A :class:`RetryingReader` for a caller that knows the ranges it needs: each read
+    of ``n`` bytes is one ranged GET of exactly those bytes (fsspec's ``cat_file``),
+    from byte ``start`` on. No HEAD request and no read-ahead copy per open (on S3 an
+    open costs a HEAD, and its read-ahead buffer copies every byte once more): half the
+    CPU of a buffered file for the spool's 32 MiB pieces (``bench/s3_window.py``). A
+    missing object fails at the first read; a range past the object's end reads short
+    (or, starting past it, fails)."""
+
+    def __init__(self, url: str, start: int = 0, policy: Optional[ReadPolicy] = None
+                 ) -> None:
+        super().__init__(url, policy=policy)
+        self.pos = start
+
+    def _open(self) -> None:
+        self._file = self._fs  # nothing held open between reads
+
+    def _read(self, n: int) -> bytes:
+        try:
+            return self._bounded(lambda: self._fs.cat_file(self._path, start=self.pos,
+                                                         end=self.pos + n))
+        except OSError as err:
+            if _past_the_end(err):  # the object ends before ``pos``: read as its end
+                return b""
+            raise
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence != io.SEEK_SET:
+            raise io.UnsupportedOperation("a RangeGetReader seeks to absolute offsets")
+        self.pos = max(0, int(offset))
+        return self.pos
+
+
+def _past_the_end(err: BaseException) -> bool:
+    """A range request that starts past the object's end (HTTP 416; S3's
+    ``InvalidRange``, which s3fs raises as ``EINVAL``)."""
+    cause = err.__cause__
+    code = getattr(cause, "response", {}).get("Error", {}).get("Code") if cause else None
+    return code == "InvalidRange" or getattr(err, "status", None) == 416 or (
+        "range is not satisfiable" in str(err).lower())
+
+
 def open_remote(url: str, *, policy: Optional[ReadPolicy] = None) -> BinaryIO:
     """Open an object-storage URL for sequential binary reading (see module doc),
     within the ``policy``'s ``limits`` (default: :class:`ReadLimits` from the
