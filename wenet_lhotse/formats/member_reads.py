@@ -111,16 +111,18 @@ def _read_range(url: str, start: int, length: int, policy: ReadPolicy) -> bytes:
 
 
 def _ranged_reader(url: str, start: int, length: int, policy: ReadPolicy):
-    """A retrying reader of ``url`` whose first request is for ``[start, start +
-    length)`` (one range request; object storage through fsspec, HTTP through urllib3),
-    within the ``policy``'s limits and URL protocols."""
+    """A retrying reader of ``url`` from byte ``start`` whose requests fit reads of
+    ``length`` bytes (object storage: one ranged GET of exactly each read, no HEAD;
+    HTTP through urllib3: ranged requests of ``length`` bytes, at least 64 KiB), within
+    the ``policy``'s limits and URL protocols."""
     from wenet_lhotse.io.http_reader import HttpReader
-    from wenet_lhotse.io.remote import RetryingReader
+    from wenet_lhotse.io.remote import RangeGetReader
     from wenet_lhotse.io.remote_audio import is_http
 
-    base = HttpReader if is_http(url) else RetryingReader
+    if not is_http(url):
+        return RangeGetReader(url, start, policy)
 
-    class _At(base):  # type: ignore[misc, valid-type]
+    class _At(HttpReader):
         _first = True
 
         def _open(self) -> None:
@@ -129,10 +131,7 @@ def _ranged_reader(url: str, start: int, length: int, policy: ReadPolicy):
                 self.pos = start
             super()._open()
 
-    block = max(length, 1 << 16)
-    if base is HttpReader:
-        return _At(url, policy.read_limits(), block_size=block)
-    return _At(url, block_size=block, policy=policy)
+    return _At(url, policy.read_limits(), block_size=max(length, 1 << 16))
 
 
 def _check_header(url: str, block: bytes, member: str, size: int) -> None:

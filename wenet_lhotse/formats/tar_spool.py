@@ -176,14 +176,11 @@ class TarSpool:
 
     def _read_span(self, url: str, fd: int, start: int, length: int) -> int:
         from wenet_lhotse.formats.member_reads import _ranged_reader
-        from wenet_lhotse.io.remote import RangeGetReader
-        from wenet_lhotse.io.remote_audio import is_http
 
         # one request per piece (the span in equal pieces of at most PIECE: the last
-        # ends at the span's end); HTTP: requests of one block, fsspec: one ranged GET
+        # ends at the span's end)
         piece_len = -(-length // -(-length // PIECE))
-        reader = (_ranged_reader(url, start, piece_len, self.policy) if is_http(url)
-                  else RangeGetReader(url, start, self.policy))
+        reader = _ranged_reader(url, start, piece_len, self.policy)
         done = 0
         try:
             while done < length:
