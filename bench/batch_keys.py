@@ -89,7 +89,6 @@ def main() -> None:
     if args.child:
         child(Path(args.child[0]), int(args.child[1]))
         return
-    sys.path.insert(0, str(REPO / "bench"))
     from wenet_baseline import make_corpus
 
     parent = "/dev/shm" if os.path.isdir("/dev/shm") else None

@@ -47,10 +47,9 @@ def child(corpus: Path, speed: bool) -> None:
         from wenet_lhotse.dropin.compat import init_dataset_and_dataloader as init
     except ImportError:  # a tree from before the drop-in moved
         from wenet_lhotse.wenet_compat import init_dataset_and_dataloader as init
-    from wenet_lhotse.text import CharTokenizer
-
-    sys.path.insert(0, str(REPO / "bench"))
     from wenet_baseline import drop_in_args, preload_langid
+
+    from wenet_lhotse.text import CharTokenizer
 
     tokenizer = CharTokenizer(corpus / "units.txt")
     preload_langid()
@@ -91,7 +90,6 @@ def main() -> None:
         return
     if args.old_tree is None:
         ap.error("--old-tree is required")
-    sys.path.insert(0, str(REPO / "bench"))
     from wenet_baseline import make_corpus
 
     parent = "/dev/shm" if os.path.isdir("/dev/shm") else None
