@@ -175,8 +175,8 @@ class RangeGetReader(RetryingReader):
     from byte ``start`` on. No HEAD request and no read-ahead copy per open (on S3 an
     open costs a HEAD, and its read-ahead buffer copies every byte once more): half the
     CPU of a buffered file for the spool's 32 MiB pieces (``bench/s3_window.py``). A
-    missing object fails at the first read; a range past the object's end reads short
-    (or, starting past it, fails)."""
+    missing object fails at the first read; a range past the object's end reads short,
+    and one that starts past it reads nothing (a tar cut since it was indexed)."""
 
     def __init__(self, url: str, start: int = 0, policy: Optional[ReadPolicy] = None
                  ) -> None:
