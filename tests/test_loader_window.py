@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -290,6 +291,7 @@ def test_spool_fetches_tars_in_order_several_at_once_in_spans(shards, http_serve
     monkeypatch.setattr(tar_spool, "PIECE", 1 << 20)  # one piece per span: 2 spans a tar
     monkeypatch.setattr(tar_spool, "MIN_SPAN", 1 << 14)
     granted = []  # span keys (ask, span) in the order their turns came
+    reading = [0, 0]  # spans reading now, the most at once (the spool's own count)
 
     class Turns(tar_spool._Turns):
         def _next(self, key):
@@ -297,6 +299,18 @@ def test_spool_fetches_tars_in_order_several_at_once_in_spans(shards, http_serve
             if ok:
                 granted.append(key)
             return ok
+
+        @contextmanager
+        def turn(self, key):
+            with super().turn(key):
+                with self.cv:
+                    reading[0] += 1
+                    reading[1] = max(reading[1], reading[0])
+                try:
+                    yield
+                finally:
+                    with self.cv:
+                        reading[0] -= 1
 
     monkeypatch.setattr(tar_spool, "_Turns", Turns)
     seen = []  # (tar, first byte, bytes asked) of every ranged GET
@@ -316,9 +330,11 @@ def test_spool_fetches_tars_in_order_several_at_once_in_spans(shards, http_serve
     for u, t in zip(urls, tars):
         assert Path(spool.wait(u)).read_bytes() == Path(t).read_bytes()
     # turns in the order asked, whichever thread came first; two tars' spans at once
-    # (4 in flight, each tar has 2), never more
+    # (4 in flight, each tar has 2), never more. The server's own count may see one
+    # more: a handler counts its request done only after the client has its bytes and
+    # the next span has started.
     assert granted == [(a, i) for a in range(3) for i in range(2)]
-    assert most[0] == tar_spool.STREAMS == 4
+    assert reading[1] == tar_spool.STREAMS == 4 <= most[0]
     assert names[2] not in [t for t, _, _ in seen[:4]]  # the third tar waited its turn
     for name, size in zip(names, sizes):
         asked = sorted((s, n) for t, s, n in seen if t == name)
