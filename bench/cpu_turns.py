@@ -4,18 +4,21 @@ turns in small chunks, so that load from elsewhere falls on both alike.
 On a shared machine a whole epoch's CPU time moves with the other processes' load (2
 vCPUs sharing caches and cores: 10-30% between single runs), more than the few percent a
 change makes. Here one process per tree (``--old-tree DIR``: that tree alone on
-``PYTHONPATH``) builds the drop-in's loader on the same generated raw-list corpus
-(WeNet's aishell train ``dataset_conf``, 0 DataLoader workers) and draws its sampler's
-whole epoch; then the two processes take turns, the order swapped each turn:
+``PYTHONPATH``) builds the drop-in's loader on the same generated corpus (WeNet's
+aishell train ``dataset_conf``, 0 DataLoader workers) and draws its sampler's whole
+epoch; then the two processes take turns, the order swapped each turn:
 
 * **dataset**: the dataset's work (decode, features, augmentation, collation) on the
-  next ``--chunk`` batches of that epoch, ``--rounds`` passes over the epoch;
+  next ``--chunk`` batches of that epoch, ``--rounds`` passes over the epoch. With
+  ``--data-type shard`` the loader's own iterator (streamed: tar reading and the
+  sampler run inside it) yields the next ``--chunk`` batches, so that work is counted
+  too;
 * **build**: building the loader again (train and cv loaders, the list read and probed,
   bucket edges) and drawing its sampler's whole epoch, twice per round.
 
 Printed: each tree's CPU seconds (``time.process_time``) per part and the ratio this
 tree / the other. Run: ``python bench/cpu_turns.py --old-tree DIR [--num-utts 2000]
-[--rounds 2] [--speed-perturb] [--corpus DIR]``.
+[--rounds 2] [--speed-perturb] [--data-type raw|shard] [--corpus DIR]``.
 """
 
 from __future__ import annotations
@@ -35,8 +38,9 @@ warnings.filterwarnings("ignore")
 REPO = Path(__file__).resolve().parents[1]
 
 
-def child(corpus: Path, speed: bool) -> None:
-    """Serves ``work A B`` (the dataset on batches A..B) and ``build`` over stdin/stdout."""
+def child(corpus: Path, speed: bool, data_type: str) -> None:
+    """Serves ``work A B`` (the dataset on batches A..B; shards: the next B - A batches of
+    the loader, a new epoch when one ends) and ``build`` over stdin/stdout."""
     import logging
 
     import torch
@@ -55,12 +59,17 @@ def child(corpus: Path, speed: bool) -> None:
     preload_langid()
 
     def build():
-        args, conf = drop_in_args(corpus, "raw", 0)
+        args, conf = drop_in_args(corpus, data_type, 0)
         conf["speed_perturb"] = speed
         _, _, loader, _ = init(args, {"dataset_conf": conf}, tokenizer, 777)
+        if data_type == "shard":  # streamed: the sampler runs inside the loader's iterator
+            return loader, []
         return loader, list(loader.sampler)
 
     loader, items = build()
+    if data_type == "shard":
+        items = [None] * sum(1 for _ in loader)
+    batches = iter(loader) if data_type == "shard" else None
     print(json.dumps({"batches": len(items)}), flush=True)
     for line in sys.stdin:
         cmd = line.split()
@@ -68,6 +77,11 @@ def child(corpus: Path, speed: bool) -> None:
         t0 = time.process_time()
         if cmd[0] == "build":
             build()
+        elif batches is not None:
+            for _ in range(int(cmd[2]) - int(cmd[1])):
+                if next(batches, None) is None:
+                    batches = iter(loader)
+                    next(batches)
         else:
             for item in items[int(cmd[1]):int(cmd[2])]:
                 loader.dataset[item]
@@ -83,10 +97,13 @@ def main() -> None:
     ap.add_argument("--corpus", type=Path, help="a corpus made by wenet_baseline.make_corpus "
                     "(default: a new one of --num-utts utterances)")
     ap.add_argument("--speed-perturb", action="store_true")
-    ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--data-type", choices=["raw", "shard"], default="raw",
+                    help="raw list, or tar shards (read and sampled as the loader's "
+                         "iterator does, 0 workers)")
+    ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child(Path(args.child[0]), bool(int(args.child[1])))
+        child(Path(args.child[0]), bool(int(args.child[1])), args.child[2])
         return
     if args.old_tree is None:
         ap.error("--old-tree is required")
@@ -101,7 +118,7 @@ def main() -> None:
                        PYTHONWARNINGS="ignore")
             procs.append(subprocess.Popen(
                 [sys.executable, __file__, "--child", str(corpus),
-                 str(int(args.speed_perturb))], env=env, stdin=subprocess.PIPE,
+                 str(int(args.speed_perturb)), args.data_type], env=env, stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
         counts = [json.loads(p.stdout.readline())["batches"] for p in procs]
 
@@ -128,7 +145,7 @@ def main() -> None:
             p.stdin.close()
             p.wait()
     load = os.getloadavg()[0]
-    print(f"{corpus}: speed perturbation {'on' if args.speed_perturb else 'off'}"
+    print(f"{corpus} ({args.data_type}): speed perturbation {'on' if args.speed_perturb else 'off'}"
           f", batches per epoch {counts[0]} / {counts[1]}; load average {load:.1f}")
     print(f"dataset, {n} batches x {args.rounds}: {work[0]:.2f} vs {work[1]:.2f} CPU s, "
           f"{work[0] / work[1]:.3f}x")
