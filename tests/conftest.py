@@ -6,6 +6,7 @@ import functools
 import threading
 from collections import Counter
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from typing import List
 
 import pytest
 from guards import PREFIX, guarded_skip, in_ci
@@ -241,21 +242,50 @@ def pytest_collection_modifyitems(session: pytest.Session, config, items) -> Non
     items.sort(key=lambda item: -slow[item.nodeid.split("::")[0]])
 
 
+#: the guard's message from the test processes, for the xdist controller to print
+_ci_stops: List[str] = []
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Under ``CI=true``, stop before running anything when collected tests compare with
     WeNet's own code and WeNet cannot run here: the message names what would not be
-    checked (otherwise each of them would fail alone, with the same reason)."""
+    checked (otherwise each of them would fail alone, with the same reason).
+
+    In an xdist test process an exception here is only an INTERNALERROR in the
+    controller, so the process runs nothing (its items are cleared before xdist sends
+    them: ``tryfirst``) and hands the message to the controller, which prints it and
+    exits with pytest's usage-error status (:func:`pytest_sessionfinish`)."""
     if not in_ci():
         return
     from wenet_harness import wenet_missing
 
     parity = [item for item in session.items if "wenet_root" in getattr(item, "fixturenames", ())]
     reason = wenet_missing() if parity else None
-    if reason:
-        per_file = Counter(item.nodeid.split("::")[0] for item in parity)
-        raise pytest.UsageError(
-            f"CI=true: {len(parity)} WeNet parity tests would not be checked "
-            f"({', '.join(f'{f}: {n}' for f, n in sorted(per_file.items()))}): {reason}")
+    if not reason:
+        return
+    per_file = Counter(item.nodeid.split("::")[0] for item in parity)
+    message = (f"CI=true: {len(parity)} WeNet parity tests would not be checked "
+               f"({', '.join(f'{f}: {n}' for f, n in sorted(per_file.items()))}): {reason}")
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is None:
+        raise pytest.UsageError(message)
+    workeroutput["ci_stop"] = message
+    session.items.clear()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    message = getattr(node, "workeroutput", {}).get("ci_stop")
+    if message and message not in _ci_stops:
+        _ci_stops.append(message)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
+    if _ci_stops:
+        session.config.get_terminal_writer().line(f"ERROR: {_ci_stops[0]}", red=True)
+        session.exitstatus = pytest.ExitCode.USAGE_ERROR
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:

@@ -17,23 +17,32 @@ REPO = TESTS.parent
 PARITY_FILES = ["tests/test_wenet_batching.py", "tests/test_wenet_harness.py"]
 
 
-def pytest_run(args, ci: bool, cwd: Path = REPO, **env: str) -> subprocess.CompletedProcess:
-    """``python -m pytest args`` in a fresh process, with ``CI=true`` or without ``CI``."""
+def pytest_run(args, ci: bool, cwd: Path = REPO, processes: int = 0,
+               **env: str) -> subprocess.CompletedProcess:
+    """``python -m pytest args`` in a fresh process (``processes`` xdist test processes, 0:
+    none), with ``CI=true`` or without ``CI``."""
     environ = {k: v for k, v in os.environ.items() if k != "CI"}
     environ["PYTHONPATH"] = os.pathsep.join(
         [str(REPO), str(TESTS), *filter(None, [os.environ.get("PYTHONPATH")])])
     environ.update(env)
     if ci:
         environ["CI"] = "true"
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n0", *args],
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                           f"-n{processes}", *args],
                           cwd=cwd, env=environ, capture_output=True, text=True, timeout=300)
 
 
-def test_ci_collection_fails_without_wenet_and_names_what_is_not_checked(tmp_path):
+@pytest.mark.parametrize("processes", [0, 2])
+def test_ci_collection_fails_without_wenet_and_names_what_is_not_checked(tmp_path, processes):
+    """Also under xdist (``.ci/run``'s ``-n auto``), where an error in a test process's
+    collection is an INTERNALERROR in the controller: the same one line, pytest's
+    usage-error status, no test run."""
     nowhere = tmp_path / "no-wenet-here"
-    res = pytest_run(["--collect-only", "-q", *PARITY_FILES], ci=True, WENET_ROOT=str(nowhere))
+    args = ["-q", *PARITY_FILES] if processes else ["--collect-only", "-q", *PARITY_FILES]
+    res = pytest_run(args, ci=True, processes=processes, WENET_ROOT=str(nowhere))
     out = res.stdout + res.stderr
-    assert res.returncode != 0, out
+    assert res.returncode == pytest.ExitCode.USAGE_ERROR, out
+    assert "INTERNALERROR" not in out and " passed" not in out, out
     line = next(ln for ln in out.splitlines() if "would not be checked" in ln)
     assert "CI=true: 13 WeNet parity tests would not be checked" in line, line
     assert "tests/test_wenet_batching.py: 9" in line and "tests/test_wenet_harness.py: 4" in line

@@ -36,8 +36,13 @@ the ``SystemExit`` and serve on); a handler inherited by a process forked from a
 worker ends that process with ``os._exit`` instead (a fork never returns into its
 parent's code). ``SIGINT`` is ignored in workers: Ctrl-C reaches the whole process
 group, and the parent decides. :meth:`ProcessPool.close` asks, terminates, then
-kills: bounded in time. DataLoader workers of our loader get the parent-pid watcher
-too (:class:`EndWithParent`, their ``worker_init_fn``).
+kills: bounded in time. A worker told to end may still be in the executor's loop while
+the executor tears the pool down (it marks the pool broken when the first worker exits
+and closes the call queue); an error from that loop then (``EOFError``, ``OSError``
+from the queue) ends the worker quietly instead of printing a traceback over the
+command's own one-line error: the worker was ending anyway (:class:`_EndsQuietly`).
+DataLoader workers of our loader get the parent-pid watcher too (:class:`EndWithParent`,
+their ``worker_init_fn``).
 
 Daemonic parents: Python refuses ``Process.start()`` in a daemonic process (a
 DataLoader worker), since a daemon is killed without cleanup, which would orphan its
@@ -127,6 +132,7 @@ class Lifeline:
 
 
 _starting = True  # in a worker: still in worker_init
+_ending = False  # in a worker: SIGTERM came; it exits within TERM_CLEANUP_S
 _worker_pid = -1  # in a worker: its pid (a process forked from it has another)
 _parent_pid = -1  # in a worker: the pool's owner
 _commit_lock = threading.Lock()  # held by commit(); taken by the watcher before it ends
@@ -140,6 +146,8 @@ def _exit_on_sigterm(signum: int, frame: Any) -> None:
     # The executor's worker loop catches the SystemExit of a job (it is sent back as the
     # job's exception) and serves on: a timer ends the worker once the job's cleanup
     # had its time.
+    global _ending
+    _ending = True
     threading.Thread(target=_exit_after, args=(TERM_CLEANUP_S, 128 + signum),
                      daemon=True).start()
     raise SystemExit(128 + signum)
@@ -236,6 +244,58 @@ def may_start_children() -> Iterator[None]:
             config["daemon"] = True
 
 
+class _EndsQuietly:
+    """Mixin for the pool's worker process class: after ``SIGTERM`` (the worker is
+    ending), an exception out of the executor's worker loop -- the call queue read while
+    the executor closes it or another ending worker left it mid-message -- ends the
+    process with the SIGTERM exit code instead of ``multiprocessing`` printing its
+    traceback. Before ``SIGTERM`` nothing changes: such an error is news."""
+
+    def run(self) -> None:
+        try:
+            super().run()  # type: ignore[misc]
+        except Exception:
+            if _ending:
+                os._exit(128 + signal.SIGTERM)
+            raise
+
+
+# One worker class and context per start method, at module level so that ``spawn`` and
+# ``forkserver`` pickle the process object by reference.
+class _ForkWorker(_EndsQuietly, mp.context.ForkProcess):
+    pass
+
+
+class _SpawnWorker(_EndsQuietly, mp.context.SpawnProcess):
+    pass
+
+
+class _ForkServerWorker(_EndsQuietly, mp.context.ForkServerProcess):
+    pass
+
+
+class _ForkContext(mp.context.ForkContext):
+    Process = _ForkWorker
+
+
+class _SpawnContext(mp.context.SpawnContext):
+    Process = _SpawnWorker
+
+
+class _ForkServerContext(mp.context.ForkServerContext):
+    Process = _ForkServerWorker
+
+
+_CONTEXTS = {"fork": _ForkContext(), "spawn": _SpawnContext(),
+             "forkserver": _ForkServerContext()}
+
+
+def _context(start_method: Optional[str]) -> mp.context.BaseContext:
+    """The multiprocessing context of ``start_method`` (``None``: Python's default),
+    whose ``Process`` is the pool's worker class."""
+    return _CONTEXTS[mp.get_context(start_method).get_start_method()]
+
+
 class ProcessPool(ProcessPoolExecutor):
     """``num_workers`` processes that end with this one (see the module doc).
 
@@ -249,7 +309,7 @@ class ProcessPool(ProcessPoolExecutor):
         self.owner_pid = os.getpid()
         self._lifeline = Lifeline()
         weakref.finalize(self, self._lifeline.close)  # garbage collected unclosed
-        super().__init__(num_workers, mp_context=mp.get_context(start_method),
+        super().__init__(num_workers, mp_context=_context(start_method),
                          initializer=worker_init,
                          initargs=(self._lifeline.reader, self.owner_pid, initializer,
                                    initargs))
