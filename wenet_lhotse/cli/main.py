@@ -11,9 +11,7 @@ import functools
 import logging
 import os
 import signal
-import sys
 import threading
-import time
 import traceback
 from typing import Any, Callable, Optional, Tuple
 
@@ -123,38 +121,15 @@ def policy_options(skip_errors: Optional[Tuple[str, str]] = None, *, strict: boo
 def show_progress() -> bool:
     """Whether commands draw tqdm progress bars: only when stderr is a terminal (in a
     log file or a pipe, each redraw would be one more line). The one place that decides."""
+    import sys
+
     try:
         return sys.stderr.isatty()
     except (AttributeError, ValueError):  # replaced or closed stderr
         return False
 
 
-_cli_pid = -1  # the process whose stop handlers main() installed
-
-#: Seconds a command has, after SIGTERM or Ctrl-C, to clean up (temporary files, its
-#: pools' workers) before it ends itself with ``os._exit``: usually about 2 s.
-STOP_S = 8.0
-
-
-def _end_after(seconds: float, signum: int, code: int) -> None:
-    time.sleep(seconds)
-    name = signal.Signals(signum).name
-    try:
-        sys.stderr.write(f"error: still stopping {seconds:.0f} s after {name}: ending now "
-                         "(its temporary files go with the next write to their folder)\n")
-        sys.stderr.flush()
-    finally:
-        os._exit(code)
-
-
-def _stop_bounded(signum: int, code: int) -> None:
-    """The stop's bound: a daemon thread ends the process :data:`STOP_S` seconds from
-    now unless it has ended by itself. The cleanup an exception unwinds (locks in
-    ``concurrent.futures``, the interpreter's join of an executor's manager thread at
-    exit) can wait for ever when the signal's exception lands inside a lock's critical
-    section; it did once in CI, under load."""
-    threading.Thread(target=_end_after, args=(STOP_S, signum, code), daemon=True,
-                     name="stop-bound").start()
+_cli_pid = -1  # the process whose SIGTERM handler main() installed
 
 
 def _exit_on_sigterm(signum, frame) -> None:
@@ -164,51 +139,31 @@ def _exit_on_sigterm(signum, frame) -> None:
     # after a fork) exits at once: a fork never returns into its parent's code.
     if os.getpid() != _cli_pid:
         os._exit(128 + signum)
-    _stop_bounded(signum, 128 + signum)
     raise SystemExit(128 + signum)
 
 
-def _interrupt(signum, frame) -> None:
-    # Ctrl-C as Python's own handler (KeyboardInterrupt: click's "Aborted!", status 1),
-    # bounded in time like SIGTERM
-    if os.getpid() != _cli_pid:
-        os._exit(128 + signum)
-    _stop_bounded(signum, 1)
-    raise KeyboardInterrupt
-
-
-def _own_stop_signals(ctx: click.Context) -> None:
-    """Turn SIGTERM into ``SystemExit`` for the command (cleanup runs), only where nobody
-    else claimed the signal (its handler is the default): a host process -- a test
-    session running commands in-process, a user's script -- keeps its own, and the
-    previous handler is back when the command ends (issue 30: a handler left in a pytest
-    process turned ``timeout``'s SIGTERM into a test failure). Where SIGTERM is ours,
-    so is Ctrl-C while Python's own handler has it (not where it is ignored, as in a
-    shell's background job): still ``KeyboardInterrupt``, now bounded. Either way the
-    process ends within :data:`STOP_S` seconds of the signal."""
+def _own_sigterm(ctx: click.Context) -> None:
+    """Turn SIGTERM into ``SystemExit`` for the command (cleanup runs), only where
+    nobody else claimed the signal (its handler is the default): a host process --
+    a test session running commands in-process, a user's script -- keeps its own, and
+    the previous handler is back when the command ends (issue 30: a handler left in a
+    pytest process turned ``timeout``'s SIGTERM into a test failure)."""
     global _cli_pid
     if threading.current_thread() is not threading.main_thread():
         return
-    previous = {signal.SIGTERM: signal.getsignal(signal.SIGTERM),
-                signal.SIGINT: signal.getsignal(signal.SIGINT)}
-    if previous[signal.SIGTERM] not in (signal.SIG_DFL, None):
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous not in (signal.SIG_DFL, None):
         return
     _cli_pid = os.getpid()
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    if previous[signal.SIGINT] is signal.default_int_handler:
-        signal.signal(signal.SIGINT, _interrupt)
-
-    def restore() -> None:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-
-    ctx.call_on_close(restore)
+    ctx.call_on_close(lambda: signal.signal(signal.SIGTERM, previous))
 
 
 def _version_message() -> str:
     """``wenet-lhotse, version X (lhotse Y, torch Z, python V)``: the installed
     distribution's version (importlib.metadata), or the package's own when run from a
     clone that is not installed; the versions next to it are what bug reports need."""
+    import sys
     from importlib import metadata
 
     import wenet_lhotse
@@ -251,7 +206,7 @@ def main(ctx: click.Context, verbose: int) -> None:
     Run 'wenet-lhotse COMMAND --help' for each command's options.
     """
     ctx.ensure_object(dict)["verbose"] = verbose
-    _own_stop_signals(ctx)
+    _own_sigterm(ctx)
     level = logging.WARNING - 10 * verbose
     logging.basicConfig(level=max(level, logging.DEBUG),
                         format="%(levelname)s %(name)s: %(message)s")
