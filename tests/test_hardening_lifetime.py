@@ -135,8 +135,8 @@ def _url_list(corpus, base, path: Path) -> Path:
 #: ``python -m wenet_lhotse`` with Ctrl-C's default handling, as in a terminal's foreground
 #: job: a shell without job control (``cmd &`` in a script, as CI may start the suite)
 #: starts its background jobs with SIGINT ignored and their children inherit that (GNU
-#: ``timeout`` gives it back): the Ctrl-C case then waited for ever (two runs of the
-#: suite started with ``nohup bash -c '...' &``)
+#: ``timeout`` gives it back): the Ctrl-C case then did not end within its bound (two
+#: runs of the suite started with ``nohup bash -c '...' &``)
 _AS_FOREGROUND = ("import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
                   "runpy.run_module('wenet_lhotse', run_name='__main__', alter_sys=True)")
 
