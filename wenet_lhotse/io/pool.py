@@ -260,7 +260,7 @@ class _EndsQuietly:
             raise
 
 
-# One worker class and context per start method, at module level so that ``spawn`` and
+# One worker class per start method, at module level so that ``spawn`` and
 # ``forkserver`` pickle the process object by reference.
 class _ForkWorker(_EndsQuietly, mp.context.ForkProcess):
     pass
@@ -274,26 +274,16 @@ class _ForkServerWorker(_EndsQuietly, mp.context.ForkServerProcess):
     pass
 
 
-class _ForkContext(mp.context.ForkContext):
-    Process = _ForkWorker
-
-
-class _SpawnContext(mp.context.SpawnContext):
-    Process = _SpawnWorker
-
-
-class _ForkServerContext(mp.context.ForkServerContext):
-    Process = _ForkServerWorker
-
-
-_CONTEXTS = {"fork": _ForkContext(), "spawn": _SpawnContext(),
-             "forkserver": _ForkServerContext()}
+_WORKERS = {"fork": _ForkWorker, "spawn": _SpawnWorker, "forkserver": _ForkServerWorker}
 
 
 def _context(start_method: Optional[str]) -> mp.context.BaseContext:
-    """The multiprocessing context of ``start_method`` (``None``: Python's default),
-    whose ``Process`` is the pool's worker class."""
-    return _CONTEXTS[mp.get_context(start_method).get_start_method()]
+    """A context of ``start_method`` (``None``: Python's default) whose ``Process`` is the
+    pool's worker class: a new instance of that kind, so the shared one stays as it is."""
+    name = mp.get_context(start_method).get_start_method()
+    context = type(mp.get_context(name))()
+    context.Process = _WORKERS[name]
+    return context
 
 
 class ProcessPool(ProcessPoolExecutor):
