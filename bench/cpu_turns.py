@@ -14,7 +14,8 @@ epoch; then the two processes take turns, the order swapped each turn:
   sampler run inside it) yields the next ``--chunk`` batches, so that work is counted
   too;
 * **build**: building the loader again (train and cv loaders, the list read and probed,
-  bucket edges) and drawing its sampler's whole epoch, twice per round.
+  bucket edges) and drawing its sampler's whole epoch, twice per round (shards: the
+  loaders only; their sampler's work is in the dataset turns).
 
 Printed: each tree's CPU seconds (``time.process_time``) per part and the ratio this
 tree / the other. Run: ``python bench/cpu_turns.py --old-tree DIR [--num-utts 2000]
@@ -63,14 +64,13 @@ def child(corpus: Path, speed: bool, data_type: str) -> None:
         conf["speed_perturb"] = speed
         _, _, loader, _ = init(args, {"dataset_conf": conf}, tokenizer, 777)
         if data_type == "shard":  # streamed: the sampler runs inside the loader's iterator
-            return loader, []
+            return loader, None
         return loader, list(loader.sampler)
 
     loader, items = build()
-    if data_type == "shard":
-        items = [None] * sum(1 for _ in loader)
-    batches = iter(loader) if data_type == "shard" else None
-    print(json.dumps({"batches": len(items)}), flush=True)
+    count = sum(1 for _ in loader) if items is None else len(items)
+    batches = iter(loader) if items is None else None
+    print(json.dumps({"batches": count}), flush=True)
     for line in sys.stdin:
         cmd = line.split()
         gc.collect()
